@@ -1,0 +1,62 @@
+"""Entry point of the ``placer`` command."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from placer import __version__
+
+app = typer.Typer(
+    name="placer",
+    help="Expert-placement optimizer for serving Mixture-of-Experts models.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+#: Command modules, in help order; each exposes ``register(app)``.
+COMMAND_MODULES = (
+    "stats_cmd",      # placer stats, placer synth
+    "hardware_cmd",   # placer topology ..., placer model ..., placer capacity
+    "plan_cmd",       # placer plan
+    "evaluate_cmd",   # placer evaluate
+    "engines_cmd",    # placer export, placer import
+    "compare_cmd",    # placer compare
+    "report_cmd",     # placer report
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"placer {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Expert-placement optimizer for serving Mixture-of-Experts models."""
+
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(f"placer.cli.{_name}")
+    except ModuleNotFoundError as _e:
+        if _e.name != f"placer.cli.{_name}":
+            raise
+        continue
+    _module.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

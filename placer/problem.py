@@ -1,0 +1,183 @@
+"""Planning problem, solver parameters, solve result, and the solver registry.
+
+Every solver is a function ``(PlacementProblem, SolveParams) -> SolveResult``
+registered under a name with :func:`register_solver`; the CLI's ``--solver``
+choices are the registry's names.  Solvers are pure: they neither print nor
+read files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from placer.errors import UsageError
+from placer.placement import Placement
+from placer.stats import ExpertStats
+
+
+@dataclass(frozen=True)
+class PlacementProblem:
+    """What a planner needs to know.
+
+    Attributes
+    ----------
+    stats: statistics to fit (loads by window, co-activation).
+    num_gpus: ``G`` EP ranks.
+    slots_per_gpu: ``S``; ``P = G * S`` must be >= the number of experts.
+    node_of_gpu: ``[G]`` int64, node index of each GPU (all zeros on one node).
+    num_groups: expert groups of the model (DeepSeek-V3: 8), 1 when ungrouped;
+        EPLB's hierarchical policy uses it.
+    topology: the cluster (``placer.topology.Topology``) when known.
+    model: the model (``placer.models.ModelSpec``) when known.
+    current: the deployed placement, for migration-aware planning.
+    """
+
+    stats: ExpertStats
+    num_gpus: int
+    slots_per_gpu: int
+    node_of_gpu: np.ndarray
+    num_groups: int = 1
+    topology: Any = None
+    model: Any = None
+    current: Placement | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_of_gpu", np.asarray(self.node_of_gpu, dtype=np.int64))
+        if self.num_gpus <= 0:
+            raise UsageError(f"number of GPUs must be positive, got {self.num_gpus}")
+        if self.slots_per_gpu <= 0:
+            raise UsageError(f"slots per GPU must be positive, got {self.slots_per_gpu}")
+        if self.node_of_gpu.shape != (self.num_gpus,):
+            raise UsageError(f"node_of_gpu must have {self.num_gpus} entries")
+        if self.num_physical < self.stats.num_experts:
+            raise UsageError(
+                f"{self.num_gpus} GPUs x {self.slots_per_gpu} slots = {self.num_physical} slots"
+                f" cannot hold {self.stats.num_experts} experts",
+                where="--slots-per-gpu",
+                hint=f"use at least {-(-self.stats.num_experts // self.num_gpus)} slots per GPU",
+            )
+        if self.slots_per_gpu > self.stats.num_experts:
+            raise UsageError(
+                f"{self.slots_per_gpu} slots per GPU exceed the {self.stats.num_experts} experts;"
+                " a GPU would need two replicas of one expert",
+                where="--slots-per-gpu",
+            )
+
+    @property
+    def num_physical(self) -> int:
+        return self.num_gpus * self.slots_per_gpu
+
+    @property
+    def num_redundant(self) -> int:
+        return self.num_physical - self.stats.num_experts
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_of_gpu.max()) + 1
+
+
+@dataclass(frozen=True)
+class SolveParams:
+    """Knobs shared by all solvers; each solver documents which it reads.
+
+    Attributes
+    ----------
+    time_limit_s: wall-clock budget per layer for search-based solvers.
+    seed: random seed; same inputs and seed give the same placement.
+    jobs: layers solved in parallel (processes).
+    balance_tolerance: relative slack on the hot-shard load that the traffic and
+        migration objectives may spend (0.005 = 0.5%).
+    traffic_weight: weight of co-location versus migration once balance is fixed.
+    migration_weight: weight of one weight move.
+    robust: balance the worst window (``"max"``) or the mean matrix (``"mean"``).
+    options: solver-specific extras.
+    """
+
+    time_limit_s: float = 10.0
+    seed: int = 0
+    jobs: int = 1
+    balance_tolerance: float = 0.005
+    traffic_weight: float = 1.0
+    migration_weight: float = 1.0
+    robust: str = "max"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.time_limit_s <= 0:
+            raise UsageError("time limit must be positive", where="--time-limit")
+        if self.jobs < 1:
+            raise UsageError("jobs must be at least 1", where="--jobs")
+        if not 0 <= self.balance_tolerance <= 1:
+            raise UsageError("expected balance tolerance in [0, 1]", where="--balance-tolerance")
+        if self.robust not in ("max", "mean"):
+            raise UsageError("robust must be 'max' or 'mean'", where="--robust")
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """A solver's answer.
+
+    Attributes
+    ----------
+    placement: always a valid placement (a time limit still yields one).
+    solver: registry name of the solver that ran.
+    status: ``OPTIMAL``, ``FEASIBLE``, ``FALLBACK`` (the hint/baseline was kept) or
+        ``HEURISTIC`` (a greedy method with no bound).
+    objective: the solver's objective value, or None.
+    bound: best proven bound on it, or None.
+    seconds: wall time.
+    details: per-layer reports and anything else worth showing.
+    """
+
+    placement: Placement
+    solver: str
+    status: str
+    objective: float | None = None
+    bound: float | None = None
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective is None or self.bound is None:
+            return None
+        denom = max(abs(self.objective), 1e-12)
+        return abs(self.objective - self.bound) / denom
+
+
+SolverFn = Callable[[PlacementProblem, SolveParams], SolveResult]
+_SOLVERS: dict[str, SolverFn] = {}
+
+
+def register_solver(name: str) -> Callable[[SolverFn], SolverFn]:
+    """Decorator: make a solver available as ``solve(problem, name)`` and ``--solver name``."""
+
+    def wrap(fn: SolverFn) -> SolverFn:
+        _SOLVERS[name] = fn
+        return fn
+
+    return wrap
+
+
+def solver_names() -> list[str]:
+    _load_builtin_solvers()
+    return sorted(_SOLVERS)
+
+
+def solve(problem: PlacementProblem, solver: str = "eplb", params: SolveParams | None = None) -> SolveResult:
+    """Plan a placement with the named solver."""
+    _load_builtin_solvers()
+    if solver not in _SOLVERS:
+        raise UsageError(
+            f"unknown solver {solver!r}", where="--solver",
+            hint=f"choose one of: {', '.join(sorted(_SOLVERS))}",
+        )
+    return _SOLVERS[solver](problem, params or SolveParams())
+
+
+def _load_builtin_solvers() -> None:
+    import placer.solvers  # noqa: F401  (registers the built-in solvers)

@@ -1,0 +1,1 @@
+"""Solver family: importing this package registers every built-in solver."""
