@@ -1,0 +1,244 @@
+"""Read PyTorch ``.pt`` files without torch, and without running their code.
+
+``torch.save`` writes a zip archive::
+
+    <root>/data.pkl        a pickle of the saved object
+    <root>/data/<key>      the raw bytes of each tensor storage
+    <root>/byteorder       "little" or "big" (absent in old files: little)
+    <root>/version, ...    bookkeeping
+
+The pickle names a few globals to rebuild tensors: ``torch._utils._rebuild_tensor_v2``
+(called with a storage, offset, size, stride, ...), a storage type such as
+``torch.IntStorage``, and ``collections.OrderedDict`` (the empty backward hooks).
+Storages are not in the pickle: they are "persistent ids"
+``("storage", storage_type, key, location, numel)`` that point at ``data/<key>``.
+
+:func:`load_pt` unpickles with an allow-list of exactly those globals and
+rebuilds every tensor as a numpy array (copied, so views of one storage do not
+alias).  Any other global -- ``builtins.eval``, ``os.system``, a model class --
+is refused with a :class:`~placer.errors.DataError` that names it, before it is
+looked up.  Plain containers (dict, list, tuple, str, int, float, bool, None)
+need no global and load as they are.  This is what lets users without torch
+read SGLang's expert-distribution dumps, and makes reading a file from
+elsewhere safe (``torch.load`` without ``weights_only`` executes pickled code).
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import pickle
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from placer.errors import DataError
+
+__all__ = ["load_pt"]
+
+#: numpy dtype of each storage type torch writes; bfloat16 is widened to float32.
+_STORAGE_DTYPES: dict[str, str] = {
+    "DoubleStorage": "float64",
+    "FloatStorage": "float32",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+}
+
+_ALLOWED_HINT = (
+    "placer reads tensors and plain containers only; load the file with torch if you trust it"
+)
+
+
+@dataclass(frozen=True)
+class _StorageType:
+    """Stand-in for ``torch.<X>Storage``: only carries the dtype.  Not callable."""
+
+    name: str
+
+    @property
+    def dtype(self) -> str:
+        return _STORAGE_DTYPES[self.name]
+
+
+@dataclass(frozen=True)
+class _Storage:
+    """One storage: its flat elements as a read-only numpy array."""
+
+    key: str
+    elements: np.ndarray
+
+
+def load_pt(path: str | Path) -> Any:
+    """Load a ``torch.save`` file; tensors come back as numpy arrays.
+
+    Parameters
+    ----------
+    path: a ``.pt`` file written by ``torch.save`` (zip format, torch >= 1.6).
+
+    Returns
+    -------
+    The saved object, with every tensor replaced by a numpy array of the same
+    shape and dtype (bfloat16 tensors become float32).
+
+    Raises
+    ------
+    DataError: the file is not a torch zip archive, is damaged, or names a
+        global other than tensors and ``collections.OrderedDict``.
+    """
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise DataError("file not found", where=str(path)) from None
+    except (zipfile.BadZipFile, OSError):
+        raise DataError(
+            "not a torch zip archive (torch.save from torch >= 1.6)",
+            where=str(path),
+            hint="re-save it with a recent torch, or check that it is a .pt file",
+        ) from None
+    with archive:
+        pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+        if len(pickles) != 1:
+            raise DataError(
+                f"expected one data.pkl in the archive, found {len(pickles)}", where=str(path)
+            )
+        root = pickles[0][: -len("data.pkl")]
+        byteorder = "little"
+        if f"{root}byteorder" in archive.namelist():
+            byteorder = archive.read(f"{root}byteorder").decode("ascii", "replace").strip()
+            if byteorder not in ("little", "big"):
+                raise DataError(f"unknown byteorder {byteorder!r}", where=str(path))
+        unpickler = _RestrictedUnpickler(archive, root, byteorder, path)
+        try:
+            return unpickler.load()
+        except DataError:
+            raise
+        except Exception as e:  # malformed pickles raise anything; none is the user's bug
+            raise DataError(
+                f"cannot unpickle data.pkl ({type(e).__name__}: {e})", where=str(path)
+            ) from None
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler whose globals are an allow-list and whose storages come from the zip."""
+
+    def __init__(self, archive: zipfile.ZipFile, root: str, byteorder: str, path: Path):
+        try:
+            data = archive.read(f"{root}data.pkl")
+        except (zipfile.BadZipFile, OSError) as e:
+            raise DataError(f"cannot read data.pkl ({e})", where=str(path)) from None
+        super().__init__(io.BytesIO(data))
+        self._archive = archive
+        self._root = root
+        self._byteorder = byteorder
+        self._path = path
+        self._storages: dict[str, _Storage] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return self._rebuild_tensor
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _StorageType(name)
+        if module == "collections" and name == "OrderedDict":
+            return collections.OrderedDict
+        raise DataError(
+            f"refusing to load global '{module}.{name}'",
+            where=str(self._path),
+            hint=_ALLOWED_HINT,
+        )
+
+    def persistent_load(self, pid: Any) -> _Storage:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise DataError(f"unknown persistent id {pid!r:.80}", where=str(self._path))
+        _, storage_type, key, _location, _numel = pid
+        if not isinstance(storage_type, _StorageType) or not isinstance(key, str):
+            raise DataError(f"malformed storage reference {pid!r:.80}", where=str(self._path))
+        if key not in self._storages:
+            self._storages[key] = self._read_storage(key, storage_type)
+        return self._storages[key]
+
+    def _read_storage(self, key: str, storage_type: _StorageType) -> _Storage:
+        member = f"{self._root}data/{key}"
+        try:
+            raw = self._archive.read(member)
+        except KeyError:
+            raise DataError(f"storage data/{key} is missing", where=str(self._path)) from None
+        except (zipfile.BadZipFile, OSError) as e:
+            raise DataError(
+                f"cannot read storage data/{key} ({e})", where=str(self._path)
+            ) from None
+        dtype = storage_type.dtype
+        if dtype == "bfloat16":
+            halves = np.frombuffer(raw, dtype=np.dtype("uint16").newbyteorder(self._order))
+            elements = (halves.astype(np.uint32) << 16).view(np.float32)
+        else:
+            np_dtype = np.dtype(dtype)
+            if len(raw) % np_dtype.itemsize:
+                raise DataError(
+                    f"storage data/{key} has {len(raw)} bytes, not a multiple of {dtype}",
+                    where=str(self._path),
+                )
+            elements = np.frombuffer(raw, dtype=np_dtype.newbyteorder(self._order))
+        return _Storage(key, elements)
+
+    @property
+    def _order(self) -> str:
+        return "<" if self._byteorder == "little" else ">"
+
+    def _rebuild_tensor(
+        self,
+        storage: Any,
+        storage_offset: Any,
+        size: Any,
+        stride: Any,
+        requires_grad: Any = False,
+        backward_hooks: Any = None,
+        metadata: Any = None,
+    ) -> np.ndarray:
+        """Rebuild one tensor as a numpy array (a copy, in native byte order)."""
+        where = str(self._path)
+        if not isinstance(storage, _Storage):
+            raise DataError("tensor without a storage", where=where)
+        if not (
+            _is_int_tuple(size) and _is_int_tuple(stride) and len(size) == len(stride)
+            and isinstance(storage_offset, int) and storage_offset >= 0
+        ):
+            raise DataError(
+                f"malformed tensor in storage data/{storage.key}: size {size!r:.60},"
+                f" stride {stride!r:.60}, offset {storage_offset!r:.20}",
+                where=where,
+            )
+        flat = storage.elements
+        if any(s < 0 for s in size) or any(s < 0 for s in stride):
+            raise DataError(f"negative size or stride in data/{storage.key}", where=where)
+        if 0 in size:
+            return np.zeros(size, dtype=flat.dtype.newbyteorder("="))
+        last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+        if last >= flat.size:
+            raise DataError(
+                f"tensor of size {tuple(size)} reaches element {last} of storage"
+                f" data/{storage.key}, which has {flat.size}",
+                where=where,
+            )
+        view = np.lib.stride_tricks.as_strided(
+            flat[storage_offset:],
+            shape=tuple(size),
+            strides=tuple(s * flat.itemsize for s in stride),
+            writeable=False,
+        )
+        return np.array(view, dtype=flat.dtype.newbyteorder("="), copy=True)
+
+
+def _is_int_tuple(value: Any) -> bool:
+    return isinstance(value, tuple) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
