@@ -31,7 +31,7 @@ import pickle
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -191,7 +191,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return _Storage(key, elements)
 
     @property
-    def _order(self) -> str:
+    def _order(self) -> Literal["<", ">"]:
         return "<" if self._byteorder == "little" else ">"
 
     def _rebuild_tensor(
