@@ -1,0 +1,398 @@
+"""DeepSeek's Expert Parallelism Load Balancer (EPLB), and the ``eplb`` solver.
+
+Written from the algorithm's description (DESIGN.md §7; deepseek-ai/EPLB, MIT):
+
+- ``replicate``: every logical expert starts with one replica; each redundant
+  slot goes to the expert whose load per replica is highest (first such expert
+  on ties).
+- ``pack``: items sorted by weight, heaviest first (ties in index order), each
+  put on the lightest pack that still has room (first such pack on ties); every
+  pack takes exactly ``n / packs`` items.
+- Hierarchical policy (when ``num_groups % num_nodes == 0``): pack expert groups
+  to nodes, replicate within each node, pack each node's replicas onto its GPUs.
+  Otherwise the global policy: the same with one node and one group.
+
+A replica's load is its expert's load divided by the expert's replica count.
+
+Example (the published one, 12 experts, 16 slots, 2 nodes of 4 GPUs, 4 groups)::
+
+    >>> weight = np.array([[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+    ...                    [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]])
+    >>> phy2log, log2phy, logcnt = rebalance_experts(weight, 16, 4, 2, 8)
+    >>> phy2log[0].tolist()
+    [5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1]
+
+Arithmetic is float64; the reference computes in float32, so results can only
+differ where two figures are closer than float32 resolution (~6e-8 relative).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from placer.errors import UsageError
+from placer.placement import Placement
+from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver
+from placer.solvers.baselines import heuristic_result
+
+__all__ = ["balanced_packing", "eplb_placement", "rebalance_experts", "replicate_experts"]
+
+
+def balanced_packing(
+    weight: np.ndarray, num_packs: int, labels: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pack ``n`` weighted items into ``num_packs`` packs of exactly ``n / num_packs`` items.
+
+    Greedy: items by decreasing weight (stable: equal weights keep index order), each
+    to the lightest pack with room (the first such pack on ties).
+
+    Parameters
+    ----------
+    weight: ``[rows, n]`` float, weight of each item; each row is packed on its own.
+    num_packs: packs per row; must divide ``n``.
+    labels: ``[rows, n]`` int or None.  When given, an item avoids packs that already
+        hold an item with its label if any pack with room does not (used to keep two
+        replicas of one expert off one GPU); without conflicts this changes nothing.
+
+    Returns
+    -------
+    pack_index: ``[rows, n]`` int64, pack of each item.
+    rank_in_pack: ``[rows, n]`` int64, position of each item within its pack (the
+        order items were put in).
+    """
+    weight = np.asarray(weight, dtype=np.float64)
+    num_rows, num_items = weight.shape
+    if num_packs <= 0 or num_items % num_packs:
+        raise UsageError(f"{num_items} items do not split evenly into {num_packs} packs")
+    per_pack = num_items // num_packs
+    if per_pack == 1:
+        index = np.broadcast_to(np.arange(num_items, dtype=np.int64), weight.shape).copy()
+        return index, np.zeros_like(index)
+
+    pack_index = np.full(weight.shape, -1, dtype=np.int64)
+    rank_in_pack = np.full(weight.shape, -1, dtype=np.int64)
+    for row in range(num_rows):
+        pack_weight = np.zeros(num_packs, dtype=np.float64)
+        pack_items = np.zeros(num_packs, dtype=np.int64)
+        held: list[set[int]] = [set() for _ in range(num_packs)]
+        for item in np.argsort(-weight[row], kind="stable"):
+            room = pack_items < per_pack
+            if labels is not None:
+                label = int(labels[row, item])
+                free = room & np.array([label not in h for h in held])
+                if free.any():
+                    room = free
+                held_label = label
+            pack = int(np.argmin(np.where(room, pack_weight, np.inf)))
+            pack_index[row, item] = pack
+            rank_in_pack[row, item] = pack_items[pack]
+            pack_weight[pack] += weight[row, item]
+            pack_items[pack] += 1
+            if labels is not None:
+                held[pack].add(held_label)
+    return pack_index, rank_in_pack
+
+
+def replicate_experts(
+    weight: np.ndarray, num_physical: int, max_replicas: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Give ``num_physical - n`` redundant slots to the experts with the most load per replica.
+
+    Parameters
+    ----------
+    weight: ``[rows, n]`` float, load of each logical expert.
+    num_physical: slots per row, ``>= n``.
+    max_replicas: cap on one expert's replicas (None: no cap, as the reference).
+        An expert at the cap is passed over.
+
+    Returns
+    -------
+    physical_to_logical: ``[rows, num_physical]`` int64; slot ``i < n`` holds expert ``i``,
+        slot ``i >= n`` the expert that received the ``(i - n)``-th redundant slot.
+    replica_rank: ``[rows, num_physical]`` int64, which replica of its expert each slot is.
+    replica_counts: ``[rows, n]`` int64.
+    """
+    weight = np.asarray(weight, dtype=np.float64)
+    num_rows, num_logical = weight.shape
+    if num_physical < num_logical:
+        raise UsageError(f"{num_physical} slots cannot hold {num_logical} experts")
+    if max_replicas is not None and max_replicas * num_logical < num_physical:
+        raise UsageError(
+            f"{num_physical} slots need more than {max_replicas} replicas of some of"
+            f" {num_logical} experts"
+        )
+    physical_to_logical = np.tile(np.arange(num_physical, dtype=np.int64), (num_rows, 1))
+    replica_rank = np.zeros((num_rows, num_physical), dtype=np.int64)
+    replica_counts = np.ones((num_rows, num_logical), dtype=np.int64)
+    rows = np.arange(num_rows)
+    for slot in range(num_logical, num_physical):
+        per_replica = weight / replica_counts
+        if max_replicas is not None:
+            per_replica = np.where(replica_counts < max_replicas, per_replica, -np.inf)
+        chosen = np.argmax(per_replica, axis=1)  # first maximum on ties
+        physical_to_logical[:, slot] = chosen
+        replica_rank[:, slot] = replica_counts[rows, chosen]
+        replica_counts[rows, chosen] += 1
+    return physical_to_logical, replica_rank, replica_counts
+
+
+def _inverse(permutation: np.ndarray) -> np.ndarray:
+    """Row-wise inverse of ``[rows, n]`` permutations."""
+    inverse = np.empty_like(permutation)
+    np.put_along_axis(
+        inverse, permutation, np.broadcast_to(np.arange(permutation.shape[1]), permutation.shape), 1
+    )
+    return inverse
+
+
+def _rebalance(
+    weight: np.ndarray,
+    num_physical: int,
+    num_groups: int,
+    num_nodes: int,
+    num_gpus: int,
+    valid_only: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The hierarchical policy; ``valid_only`` caps replicas and keeps replicas apart."""
+    num_layers, num_logical = weight.shape
+    group_size = num_logical // num_groups
+    groups_per_node = num_groups // num_nodes
+    gpus_per_node = num_gpus // num_nodes
+    slots_per_gpu = num_physical // num_gpus
+    logical_per_node = num_logical // num_nodes
+
+    # Step 1: pack expert groups to nodes; renumber experts node-major ("mlog"),
+    # keeping each group's experts contiguous and in order.
+    group_load = weight.reshape(num_layers, num_groups, group_size).sum(axis=2)
+    group_node, group_rank = balanced_packing(group_load, num_nodes)
+    group_start = (group_node * groups_per_node + group_rank) * group_size  # [L, groups]
+    logical_to_mlog = (group_start[:, :, None] + np.arange(group_size)).reshape(num_layers, -1)
+    mlog_to_logical = _inverse(logical_to_mlog)
+
+    # Step 2: replicate experts within each node: rows are (layer, node).
+    mlog_load = np.take_along_axis(weight, mlog_to_logical, axis=1).reshape(
+        num_layers * num_nodes, logical_per_node
+    )
+    phy_to_mlog, phy_rank, mlog_count = replicate_experts(
+        mlog_load, num_physical // num_nodes, gpus_per_node if valid_only else None
+    )
+
+    # Step 3: pack each node's replicas onto its GPUs by replica load.
+    replica_load = np.take_along_axis(mlog_load / mlog_count, phy_to_mlog, axis=1)
+    gpu_in_node, rank_on_gpu = balanced_packing(
+        replica_load, gpus_per_node, labels=phy_to_mlog if valid_only else None
+    )
+    phy_to_slot = gpu_in_node * slots_per_gpu + rank_on_gpu
+    slot_to_phy = _inverse(phy_to_slot)
+
+    # Back to logical ids: node-local mlog -> global mlog -> logical.
+    slot_to_mlog = np.take_along_axis(phy_to_mlog, slot_to_phy, axis=1).reshape(
+        num_layers, num_nodes, -1
+    )
+    node_offset = (np.arange(num_nodes) * logical_per_node)[None, :, None]
+    slot_to_mlog = (slot_to_mlog + node_offset).reshape(num_layers, -1)
+    physical_to_logical = np.take_along_axis(mlog_to_logical, slot_to_mlog, axis=1)
+    replica_rank = np.take_along_axis(phy_rank, slot_to_phy, axis=1).reshape(num_layers, -1)
+    replica_counts = np.take_along_axis(
+        mlog_count.reshape(num_layers, -1), logical_to_mlog, axis=1
+    )
+    return physical_to_logical, replica_rank, replica_counts
+
+
+def _check_shape(
+    weight: np.ndarray, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int
+) -> None:
+    if weight.ndim != 2:
+        raise UsageError(f"weight must be [layers, experts], got shape {weight.shape}")
+    num_logical = weight.shape[1]
+    if min(num_groups, num_nodes, num_gpus) <= 0:
+        raise UsageError("groups, nodes and GPUs must be positive")
+    if num_replicas < num_logical:
+        raise UsageError(f"{num_replicas} physical experts cannot hold {num_logical} experts")
+    if num_replicas % num_gpus:
+        raise UsageError(
+            f"{num_replicas} physical experts do not split evenly over {num_gpus} GPUs"
+        )
+    if num_gpus % num_nodes:
+        raise UsageError(f"{num_gpus} GPUs do not split evenly over {num_nodes} nodes")
+    if num_logical % num_groups:
+        raise UsageError(f"{num_logical} experts do not split into {num_groups} equal groups")
+    if not np.isfinite(weight).all() or (weight < 0).any():
+        raise UsageError("expert loads must be finite and non-negative")
+
+
+def rebalance_experts(
+    weight: np.ndarray, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DeepSeek EPLB, as published: the placement of ``num_replicas`` slots per layer.
+
+    Parameters
+    ----------
+    weight: ``[layers, E]`` load of each logical expert (tokens).
+    num_replicas: ``P``, physical experts per layer; a multiple of ``num_gpus``.
+    num_groups: expert groups (DeepSeek-V3: 8); ``E`` must be a multiple.
+    num_nodes: nodes; the hierarchical policy runs when ``num_groups % num_nodes == 0``.
+    num_gpus: GPUs, a multiple of ``num_nodes``.
+
+    Returns
+    -------
+    phy2log: ``[layers, P]`` int64, logical expert of each slot (slot p on GPU p // (P / G)).
+    log2phy: ``[layers, E, X]`` int64, slots of each expert by replica rank, -1 padded;
+        ``X`` is the largest replica count.
+    logcnt: ``[layers, E]`` int64, replica counts.
+
+    Like the reference, this neither caps replica counts at the number of GPUs nor
+    keeps an expert's replicas on different GPUs; :func:`eplb_placement` does both.
+    """
+    weight = np.asarray(weight, dtype=np.float64)
+    _check_shape(weight, num_replicas, num_groups, num_nodes, num_gpus)
+    if num_groups % num_nodes:
+        num_groups, num_nodes = 1, 1  # global policy
+    phy2log, rank, logcnt = _rebalance(
+        weight, num_replicas, num_groups, num_nodes, num_gpus, valid_only=False
+    )
+    return phy2log, _log2phy(phy2log, rank, logcnt), logcnt
+
+
+def _log2phy(phy2log: np.ndarray, rank: np.ndarray, logcnt: np.ndarray) -> np.ndarray:
+    num_layers, num_physical = phy2log.shape
+    width = int(logcnt.max())
+    out = np.full((num_layers, logcnt.shape[1], width), -1, dtype=np.int64)
+    rows = np.repeat(np.arange(num_layers), num_physical)
+    out[rows, phy2log.ravel(), rank.ravel()] = np.tile(np.arange(num_physical), num_layers)
+    return out
+
+
+def eplb_placement(
+    weight: np.ndarray,
+    layer_ids: np.ndarray,
+    num_gpus: int,
+    slots_per_gpu: int,
+    num_groups: int = 1,
+    num_nodes: int = 1,
+) -> tuple[Placement, dict[str, object]]:
+    """EPLB made valid for engines: a :class:`Placement` and a report.
+
+    Same as :func:`rebalance_experts` except where the reference's answer is not a
+    valid placement: an expert never gets more replicas than a node has GPUs, and a
+    replica is packed onto a GPU that lacks its expert whenever one with room does.
+    Whenever the reference's answer is valid the two are identical.  Duplicates the
+    packing could not avoid are removed by swapping slots between GPUs of one node.
+
+    Parameters
+    ----------
+    weight: ``[layers, E]`` load (tokens).
+    layer_ids: ``[layers]`` absolute layer ids.
+    num_gpus, slots_per_gpu: ``G`` and ``S``.
+    num_groups, num_nodes: as :func:`rebalance_experts`; nodes are GPU blocks of
+        ``G / num_nodes`` consecutive ranks.
+
+    Returns
+    -------
+    The placement, and ``{"policy": "hierarchical" | "global", "repaired_slots": int}``.
+    """
+    weight = np.asarray(weight, dtype=np.float64)
+    num_physical = num_gpus * slots_per_gpu
+    _check_shape(weight, num_physical, num_groups, num_nodes, num_gpus)
+    hierarchical = num_groups % num_nodes == 0  # the reference's rule, even for one node
+    if not hierarchical:
+        num_groups, num_nodes = 1, 1
+    phy2log, _, _ = _rebalance(weight, num_physical, num_groups, num_nodes, num_gpus, True)
+    repaired = _repair_duplicates(phy2log, weight, num_gpus, num_nodes)
+    placement = Placement(
+        physical_to_logical=phy2log, layer_ids=layer_ids, num_experts=weight.shape[1],
+        num_gpus=num_gpus,
+    )
+    return placement, {
+        "policy": "hierarchical" if hierarchical else "global",
+        "repaired_slots": repaired,
+    }
+
+
+def _repair_duplicates(
+    phy2log: np.ndarray, weight: np.ndarray, num_gpus: int, num_nodes: int
+) -> int:
+    """Swap slots in place until no GPU holds an expert twice; return the swaps made.
+
+    A second replica of expert ``e`` on GPU ``g`` is swapped with a slot of another
+    GPU ``h`` that lacks ``e`` and holds an expert ``g`` lacks: ``h`` in ``g``'s node
+    when possible, choosing the swap whose replica loads are closest (least change to
+    the two GPUs' loads).
+    """
+    num_layers, num_physical = phy2log.shape
+    slots_per_gpu = num_physical // num_gpus
+    gpus_per_node = num_gpus // num_nodes
+    swaps = 0
+    for layer in range(num_layers):
+        row = phy2log[layer]  # a view: swaps write through
+        replica_load = weight[layer] / np.bincount(row, minlength=weight.shape[1])
+        while (duplicate := _first_duplicate(row, num_gpus)) is not None:
+            slot, gpu = duplicate
+            expert = int(row[slot])
+            grid = row.reshape(num_gpus, slots_per_gpu)
+            on_gpu = set(grid[gpu].tolist())
+            node_start = (gpu // gpus_per_node) * gpus_per_node
+            node = range(node_start, node_start + gpus_per_node)
+            in_node = [h for h in node if h != gpu]
+            elsewhere = [h for h in range(num_gpus) if h not in node]
+            target = None
+            for candidates in (in_node, elsewhere):
+                options = [
+                    (abs(replica_load[f] - replica_load[expert]), h * slots_per_gpu + k)
+                    for h in candidates if expert not in grid[h]
+                    for k, f in enumerate(grid[h].tolist()) if f not in on_gpu
+                ]
+                if options:
+                    target = min(options)[1]
+                    break
+            if target is None:
+                raise RuntimeError("EPLB repair found no swap; please report this input")
+            row[slot], row[target] = row[target], row[slot]
+            swaps += 1
+    return swaps
+
+
+def _first_duplicate(row: np.ndarray, num_gpus: int) -> tuple[int, int] | None:
+    """(slot, gpu) of the first slot whose expert already sits earlier on its GPU."""
+    slots_per_gpu = row.size // num_gpus
+    for gpu in range(num_gpus):
+        seen: set[int] = set()
+        for k in range(slots_per_gpu):
+            expert = int(row[gpu * slots_per_gpu + k])
+            if expert in seen:
+                return gpu * slots_per_gpu + k, gpu
+            seen.add(expert)
+    return None
+
+
+@register_solver("eplb")
+def solve_eplb(problem: PlacementProblem, params: SolveParams) -> SolveResult:
+    """DeepSeek EPLB on the fitted statistics' load summed over windows.
+
+    Reads no parameter of ``params`` (deterministic, no time limit).  The objective is
+    the hottest GPU's load (tokens, summed over the fitted windows) in the worst layer,
+    as :func:`placer.placement.gpu_loads` computes it; status ``HEURISTIC``.
+    """
+    del params
+    started = time.perf_counter()
+    stats = problem.stats
+    placement, report = eplb_placement(
+        stats.mean_load,
+        stats.layer_ids,
+        problem.num_gpus,
+        problem.slots_per_gpu,
+        num_groups=problem.num_groups,
+        num_nodes=_uniform_nodes(problem),
+    )
+    return heuristic_result(problem, "eplb", placement, started, report)
+
+
+def _uniform_nodes(problem: PlacementProblem) -> int:
+    """Nodes for the hierarchical policy: only when GPUs form equal consecutive blocks."""
+    nodes = problem.num_nodes
+    if nodes <= 1 or problem.num_gpus % nodes:
+        return 1
+    expected = np.repeat(np.arange(nodes), problem.num_gpus // nodes)
+    return nodes if np.array_equal(problem.node_of_gpu, expected) else 1
