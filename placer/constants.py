@@ -14,3 +14,15 @@ CHUNK_ROWS = 1 << 18
 
 #: Largest integer CP-SAT coefficients should reach after scaling loads.
 CPSAT_LOAD_SCALE_MAX = 1_000_000
+
+#: Resolution of pictures embedded in HTML reports and written with --png-dir, dots per inch.
+REPORT_DPI = 100
+
+#: Placement maps write each slot's expert id in its cell up to this many slots per layer.
+PLACEMENT_MAP_MAX_LABELS = 320
+
+#: Most layers drawn as panels of the per-GPU load bar chart.
+GPU_LOAD_MAX_PANELS = 6
+
+#: Share of routing windows a comparison holds out for evaluation (the rest is fitted).
+HOLDOUT_FRACTION = 0.25

@@ -1,0 +1,489 @@
+"""The pictures of placer's reports, one function per picture.
+
+Every function takes numpy arrays and labels (no placer objects, no files) and
+returns a fresh ``matplotlib.figure.Figure`` drawn with the Agg backend; the
+caller renders it (:func:`placer.report.figure_png`) or embeds it in a report.
+Axes are named with their units: ``tokens``, ``load / mean``, ``GB``, ``µs``.
+
+matplotlib is the optional ``placer[plots]`` extra: it is imported when a
+function is called, and a missing install raises a :class:`PlacerError` with
+the install hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from placer import constants
+from placer.errors import UsageError
+from placer.report._mpl import new_figure
+
+#: Colours of the compared series (placements, scenarios): colour-blind safe.
+SERIES_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7")
+
+#: Colour map of the heatmaps (perceptually uniform, readable in grey).
+HEATMAP_CMAP = "viridis"
+
+
+# -- expert load --------------------------------------------------------------------
+def expert_load_heatmap(
+    load: np.ndarray,
+    *,
+    layer_ids: Sequence[int] | np.ndarray | None = None,
+    title: str = "Expert load",
+) -> Any:
+    """Heatmap of expert load, layers x experts, relative to each layer's mean.
+
+    Parameters
+    ----------
+    load: ``[layers, experts]`` tokens routed to each logical expert.
+    layer_ids: ``[layers]`` absolute layer index of each row (default ``0..L-1``).
+    title: figure title.
+
+    Returns
+    -------
+    Figure with one image axes (x: logical expert, y: layer) and a colour bar in
+    ``load / layer mean`` (1.0 is a perfectly even layer).
+    """
+    load = _array(load, 2, "load")
+    num_layers, num_experts = load.shape
+    ids = _layer_ids(layer_ids, num_layers)
+    rel = _relative(load)
+    fig = new_figure(min(4.0 + num_experts * 0.04, 13.0), min(2.2 + num_layers * 0.12, 9.0))
+    ax = fig.add_subplot()
+    image = ax.imshow(rel, aspect="auto", cmap=HEATMAP_CMAP, interpolation="nearest",
+                      vmin=0.0, vmax=max(2.0, float(np.nanmax(rel)) if rel.size else 2.0))
+    ax.set_xlabel("logical expert (id)")
+    ax.set_ylabel("layer (absolute index)")
+    ticks = _tick_positions(num_layers, 16)
+    ax.set_yticks(ticks, [str(ids[i]) for i in ticks])
+    ax.set_title(title)
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("load / layer mean")
+    return fig
+
+
+# -- per-GPU load, several placements -------------------------------------------------
+def gpu_load_bars(
+    gpu_loads: Sequence[np.ndarray],
+    labels: Sequence[str],
+    *,
+    layer_ids: Sequence[int] | np.ndarray | None = None,
+    layers: Sequence[int] | None = None,
+    max_panels: int = constants.GPU_LOAD_MAX_PANELS,
+) -> Any:
+    """Per-GPU load bars, one panel per layer, for several placements side by side.
+
+    Parameters
+    ----------
+    gpu_loads: one ``[layers, G]`` array per placement, expected tokens per GPU
+        (``placer.placement.gpu_loads``); the number of GPUs may differ.
+    labels: one name per placement (legend).
+    layer_ids: ``[layers]`` absolute layer index of each row (default ``0..L-1``).
+    layers: layer *rows* to draw; default the ``max_panels`` rows where the
+        first placement's hot shard is worst, drawn in layer order.
+    max_panels: most panels drawn when ``layers`` is not given.
+
+    Returns
+    -------
+    Figure with one axes per layer; x: GPU (rank), y: ``load / mean`` (the
+    dashed line at 1.0 is a perfectly even layer).
+    """
+    loads = [_array(g, 2, f"gpu_loads[{i}]") for i, g in enumerate(gpu_loads)]
+    _check_series(loads, labels, "gpu_loads")
+    num_layers = loads[0].shape[0]
+    if any(g.shape[0] != num_layers for g in loads):
+        raise UsageError("every gpu_loads array needs the same number of layers", where="gpu_loads")
+    ids = _layer_ids(layer_ids, num_layers)
+    if layers is None:
+        ratio = _hot_shard(loads[0])
+        rows = sorted(np.argsort(-ratio, kind="stable")[: max(1, max_panels)].tolist())
+    else:
+        rows = [int(r) for r in layers]
+        for r in rows:
+            if not 0 <= r < num_layers:
+                raise UsageError(f"layer row {r} is outside [0, {num_layers})", where="layers")
+    cols = 1 if len(rows) == 1 else 2
+    nrows = -(-len(rows) // cols)
+    max_gpus = max(g.shape[1] for g in loads)
+    width = min(5.0 + max_gpus * 0.25 * cols, 14.0)
+    fig = new_figure(width, 0.6 + 2.6 * nrows)
+    axes = fig.subplots(nrows, cols, squeeze=False)
+    bar_width = 0.8 / len(loads)
+    for panel, row in enumerate(rows):
+        ax = axes[panel // cols][panel % cols]
+        ratios = []
+        for s, g in enumerate(loads):
+            rel = _relative(g[row][None])[0]
+            x = np.arange(rel.size) + (s - (len(loads) - 1) / 2) * bar_width
+            ratios.append(f"{float(rel.max()) if rel.size else 1.0:.2f}")
+            ax.bar(x, rel, width=bar_width, color=SERIES_COLOURS[s], label=labels[s])
+        ax.axhline(1.0, color="0.3", linestyle="--", linewidth=0.8)
+        ax.set_title(f"layer {ids[row]}: max/mean {' | '.join(ratios)}", fontsize="medium")
+        ax.set_xlabel("GPU (rank)")
+        ax.set_ylabel("load / mean")
+        ticks = _tick_positions(max_gpus, 16)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+    for panel in range(len(rows), nrows * cols):
+        axes[panel // cols][panel % cols].set_visible(False)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=len(loads), frameon=False)
+    fig.suptitle("Per-GPU load by layer (hottest layers of the first placement)")
+    return fig
+
+
+# -- co-activation with the placement's GPU blocks ---------------------------------
+def coactivation_heatmap(
+    coact: np.ndarray,
+    physical_to_logical: np.ndarray,
+    num_gpus: int,
+    *,
+    load: np.ndarray | None = None,
+    node_of_gpu: np.ndarray | None = None,
+    layer_id: int | None = None,
+    title: str | None = None,
+) -> Any:
+    """Co-activation of one layer, slots ordered by GPU, with GPU boundaries drawn.
+
+    Each row and column is one slot (a replica appears once per copy); slots are
+    grouped by GPU so each GPU is a contiguous block on the diagonal, and ordered
+    by load within a GPU. Mass inside the diagonal blocks is co-activation the
+    placement keeps on one GPU (one dispatch copy instead of two).
+
+    Parameters
+    ----------
+    coact: ``[E, E]`` tokens selecting both experts i and j (symmetric).
+    physical_to_logical: ``[P]`` logical expert of each slot, ``P % num_gpus == 0``.
+    num_gpus: ``G``.
+    load: ``[E]`` tokens per expert, orders slots within a GPU (default: the
+        co-activation row sums).
+    node_of_gpu: ``[G]`` node of each GPU; node boundaries are drawn thicker.
+    layer_id: absolute layer index, for the title.
+    title: figure title (default names the layer and the same-GPU share).
+
+    Returns
+    -------
+    Figure with one image axes (x and y: GPU, slots ordered by load within it)
+    and a colour bar in ``tokens`` (selecting both experts).
+    """
+    coact = _array(coact, 2, "coact")
+    p2l = _array(physical_to_logical, 1, "physical_to_logical").astype(np.int64)
+    num_experts = coact.shape[0]
+    _check_layer_placement(p2l, num_gpus, num_experts, coact.shape, "coact")
+    if load is None:
+        load = coact.sum(axis=1)
+    load = _array(load, 1, "load")
+    slots = p2l.size // num_gpus
+    order = _slot_order(p2l, num_gpus, load)
+    experts = p2l[order]
+    matrix = coact[np.ix_(experts, experts)]
+    share = same_gpu_share(coact, p2l, num_gpus)
+    fig = new_figure(8.0, 7.0)
+    ax = fig.add_subplot()
+    from matplotlib.colors import PowerNorm
+
+    vmax = float(matrix.max()) if matrix.size and matrix.max() > 0 else 1.0
+    image = ax.imshow(matrix, cmap=HEATMAP_CMAP, interpolation="nearest",
+                      norm=PowerNorm(gamma=0.5, vmin=0.0, vmax=vmax))
+    nodes = None if node_of_gpu is None else np.asarray(node_of_gpu, dtype=np.int64)
+    for g in range(1, num_gpus):
+        edge = g * slots - 0.5
+        node_edge = nodes is not None and nodes[g] != nodes[g - 1]
+        style = {"color": "white" if node_edge else "#ff4d4d",
+                 "linewidth": 1.8 if node_edge else 0.7}
+        ax.axhline(edge, **style)
+        ax.axvline(edge, **style)
+    ticks = _tick_positions(num_gpus, 16)
+    centres = [t * slots + (slots - 1) / 2 for t in ticks]
+    ax.set_xticks(centres, [str(t) for t in ticks])
+    ax.set_yticks(centres, [str(t) for t in ticks])
+    ax.set_xlabel("GPU (its slots ordered by load)")
+    ax.set_ylabel("GPU (its slots ordered by load)")
+    where = f"layer {layer_id}" if layer_id is not None else "one layer"
+    ax.set_title(title or f"Co-activation, {where}: {share:.0%} of co-selected pairs on one GPU")
+    bar = fig.colorbar(image, ax=ax, shrink=0.85)
+    bar.set_label("tokens (selecting both experts)")
+    return fig
+
+
+def same_gpu_share(coact: np.ndarray, physical_to_logical: np.ndarray, num_gpus: int) -> float:
+    """Share of co-activation mass whose two experts share a GPU (any replica).
+
+    Parameters
+    ----------
+    coact: ``[E, E]`` symmetric pair counts, tokens.
+    physical_to_logical: ``[P]`` one layer's slots.
+    num_gpus: ``G``.
+
+    Returns
+    -------
+    ``sum(coact[i, j] for pairs on one GPU) / sum(coact[i, j])`` over ``i < j``;
+    0.0 when there is no co-activation.
+    """
+    coact = np.asarray(coact, dtype=np.float64)
+    p2l = np.asarray(physical_to_logical, dtype=np.int64)
+    num_experts = coact.shape[0]
+    mask = np.zeros((num_experts, num_gpus), dtype=bool)
+    mask[p2l, np.arange(p2l.size) // (p2l.size // num_gpus)] = True
+    together = (mask.astype(np.int64) @ mask.T.astype(np.int64)) > 0
+    upper = np.triu(np.ones_like(together), k=1)
+    total = float((coact * upper).sum())
+    if total <= 0:
+        return 0.0
+    return float((coact * upper * together).sum()) / total
+
+
+# -- placement map --------------------------------------------------------------------
+def placement_map(
+    physical_to_logical: np.ndarray,
+    num_gpus: int,
+    load: np.ndarray,
+    *,
+    node_of_gpu: np.ndarray | None = None,
+    layer_id: int | None = None,
+    title: str | None = None,
+) -> Any:
+    """Which expert each slot holds, GPU x slot, coloured by the slot's load.
+
+    A slot's load is its expert's load divided by the expert's replica count
+    (the even split the engines' round-robin dispatch gives). Expert ids are
+    written in the cells when there are at most
+    ``constants.PLACEMENT_MAP_MAX_LABELS`` slots; replicated experts carry a ``*``.
+
+    Parameters
+    ----------
+    physical_to_logical: ``[P]`` logical expert of each slot, one layer.
+    num_gpus: ``G``; GPU g holds slots ``g*S .. g*S+S-1``.
+    load: ``[E]`` tokens per logical expert in this layer.
+    node_of_gpu: ``[G]`` node of each GPU; node boundaries are drawn.
+    layer_id: absolute layer index, for the title.
+    title: figure title (default names the layer and its hot-shard ratio).
+
+    Returns
+    -------
+    Figure with one image axes (x: slot on GPU, y: GPU rank) and a colour bar in
+    ``slot load / mean slot load``.
+    """
+    p2l = _array(physical_to_logical, 1, "physical_to_logical").astype(np.int64)
+    load = _array(load, 1, "load")
+    _check_layer_placement(p2l, num_gpus, load.size, None, "load")
+    slots = p2l.size // num_gpus
+    counts = np.bincount(p2l, minlength=load.size).astype(np.float64)
+    slot_load = load[p2l] / counts[p2l]
+    mean = slot_load.mean() if slot_load.size and slot_load.mean() > 0 else 1.0
+    grid = (slot_load / mean).reshape(num_gpus, slots)
+    gpu_rel = grid.sum(axis=1) / max(grid.sum(axis=1).mean(), 1e-12)
+    fig = new_figure(min(3.5 + slots * 0.45, 14.0), min(1.8 + num_gpus * 0.3, 12.0))
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, aspect="auto", cmap=HEATMAP_CMAP, interpolation="nearest",
+                      vmin=0.0, vmax=max(2.0, float(grid.max()) if grid.size else 2.0))
+    if p2l.size <= constants.PLACEMENT_MAP_MAX_LABELS:
+        text_size = 7 if slots <= 16 else 5
+        for g in range(num_gpus):
+            for s in range(slots):
+                expert = int(p2l[g * slots + s])
+                mark = "*" if counts[expert] > 1 else ""
+                colour = "black" if grid[g, s] > 1.2 else "white"
+                ax.text(s, g, f"{expert}{mark}", ha="center", va="center",
+                        fontsize=text_size, color=colour)
+    if node_of_gpu is not None:
+        nodes = np.asarray(node_of_gpu, dtype=np.int64)
+        for g in range(1, num_gpus):
+            if nodes[g] != nodes[g - 1]:
+                ax.axhline(g - 0.5, color="white", linewidth=2.0)
+    ax.set_xlabel("slot on GPU")
+    ax.set_ylabel("GPU (rank)")
+    ax.set_xticks(_tick_positions(slots, 24))
+    gpu_ticks = _tick_positions(num_gpus, 32)
+    ax.set_yticks(gpu_ticks, [str(t) for t in gpu_ticks])
+    where = f"layer {layer_id}" if layer_id is not None else "one layer"
+    ax.set_title(title or f"Placement map, {where}: hottest GPU {gpu_rel.max():.2f} x mean")
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("slot load / mean slot load")
+    return fig
+
+
+# -- what-if ------------------------------------------------------------------------------
+def whatif_chart(
+    labels: Sequence[str],
+    p99_us: np.ndarray,
+    kv_left_gb: np.ndarray,
+    *,
+    notes: Sequence[str] | None = None,
+) -> Any:
+    """MoE-layer p99 time and KV-cache memory left, one bar pair per scenario.
+
+    Parameters
+    ----------
+    labels: ``[scenarios]`` scenario names (y axis).
+    p99_us: ``[scenarios]`` estimated MoE-layer p99 time, microseconds; NaN where
+        the scenario has no figure (it does not fit, or it failed).
+    kv_left_gb: ``[scenarios]`` memory per GPU left for the KV cache, GB; NaN
+        where unknown.
+    notes: ``[scenarios]`` short text written where a bar is missing
+        (``"does not fit"``); default ``"no result"``.
+
+    Returns
+    -------
+    Figure with two axes sharing the scenario axis: x ``MoE-layer p99 (µs)`` and
+    ``KV cache left per GPU (GB)``.
+    """
+    labels = [str(s) for s in labels]
+    p99 = np.asarray(p99_us, dtype=np.float64)
+    kv = np.asarray(kv_left_gb, dtype=np.float64)
+    n = len(labels)
+    if p99.shape != (n,) or kv.shape != (n,):
+        raise UsageError(f"p99_us and kv_left_gb need {n} values, one per label", where="labels")
+    if notes is not None and len(notes) != n:
+        raise UsageError(f"notes need {n} values, one per label", where="notes")
+    notes = list(notes) if notes is not None else ["no result"] * n
+    longest = max((len(s) for s in labels), default=10)
+    fig = new_figure(min(7.0 + longest * 0.07, 14.0), 1.4 + 0.38 * max(n, 1))
+    ax_time, ax_kv = fig.subplots(1, 2, sharey=True)
+    y = np.arange(n)
+    panels = (
+        (ax_time, p99, "MoE-layer p99 (µs)", "{:.0f}", SERIES_COLOURS[0]),
+        (ax_kv, kv, "KV cache left per GPU (GB)", "{:.1f}", SERIES_COLOURS[2]),
+    )
+    for ax, values, xlabel, fmt, colour in panels:
+        finite = np.isfinite(values)
+        ax.barh(y[finite], values[finite], color=colour, height=0.6)
+        top = float(values[finite].max()) if finite.any() else 1.0
+        for i in range(n):
+            if finite[i]:
+                ax.text(values[i] + top * 0.01, i, fmt.format(values[i]), va="center",
+                        fontsize="small")
+            else:
+                ax.text(top * 0.02, i, notes[i], va="center", fontsize="small",
+                        color="#b00020", style="italic")
+        ax.set_xlim(0, top * 1.18 if top > 0 else 1.0)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+    ax_time.set_yticks(y, labels)
+    ax_time.set_ylim(n - 0.5, -0.5)
+    ax_time.set_ylabel("scenario")
+    fig.suptitle("What-if: tail time and memory left")
+    return fig
+
+
+# -- per-batch hot shard tail ------------------------------------------------------------
+def hot_shard_tail(
+    batch_hot_shard: Sequence[np.ndarray],
+    labels: Sequence[str],
+) -> Any:
+    """Distribution of the per-batch hot-shard ratio, with its tail, for several placements.
+
+    Parameters
+    ----------
+    batch_hot_shard: one ``[batches, layers]`` array per placement, the hottest
+        GPU's load over the mean GPU load in each (batch, layer) (``load / mean``).
+    labels: one name per placement (legend).
+
+    Returns
+    -------
+    Figure with two axes: a histogram (x ``hot-shard ratio (max / mean GPU
+    load)``, y ``share of (batch, layer) pairs``) and the tail as a
+    complementary CDF on a log scale (y ``share of pairs at or above x``), with
+    each placement's p99 marked.
+    """
+    series = [np.asarray(b, dtype=np.float64).ravel() for b in batch_hot_shard]
+    _check_series(series, labels, "batch_hot_shard")
+    series = [s[np.isfinite(s)] for s in series]
+    if any(s.size == 0 for s in series):
+        raise UsageError("every batch_hot_shard array needs at least one value",
+                         where="batch_hot_shard")
+    fig = new_figure(11.0, 4.2)
+    ax_hist, ax_tail = fig.subplots(1, 2)
+    low = min(float(s.min()) for s in series)
+    high = max(float(s.max()) for s in series)
+    bins = np.linspace(low, high if high > low else low + 1.0, 41)
+    for i, (s, label) in enumerate(zip(series, labels, strict=True)):
+        colour = SERIES_COLOURS[i]
+        weights = np.full(s.size, 1.0 / s.size)
+        ax_hist.hist(s, bins=bins, weights=weights, histtype="stepfilled", alpha=0.35,
+                     color=colour, edgecolor=colour, linewidth=1.2, label=label)
+        xs = np.sort(s)
+        ccdf = 1.0 - np.arange(xs.size) / xs.size
+        ax_tail.step(xs, ccdf, where="post", color=colour, linewidth=1.5,
+                     label=f"{label} (p99 {np.percentile(s, 99):.2f})")
+        ax_tail.axvline(float(np.percentile(s, 99)), color=colour, linestyle=":", linewidth=1.0)
+    ax_hist.set_xlabel("hot-shard ratio (max / mean GPU load)")
+    ax_hist.set_ylabel("share of (batch, layer) pairs")
+    ax_hist.legend(fontsize="small")
+    ax_tail.set_yscale("log")
+    ax_tail.set_xlabel("hot-shard ratio (max / mean GPU load)")
+    ax_tail.set_ylabel("share of pairs at or above x")
+    ax_tail.axhline(0.01, color="0.4", linestyle="--", linewidth=0.8)
+    ax_tail.legend(fontsize="small")
+    ax_tail.grid(alpha=0.3, which="both")
+    fig.suptitle("Per-batch hot shard: distribution and tail")
+    return fig
+
+
+# -- helpers ----------------------------------------------------------------------------
+def _array(values: Any, ndim: int, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise UsageError(f"{name} must have {ndim} dimensions, got shape {arr.shape}", where=name)
+    return arr
+
+
+def _layer_ids(layer_ids: Sequence[int] | np.ndarray | None, num_layers: int) -> list[int]:
+    if layer_ids is None:
+        return list(range(num_layers))
+    ids = [int(i) for i in np.asarray(layer_ids).ravel()]
+    if len(ids) != num_layers:
+        raise UsageError(f"{len(ids)} layer ids for {num_layers} layers", where="layer_ids")
+    return ids
+
+
+def _relative(values: np.ndarray) -> np.ndarray:
+    """Each row divided by its mean (rows with no load stay 0)."""
+    mean = values.mean(axis=-1, keepdims=True)
+    return np.divide(values, mean, out=np.zeros_like(values), where=mean > 0)
+
+
+def _hot_shard(gpu_load: np.ndarray) -> np.ndarray:
+    rel = _relative(gpu_load)
+    return rel.max(axis=-1) if rel.shape[-1] else np.ones(rel.shape[0])
+
+
+def _tick_positions(count: int, most: int) -> list[int]:
+    """At most ``most`` evenly spaced integer ticks in ``0..count-1``."""
+    step = max(1, -(-count // most))
+    return list(range(0, count, step))
+
+
+def _check_series(series: Sequence[np.ndarray], labels: Sequence[str], name: str) -> None:
+    if not 1 <= len(series) <= len(SERIES_COLOURS):
+        raise UsageError(f"{name} needs 1 to {len(SERIES_COLOURS)} series, got {len(series)}",
+                         where=name)
+    if len(labels) != len(series):
+        raise UsageError(f"{len(labels)} labels for {len(series)} series", where="labels")
+
+
+def _check_layer_placement(
+    p2l: np.ndarray, num_gpus: int, num_experts: int, coact_shape: tuple[int, ...] | None,
+    name: str,
+) -> None:
+    if coact_shape is not None and coact_shape != (num_experts, num_experts):
+        raise UsageError(f"coact must be square, got shape {coact_shape}", where="coact")
+    if num_gpus <= 0 or p2l.size % num_gpus:
+        raise UsageError(f"{p2l.size} slots do not split evenly over {num_gpus} GPUs",
+                         where="num_gpus")
+    if p2l.size and (p2l.min() < 0 or p2l.max() >= num_experts):
+        raise UsageError(f"physical_to_logical holds ids outside [0, {num_experts})",
+                         where="physical_to_logical")
+
+
+def _slot_order(p2l: np.ndarray, num_gpus: int, load: np.ndarray) -> np.ndarray:
+    """``[P]`` slot indices grouped by GPU, each GPU's slots by descending expert load."""
+    slots = p2l.size // num_gpus
+    order = []
+    for g in range(num_gpus):
+        own = np.arange(g * slots, (g + 1) * slots)
+        order.extend(own[np.argsort(-load[p2l[own]], kind="stable")].tolist())
+    return np.asarray(order, dtype=np.int64)
