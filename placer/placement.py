@@ -99,6 +99,46 @@ class Placement:
                 hint="a second replica on the same GPU adds memory but no bandwidth",
             )
 
+    def __eq__(self, other: object) -> bool:
+        """Same layers, experts, GPUs and slot contents (``meta`` is ignored)."""
+        if not isinstance(other, Placement):
+            return NotImplemented
+        return (
+            self.num_experts == other.num_experts
+            and self.num_gpus == other.num_gpus
+            and np.array_equal(self.layer_ids, other.layer_ids)
+            and np.array_equal(self.physical_to_logical, other.physical_to_logical)
+        )
+
+    def __hash__(self) -> int:
+        return hash(
+            (self.num_experts, self.num_gpus, self.layer_ids.tobytes(),
+             self.physical_to_logical.shape, self.physical_to_logical.tobytes())
+        )
+
+    def check_model(self, model: Any, where: str | None = None) -> None:
+        """Raise PlacementError unless this placement fits ``model``.
+
+        ``model`` is a ``placer.models.ModelSpec`` (anything with ``name``,
+        ``num_experts`` and ``moe_layer_ids``): same number of experts, and every
+        layer id one of the model's MoE layers.
+        """
+        name = getattr(model, "name", "the model")
+        if int(model.num_experts) != self.num_experts:
+            raise PlacementError(
+                f"placement has {self.num_experts} experts per layer, {name} has"
+                f" {model.num_experts}",
+                where=where, hint="plan with the model you deploy (--model)",
+            )
+        moe_layers = {int(i) for i in model.moe_layer_ids}
+        foreign = [int(i) for i in self.layer_ids if int(i) not in moe_layers]
+        if foreign:
+            raise PlacementError(
+                f"layer {foreign[0]} is not an MoE layer of {name}",
+                where=where,
+                hint=f"{name}'s MoE layers are {_ranges(sorted(moe_layers))}",
+            )
+
     # -- shape ----------------------------------------------------------------------
     @property
     def num_layers(self) -> int:
@@ -212,3 +252,16 @@ def hot_shard_ratio(gpu_load: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(mean > 0, mx / np.where(mean > 0, mean, 1), 1.0)
     return ratio
+
+
+def _ranges(ids: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"`` (sorted input)."""
+    out: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ", ".join(out)

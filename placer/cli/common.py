@@ -1,15 +1,16 @@
-"""Shared CLI plumbing: consoles, error rendering, JSON output, atomic writes."""
+"""Shared CLI plumbing: consoles, error rendering, JSON output, atomic writes.
+
+``atomic_path`` and ``write_text_atomic`` live in :mod:`placer.fileio` (the library
+writes files too) and are re-exported here.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
-import tempfile
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,10 +19,22 @@ import typer
 from rich.console import Console
 
 from placer.errors import PlacerError, PlacerWarning
+from placer.fileio import atomic_path, write_text_atomic
 
 #: Results go to stdout; messages, warnings and progress to stderr.
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
+
+__all__ = [
+    "atomic_path",
+    "err",
+    "fail",
+    "handle_errors",
+    "out",
+    "print_json",
+    "to_jsonable",
+    "write_text_atomic",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,27 +93,3 @@ def print_json(obj: Any) -> None:
     """Write ``obj`` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
     sys.stdout.flush()
-
-
-@contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it over ``path`` on success.
-
-    A crash or an exception leaves ``path`` untouched: outputs are never half-written.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.replace(tmp_path, target)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
