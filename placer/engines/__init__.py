@@ -1,0 +1,46 @@
+"""Serving-engine placement files: write a Placement the way each engine loads it.
+
+One module per engine, each registering an :class:`EngineFormat`:
+
+=============  ==========================================  ===========================
+name           file                                        layer axis
+=============  ==========================================  ===========================
+``sglang``     JSON ``{"physical_to_logical_map": ...}``   every hidden layer
+``trtllm``     MoE load-balancer YAML                      absolute MoE layer ids
+``vllm``       JSON ``[[P ids] per MoE layer]`` (exp.)     MoE-layer position
+``vllm-ascend`` JSON ``{"moe_layer_count", "layer_list"}``  MoE-layer position
+``eplb``       ``.npz`` ``phy2log``/``log2phy``/``logcnt``   MoE-layer position
+=============  ==========================================  ===========================
+
+Entry points: :func:`write_engine`, :func:`read_engine`, :func:`engine_names`,
+:func:`sniff_engine`.
+"""
+
+# Built-in formats register themselves on import.
+from placer.engines import eplb_npz, sglang, trtllm, vllm, vllm_ascend
+from placer.engines.registry import (
+    EngineFormat,
+    EngineModel,
+    engine_names,
+    get_engine,
+    read_engine,
+    register_engine,
+    sniff_engine,
+    write_engine,
+)
+
+__all__ = [
+    "EngineFormat",
+    "EngineModel",
+    "engine_names",
+    "eplb_npz",
+    "get_engine",
+    "read_engine",
+    "register_engine",
+    "sglang",
+    "sniff_engine",
+    "trtllm",
+    "vllm",
+    "vllm_ascend",
+    "write_engine",
+]

@@ -1,0 +1,336 @@
+"""Engine-format registry: one module per serving engine, each registering itself.
+
+An engine format knows how to turn a :class:`~placer.placement.Placement` into
+the document an engine loads (``to_document``), how to write that document to a
+file, and how to read such a file back into a placement.  The layer axis differs
+per engine (SGLang: every hidden layer; TensorRT-LLM: absolute MoE layer ids;
+vLLM, vLLM-Ascend, EPLB: MoE-layer position), so every format takes the model.
+
+Public entry points: :func:`write_engine`, :func:`read_engine`,
+:func:`engine_names`, :func:`sniff_engine`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from placer.errors import EngineFormatError, PlacementError, UsageError
+from placer.placement import Placement
+
+
+class EngineModel(Protocol):
+    """What the engine formats need from a model (``placer.models.ModelSpec`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_hidden_layers(self) -> int: ...
+    @property
+    def moe_layer_ids(self) -> tuple[int, ...]: ...
+    @property
+    def num_moe_layers(self) -> int: ...
+    @property
+    def num_experts(self) -> int: ...
+
+
+#: ``write(placement, path, model) -> hints``: write the engine file at ``path``
+#: (a temporary file the registry renames); return lines telling how to load it,
+#: with ``{path}`` where the final file name goes.
+WriteFn = Callable[[Placement, Path, EngineModel], list[str]]
+#: ``read(path, model, num_gpus) -> Placement``; ``num_gpus`` is None when the user
+#: gave none (formats that do not record the GPU count then raise).
+ReadFn = Callable[[Path, EngineModel, "int | None"], Placement]
+
+
+@dataclass(frozen=True)
+class EngineFormat:
+    """One serving engine's placement file.
+
+    Attributes
+    ----------
+    name: registry name, the CLI's ``--format`` value.
+    engine: the engine's name as users know it (``"SGLang"``).
+    suffix: usual file suffix (``".json"``).
+    write: see :data:`WriteFn`.
+    read: see :data:`ReadFn`.
+    sniff: ``sniff(path) -> bool``, whether a file looks like this format.
+    experimental: the engine has no released loader for it yet.
+    """
+
+    name: str
+    engine: str
+    suffix: str
+    write: WriteFn
+    read: ReadFn
+    sniff: Callable[[Path], bool]
+    experimental: bool = False
+
+
+_FORMATS: dict[str, EngineFormat] = {}
+
+
+def register_engine(fmt: EngineFormat) -> EngineFormat:
+    """Make ``fmt`` available to :func:`write_engine`, :func:`read_engine` and the CLI."""
+    _FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def engine_names() -> list[str]:
+    """Names of the registered engine formats, sorted."""
+    _load_builtin_engines()
+    return sorted(_FORMATS)
+
+
+def get_engine(name: str) -> EngineFormat:
+    """The format called ``name``; UsageError naming the choices otherwise."""
+    _load_builtin_engines()
+    if name not in _FORMATS:
+        raise UsageError(
+            f"unknown engine format {name!r}",
+            where="--format",
+            hint=f"choose one of: {', '.join(sorted(_FORMATS))}",
+        )
+    return _FORMATS[name]
+
+
+def write_engine(
+    placement: Placement, fmt: str, path: str | Path, *, model: EngineModel
+) -> list[str]:
+    """Write ``placement`` in engine format ``fmt`` to ``path`` (atomically).
+
+    Parameters
+    ----------
+    placement: the plan; its layers must be exactly the model's MoE layers.
+    fmt: a name from :func:`engine_names`.
+    path: output file.
+    model: the served model (layer counts and ids, experts).
+
+    Returns
+    -------
+    Lines telling how to load the file (server flags, config snippets).
+
+    Raises
+    ------
+    EngineFormatError: the placement does not fit the model or the engine.
+    """
+    from placer.cli.common import atomic_path  # the one atomic-write helper
+
+    engine = get_engine(fmt)
+    ordered = fit_to_model(placement, model, engine.engine)
+    with atomic_path(path) as tmp:
+        hints = engine.write(ordered, tmp, model)
+    return [line.replace("{path}", str(path)) for line in hints]
+
+
+def read_engine(
+    path: str | Path, fmt: str, *, model: EngineModel, num_gpus: int | None = None
+) -> Placement:
+    """Read an engine placement file back into a :class:`Placement`.
+
+    Parameters
+    ----------
+    path: the engine file.
+    fmt: a name from :func:`engine_names` (see :func:`sniff_engine`).
+    model: the served model; gives the layer axis and expert count.
+    num_gpus: EP size the engine ran with; needed by formats that do not record it
+        (all but ``vllm-ascend``), checked against the file where it does.
+
+    Raises
+    ------
+    EngineFormatError: the file breaks one of the engine's rules (the message says
+        which, and where).
+    """
+    engine = get_engine(fmt)
+    path = Path(path)
+    if not path.is_file():
+        raise EngineFormatError("file not found", where=str(path))
+    if num_gpus is not None and num_gpus <= 0:
+        raise UsageError(f"number of GPUs must be positive, got {num_gpus}", where="--num-gpus")
+    return engine.read(path, model, num_gpus)
+
+
+def sniff_engine(path: str | Path) -> str:
+    """Guess the engine format of ``path``; UsageError when none or several match."""
+    _load_builtin_engines()
+    path = Path(path)
+    hits = [name for name, fmt in sorted(_FORMATS.items()) if _safe_sniff(fmt, path)]
+    if len(hits) != 1:
+        found = "no" if not hits else " and ".join(hits)
+        raise UsageError(
+            f"cannot tell the engine format of {path.name} ({found} format matches)",
+            where="--format",
+            hint=f"pass --format, one of: {', '.join(sorted(_FORMATS))}",
+        )
+    return hits[0]
+
+
+def _safe_sniff(fmt: EngineFormat, path: Path) -> bool:
+    try:
+        return fmt.sniff(path)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+
+
+# -- helpers shared by the engine modules -------------------------------------------
+
+
+def fit_to_model(placement: Placement, model: EngineModel, engine: str) -> Placement:
+    """``placement`` with its rows in the model's MoE-layer order, or EngineFormatError.
+
+    Every engine needs one row for each MoE layer of the model and the model's
+    expert count; a placement for other layers or another model is an error.
+    """
+    if placement.num_experts != model.num_experts:
+        raise EngineFormatError(
+            f"the placement has {placement.num_experts} experts per layer but"
+            f" {model.name} has {model.num_experts}",
+            hint="export with the --model the placement was planned for",
+        )
+    have = [int(i) for i in placement.layer_ids]
+    want = [int(i) for i in model.moe_layer_ids]
+    extra = sorted(set(have) - set(want))
+    if extra:
+        raise EngineFormatError(
+            f"layer {extra[0]} of the placement is not a MoE layer of {model.name}"
+            f" (MoE layers: {_ranges(want)})",
+            hint="layer ids are the model's absolute layer indices",
+        )
+    missing = sorted(set(want) - set(have))
+    if missing:
+        raise EngineFormatError(
+            f"{engine} needs a placement for every MoE layer of {model.name};"
+            f" {len(missing)} missing ({_ranges(missing)})",
+            hint="plan with statistics that cover every MoE layer",
+        )
+    rows = [have.index(i) for i in want]
+    return Placement(
+        physical_to_logical=placement.physical_to_logical[rows],
+        layer_ids=np.asarray(want, dtype=np.int64),
+        num_experts=placement.num_experts,
+        num_gpus=placement.num_gpus,
+        meta=dict(placement.meta),
+    )
+
+
+def int_list(value: Any, where: str, what: str) -> list[int]:
+    """``value`` as a list of ints, or EngineFormatError naming ``where``."""
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise EngineFormatError(f"{what} must be a list of integers", where=where)
+    return value
+
+
+def check_exact_keys(doc: Any, keys: Sequence[str], where: str, rule: str) -> dict[str, Any]:
+    """``doc`` as a dict with exactly ``keys``; EngineFormatError citing ``rule`` otherwise."""
+    if not isinstance(doc, dict):
+        raise EngineFormatError(
+            f"expected an object with keys {', '.join(keys)}, got {type(doc).__name__}",
+            where=where,
+        )
+    extra = [k for k in doc if k not in keys]
+    if extra:
+        raise EngineFormatError(f"unexpected key {extra[0]!r}: {rule}", where=where)
+    missing = [k for k in keys if k not in doc]
+    if missing:
+        raise EngineFormatError(f"missing key {missing[0]!r}: {rule}", where=where)
+    return doc
+
+
+def check_slot_row(
+    row: list[int], num_slots: int, num_experts: int, where: str, engine: str
+) -> None:
+    """One layer's slots: the right count, ids in range, every expert present."""
+    if len(row) != num_slots:
+        raise EngineFormatError(
+            f"{len(row)} slots where {engine} expects {num_slots}", where=where
+        )
+    bad = [i for i, e in enumerate(row) if not 0 <= e < num_experts]
+    if bad:
+        raise EngineFormatError(
+            f"slot {bad[0]} holds expert {row[bad[0]]}, outside [0, {num_experts})",
+            where=where,
+        )
+    absent = sorted(set(range(num_experts)) - set(row))
+    if absent:
+        raise EngineFormatError(
+            f"expert {absent[0]} has no slot ({len(absent)} experts missing)",
+            where=where,
+            hint="every logical expert needs at least one replica",
+        )
+
+
+def check_num_gpus(num_slots: int, num_gpus: int | None, path: Path, engine: str) -> int:
+    """The GPU count to split ``num_slots`` over; errors when absent or not a divisor."""
+    if num_gpus is None:
+        raise UsageError(
+            f"a {engine} placement file does not record the number of GPUs",
+            where="--num-gpus",
+            hint="pass --num-gpus with the EP size the engine serves with",
+        )
+    if num_slots % num_gpus:
+        raise EngineFormatError(
+            f"{num_slots} slots per layer do not split over {num_gpus} GPUs"
+            f" ({engine} needs the same number of slots on every GPU)",
+            where=str(path),
+        )
+    return num_gpus
+
+
+def build_placement(
+    physical_to_logical: np.ndarray,
+    model: EngineModel,
+    num_gpus: int,
+    path: Path,
+    engine: str,
+) -> Placement:
+    """A validated Placement over the model's MoE layers; errors carry the file."""
+    try:
+        return Placement(
+            physical_to_logical=physical_to_logical,
+            layer_ids=np.asarray(model.moe_layer_ids, dtype=np.int64),
+            num_experts=model.num_experts,
+            num_gpus=num_gpus,
+            meta={"engine": engine, "source": str(path), "model": {"name": model.name}},
+        )
+    except PlacementError as e:
+        raise EngineFormatError(e.message, where=str(path), hint=e.hint) from None
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; EngineFormatError with the line on bad syntax."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise EngineFormatError(f"invalid JSON: {e.msg}", where=f"{path}:{e.lineno}") from None
+    except UnicodeDecodeError:
+        raise EngineFormatError("not a text file", where=str(path)) from None
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """Write ``doc`` as compact JSON (engines parse it; people use ``placer import``)."""
+    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    vals = sorted(set(ids))
+    out: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def _load_builtin_engines() -> None:
+    import placer.engines  # noqa: F401  (registers the built-in formats)
