@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import PlacementError
+from placer.stats import _ranges
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class Placement:
             raise PlacementError(
                 f"layer {foreign[0]} is not an MoE layer of {name}",
                 where=where,
-                hint=f"{name}'s MoE layers are {_ranges(sorted(moe_layers))}",
+                hint=f"{name}'s MoE layers are {_ranges(np.array(sorted(moe_layers)))}",
             )
 
     # -- shape ----------------------------------------------------------------------
@@ -253,15 +254,3 @@ def hot_shard_ratio(gpu_load: np.ndarray) -> np.ndarray:
         ratio = np.where(mean > 0, mx / np.where(mean > 0, mean, 1), 1.0)
     return ratio
 
-
-def _ranges(ids: list[int]) -> str:
-    """``[3, 4, 5, 9]`` -> ``"3-5, 9"`` (sorted input)."""
-    out: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ", ".join(out)

@@ -1,0 +1,274 @@
+"""Turn statistics, a model and a cluster into a :class:`PlacementProblem`.
+
+:func:`build_problem` checks that the pieces agree (the trace's experts and layers
+against the model's), chooses the number of slots per GPU, and checks it against
+the memory budget (:func:`placer.capacity.plan_capacity`) when both the model and
+the topology are known.
+
+Slots per GPU: ``--slots-per-gpu S`` or ``--redundant R`` (``S = (E + R) / G``),
+never both.  With neither, placer plans without redundant experts: ``S = E / G``,
+rounded up when ``G`` does not divide ``E`` (engines need the same ``S`` on every
+GPU, so the ``G * S - E`` leftover slots hold replicas).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from placer.constants import GB
+from placer.errors import InfeasibleError, TraceError, UsageError
+from placer.placement import Placement
+from placer.problem import PlacementProblem
+from placer.stats import ExpertStats, RoutingData, _ranges
+
+__all__ = ["build_problem", "default_slots_per_gpu", "parse_window_range"]
+
+WindowRange = tuple[int | None, int | None]
+
+_RANGE = re.compile(r"^\s*(\d*)\s*:\s*(\d*)\s*$")
+
+
+def parse_window_range(text: str, option: str = "--fit") -> WindowRange:
+    """``"A:B"``, ``"A:"`` or ``":B"`` -> ``(A, B)`` with None for an open end.
+
+    >>> parse_window_range("2:5")
+    (2, 5)
+    >>> parse_window_range(":3")
+    (None, 3)
+    """
+    match = _RANGE.match(text)
+    if match is None or text.strip() == ":":
+        raise UsageError(
+            f"expected a window range START:STOP, got {text!r}", where=option,
+            hint="for example --fit 0:8 (windows 0 to 7) or --fit 4: (window 4 onwards)",
+        )
+    start, stop = (int(g) if g else None for g in match.groups())
+    return start, stop
+
+
+def default_slots_per_gpu(num_experts: int, num_gpus: int) -> int:
+    """``ceil(E / G)``: the fewest slots per GPU that hold every expert once."""
+    return -(-num_experts // num_gpus)
+
+
+def build_problem(
+    routing: RoutingData | ExpertStats,
+    *,
+    model: Any = None,
+    topology: Any = None,
+    num_gpus: int | None = None,
+    slots_per_gpu: int | None = None,
+    redundant: int | None = None,
+    dtype: str | None = None,
+    kv_reserve_gb: float | None = None,
+    kv_reserve_fraction: float | None = None,
+    current: Placement | None = None,
+    fit: WindowRange | str | None = None,
+) -> PlacementProblem:
+    """Build the planning problem.
+
+    Parameters
+    ----------
+    routing: what a trace reader returned (or its ``ExpertStats``).
+    model: ``placer.models.ModelSpec`` or None.  When given, the trace must have the
+        model's number of experts, and its layer ids must be MoE layers of the model.
+    topology: ``placer.topology.Topology`` or None; gives ``G`` and the node of each GPU.
+    num_gpus: ``G`` when there is no topology (all GPUs on one node); must agree
+        with the topology when both are given.
+    slots_per_gpu, redundant: ``S``, or ``R`` redundant experts per layer (``P = E + R``
+        must be a multiple of ``G``); at most one of them.  Default: ``ceil(E / G)``.
+    dtype, kv_reserve_gb, kv_reserve_fraction: passed to
+        ``placer.capacity.plan_capacity`` when model and topology are both given.
+    current: the deployed placement (migration-aware solvers read it).
+    fit: window range ``(start, stop)`` or ``"start:stop"`` of the statistics to fit;
+        None fits every window.
+
+    Raises
+    ------
+    UsageError: options that contradict each other or the data (named by option).
+    TraceError: the trace does not match the model.
+    InfeasibleError: the memory budget cannot hold ``S`` slots per GPU.
+    """
+    stats = routing.stats if isinstance(routing, RoutingData) else routing
+    stats = _select_fit(stats, fit)
+    if model is not None:
+        _check_trace_against_model(stats, model)
+
+    gpus, node_of_gpu = _gpus(topology, num_gpus)
+    slots = _slots_per_gpu(stats.num_experts, gpus, slots_per_gpu, redundant)
+    if model is not None and topology is not None:
+        _check_memory(model, topology, slots, dtype, kv_reserve_gb, kv_reserve_fraction)
+    if current is not None:
+        _check_current(current, stats, gpus)
+
+    return PlacementProblem(
+        stats=stats,
+        num_gpus=gpus,
+        slots_per_gpu=slots,
+        node_of_gpu=node_of_gpu,
+        num_groups=int(getattr(model, "num_groups", 1) or 1) if model is not None else 1,
+        topology=topology,
+        model=model,
+        current=current,
+    )
+
+
+def _select_fit(stats: ExpertStats, fit: WindowRange | str | None) -> ExpertStats:
+    if fit is None:
+        return stats
+    start, stop = parse_window_range(fit) if isinstance(fit, str) else fit
+    first = 0 if start is None else int(start)
+    last = stats.num_windows if stop is None else int(stop)
+    if not 0 <= first < last <= stats.num_windows:
+        raise UsageError(
+            f"window range {first}:{last} is outside the trace's {stats.num_windows} windows",
+            where="--fit",
+            hint=f"use START:STOP with 0 <= START < STOP <= {stats.num_windows}",
+        )
+    if (first, last) == (0, stats.num_windows):
+        return stats
+    return stats.select_windows(first, last)
+
+
+def _source(stats: ExpertStats) -> str | None:
+    sources = stats.provenance.sources
+    return sources[0] if len(sources) == 1 else None
+
+
+def _check_trace_against_model(stats: ExpertStats, model: Any) -> None:
+    name = getattr(model, "name", "the model")
+    if stats.num_experts != int(model.num_experts):
+        raise TraceError(
+            f"the trace has {stats.num_experts} experts per layer but {name} has"
+            f" {model.num_experts}",
+            where=_source(stats),
+            hint="check --model, or the trace's num_experts",
+        )
+    moe_layers = [int(i) for i in model.moe_layer_ids]
+    foreign = [int(i) for i in stats.layer_ids if int(i) not in set(moe_layers)]
+    if foreign:
+        trace_layers = _ranges(stats.layer_ids)
+        hint = f"{name}'s MoE layers are {_ranges(np.array(moe_layers))}"
+        if (stats.layer_ids < len(moe_layers)).all() and min(moe_layers) > 0:
+            hint += (
+                "; the trace may number MoE layers from 0: re-export it with the model's"
+                " absolute layer ids (placer never renumbers layers silently)"
+            )
+        raise TraceError(
+            f"trace layer {foreign[0]} is not an MoE layer of {name}"
+            f" (trace layers: {trace_layers})",
+            where=_source(stats),
+            hint=hint,
+        )
+
+
+def _gpus(topology: Any, num_gpus: int | None) -> tuple[int, np.ndarray]:
+    if topology is not None:
+        gpus = int(topology.num_gpus)
+        if num_gpus is not None and int(num_gpus) != gpus:
+            raise UsageError(
+                f"--num-gpus {num_gpus} contradicts topology {topology.name!r} with {gpus} GPUs",
+                where="--num-gpus", hint="give one of --num-gpus and --topology",
+            )
+        return gpus, np.asarray(topology.node_of_gpu, dtype=np.int64)
+    if num_gpus is None:
+        raise UsageError(
+            "the number of GPUs is unknown", where="--topology",
+            hint="give --topology (a preset name or YAML file) or --num-gpus",
+        )
+    if int(num_gpus) <= 0:
+        raise UsageError(f"expected a positive number of GPUs, got {num_gpus}", where="--num-gpus")
+    return int(num_gpus), np.zeros(int(num_gpus), dtype=np.int64)
+
+
+def _slots_per_gpu(
+    num_experts: int, num_gpus: int, slots_per_gpu: int | None, redundant: int | None
+) -> int:
+    if slots_per_gpu is not None and redundant is not None:
+        raise UsageError(
+            "--redundant and --slots-per-gpu say the same thing twice", where="--redundant",
+            hint=f"give one: S slots per GPU means R = {num_gpus} x S - {num_experts}",
+        )
+    minimum = default_slots_per_gpu(num_experts, num_gpus)
+    if redundant is not None:
+        if redundant < 0:
+            raise UsageError(f"expected R >= 0, got {redundant}", where="--redundant")
+        total = num_experts + redundant
+        if total % num_gpus:
+            lower = max(minimum, total // num_gpus) * num_gpus - num_experts
+            upper = -(-total // num_gpus) * num_gpus - num_experts
+            choices = sorted({lower, upper})
+            raise UsageError(
+                f"{num_experts} experts + {redundant} redundant = {total} slots do not split"
+                f" evenly over {num_gpus} GPUs",
+                where="--redundant",
+                hint="engines need equal slots per GPU: try --redundant "
+                + " or ".join(map(str, choices)),
+            )
+        return total // num_gpus
+    if slots_per_gpu is None:
+        return minimum
+    if slots_per_gpu < minimum:
+        raise UsageError(
+            f"{num_gpus} GPUs x {slots_per_gpu} slots cannot hold {num_experts} experts",
+            where="--slots-per-gpu", hint=f"use at least {minimum} slots per GPU",
+        )
+    if slots_per_gpu > num_experts:
+        raise UsageError(
+            f"{slots_per_gpu} slots per GPU exceed the {num_experts} experts; a GPU would need"
+            " two replicas of one expert",
+            where="--slots-per-gpu", hint=f"use at most {num_experts}",
+        )
+    return slots_per_gpu
+
+
+def _check_memory(
+    model: Any,
+    topology: Any,
+    slots: int,
+    dtype: str | None,
+    kv_reserve_gb: float | None,
+    kv_reserve_fraction: float | None,
+) -> None:
+    from placer.capacity import plan_capacity  # lands with the hardware modules
+
+    capacity = plan_capacity(
+        model, topology, dtype, kv_reserve_gb=kv_reserve_gb,
+        kv_reserve_fraction=kv_reserve_fraction,
+    )
+    if slots <= capacity.slots_per_gpu:
+        return
+    slot_gb = capacity.slot_bytes / GB
+    need_gb = slots * slot_gb
+    budget_gb = capacity.slots_per_gpu * slot_gb
+    raise InfeasibleError(
+        f"{slots} slots per GPU need {need_gb:.1f} GB of expert weights per GPU"
+        f" ({slot_gb:.2f} GB per slot over {model.num_moe_layers} MoE layers,"
+        f" {capacity.dtype}), but the memory budget of {topology.name} holds"
+        f" {capacity.slots_per_gpu} slots ({budget_gb:.1f} GB)",
+        where="--slots-per-gpu",
+        hint=(
+            f"use at most --slots-per-gpu {capacity.slots_per_gpu}"
+            f" (--redundant {capacity.max_redundant}), a smaller --kv-reserve-gb,"
+            " or a lower-precision --dtype"
+        ),
+    )
+
+
+def _check_current(current: Placement, stats: ExpertStats, num_gpus: int) -> None:
+    if current.num_experts != stats.num_experts or current.num_gpus != num_gpus:
+        raise UsageError(
+            f"the current placement has {current.num_experts} experts on {current.num_gpus}"
+            f" GPUs; the problem has {stats.num_experts} on {num_gpus}",
+            where="--current",
+        )
+    missing = sorted(set(stats.layer_ids.tolist()) - set(current.layer_ids.tolist()))
+    if missing:
+        raise UsageError(
+            f"the current placement lacks layer {missing[0]}", where="--current",
+            hint="give the placement deployed for this model's layers",
+        )
+
