@@ -26,3 +26,60 @@ GPU_LOAD_MAX_PANELS = 6
 
 #: Share of routing windows a comparison holds out for evaluation (the rest is fitted).
 HOLDOUT_FRACTION = 0.25
+
+# -- hardware and model sizes (placer.topology, placer.models, placer.capacity) -----------
+
+#: Expert dtypes placer sizes, in the order ``placer capacity`` tries smaller ones.
+DTYPES = ("bf16", "fp8", "mxfp4")
+
+#: Bytes per weight element of each dtype, scales excluded.
+BYTES_PER_PARAM = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 0.5}
+
+#: FP8 weights carry one float32 scale per 128 x 128 block (DeepSeek-V3 ``weight_scale_inv``,
+#: Qwen3 FP8 checkpoints): ``ceil(rows / 128) * ceil(cols / 128) * 4`` bytes per matrix.
+FP8_WEIGHT_BLOCK = 128
+FP8_SCALE_BYTES = 4
+
+#: MXFP4 (OCP microscaling): 4-bit elements and one 8-bit E8M0 scale per 32 elements along
+#: the reduction axis, i.e. 4.25 bits per parameter (gpt-oss checkpoints).
+MXFP4_BLOCK = 32
+MXFP4_SCALE_BYTES = 1
+
+#: FP8 dispatch (DeepEP): one float32 scale per 128 activations, so a token copy is
+#: ``hidden + hidden / 32`` bytes.
+FP8_ACTIVATION_GROUP = 128
+
+#: Bytes per parameter of weights that stay BF16 whatever the expert dtype (embeddings,
+#: norms, routers, biases).
+BF16_BYTES = 2
+
+#: Runtime memory per GPU that is neither weights nor KV cache, GB: CUDA context and
+#: cuBLAS workspaces (~1 GB), DeepEP/NCCL all-to-all buffers (~2 GB), activations and CUDA
+#: graphs (~1 GB).  A planning assumption, not a measurement: override with --overhead-gb.
+RUNTIME_OVERHEAD_GB = 4.0
+
+#: Part of each GPU's memory kept for the KV cache when neither --kv-reserve-gb nor
+#: --kv-reserve-fraction is given (20 GB on an 80 GB H100).
+DEFAULT_KV_RESERVE_FRACTION = 0.25
+
+#: One-way GPU-to-GPU latency of a fabric when a topology file does not give one,
+#: microseconds (small-message figures; the evaluator adds them per message).
+DEFAULT_FABRIC_LATENCY_US = {"nvswitch": 1.0, "switch": 1.0, "mesh": 1.0, "pcie": 2.0, "none": 0.0}
+
+#: NIC-to-NIC latency of the network between nodes when not given, microseconds.
+DEFAULT_NETWORK_LATENCY_US = 2.0
+
+# -- statistics and synthetic traces (placer.analysis, placer.synth) ---------------------
+
+#: Hot set compared between windows for drift: this share of a layer's experts (rounded up).
+DRIFT_HOT_SET_FRACTION = 0.125
+
+#: Co-activation counts covering less than this share of (top_k - 1) x load are "partial".
+COACT_COVERAGE_WARN = 0.99
+
+#: Tokens generated per chunk by placer.synth (memory: about 40 bytes x experts x chunk).
+SYNTH_CHUNK_TOKENS = 1 << 15
+
+#: Experts ids a synthetic trace supports (int16 ids); top-k up to this many experts.
+SYNTH_MAX_EXPERTS = 4096
+SYNTH_MAX_TOP_K = 64

@@ -1,0 +1,159 @@
+"""The cluster as placer sees it: GPU types, and a :class:`Topology` of GPUs and links."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import networkx as nx
+import numpy as np
+
+from placer.constants import DTYPES
+from placer.errors import UsageError
+
+
+class LinkClass(IntEnum):
+    """How two GPUs exchange data: the same GPU, the node's fabric, or the network."""
+
+    SAME_GPU = 0
+    INTRA_NODE = 1
+    INTER_NODE = 2
+
+
+@dataclass(frozen=True)
+class GpuType:
+    """One kind of GPU.
+
+    Attributes
+    ----------
+    name: the key of ``gpu_types`` in the topology file (``"h100-sxm"``).
+    memory_gb: HBM capacity, GB (1e9 bytes).
+    hbm_gbps: HBM bandwidth, GB/s.
+    bf16_tflops: dense BF16 tensor throughput, TFLOPS.
+    fp8_tflops: dense FP8 tensor throughput, TFLOPS.
+    mxfp4_tflops: dense FP4 throughput, TFLOPS, or None when the GPU has no FP4 units
+        (MXFP4 experts then run at the FP8 figure).
+    """
+
+    name: str
+    memory_gb: float
+    hbm_gbps: float
+    bf16_tflops: float
+    fp8_tflops: float
+    mxfp4_tflops: float | None = None
+
+    def tflops(self, dtype: str) -> float:
+        """Dense throughput for experts stored in ``dtype`` (``bf16``, ``fp8``, ``mxfp4``)."""
+        if dtype == "bf16":
+            return self.bf16_tflops
+        if dtype == "fp8":
+            return self.fp8_tflops
+        if dtype == "mxfp4":
+            return self.mxfp4_tflops if self.mxfp4_tflops is not None else self.fp8_tflops
+        raise UsageError(f"unknown dtype '{dtype}'", hint=f"expected one of: {', '.join(DTYPES)}")
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """GPUs in rank order and what links them.
+
+    Rank ``g`` is the g-th GPU of the file, node-major (all GPUs of the first node, then
+    the second...), as engines number EP ranks.  Pair figures come from the path a
+    message takes in :attr:`graph`: the lowest-latency path that does not pass through
+    another GPU (ties: the widest); its bandwidth is the narrowest link on it, its
+    latency the sum of its links' latencies.
+
+    Attributes
+    ----------
+    name: topology name (file's ``name:``).
+    gpu_names: ``[G]`` GPU vertex names in rank order (``"node0/gpu3"``).
+    node_names: ``[N]`` node names in file order.
+    node_of_gpu: ``[G]`` int64, node index of each GPU.
+    gpu_type_of_gpu: ``[G]`` GpuType of each GPU.
+    bandwidth_gbps: ``[G, G]`` float64, bottleneck bandwidth of the path, GB/s per
+        direction; diagonal inf.
+    latency_us: ``[G, G]`` float64, latency of the path, microseconds; diagonal 0.
+    link_class: ``[G, G]`` int8 :class:`LinkClass` values.
+    injection_gbps: ``[G, 3]`` float64, GB/s per direction of GPU g's own links by the
+        class of traffic they carry: column 0 inf (same GPU); column 1 its intra-node
+        links (the NVSwitch port, the sum of its mesh links, its PCIe x16 link); column
+        2 its NIC.  A GPU without such links has inf (it never sends that traffic).
+    graph: vertices are GPUs (``role="gpu"``, ``rank``, ``node``), switches
+        (``role="switch"``), NICs (``role="nic"``) and the network (``role="network"``);
+        edges carry ``gbps``, ``latency_us`` and ``kind`` (``nvlink``, ``xgmi``, ``pcie``,
+        ``nic``, ``network``, or the kind given in ``links:``).
+    source: where it was read from (file path or ``"preset NAME"``).
+    description: the file's ``description:``.
+    """
+
+    name: str
+    gpu_names: tuple[str, ...]
+    node_names: tuple[str, ...]
+    node_of_gpu: np.ndarray
+    gpu_type_of_gpu: tuple[GpuType, ...]
+    bandwidth_gbps: np.ndarray
+    latency_us: np.ndarray
+    link_class: np.ndarray
+    injection_gbps: np.ndarray
+    graph: nx.Graph = field(repr=False)
+    source: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        g = len(self.gpu_names)
+        for name, arr, shape in (
+            ("node_of_gpu", self.node_of_gpu, (g,)),
+            ("bandwidth_gbps", self.bandwidth_gbps, (g, g)),
+            ("latency_us", self.latency_us, (g, g)),
+            ("link_class", self.link_class, (g, g)),
+            ("injection_gbps", self.injection_gbps, (g, 3)),
+        ):
+            if arr.shape != shape:
+                raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+            _frozen(arr)
+        if len(self.gpu_type_of_gpu) != g:
+            raise ValueError(f"gpu_type_of_gpu must have {g} entries")
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpu_names)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def memory_gb(self) -> np.ndarray:
+        """``[G]`` float64, HBM capacity of each GPU, GB."""
+        return np.array([t.memory_gb for t in self.gpu_type_of_gpu], dtype=np.float64)
+
+    @property
+    def hbm_gbps(self) -> np.ndarray:
+        """``[G]`` float64, HBM bandwidth of each GPU, GB/s."""
+        return np.array([t.hbm_gbps for t in self.gpu_type_of_gpu], dtype=np.float64)
+
+    def tflops(self, dtype: str) -> np.ndarray:
+        """``[G]`` float64, dense throughput of each GPU for ``dtype`` experts, TFLOPS."""
+        return np.array([t.tflops(dtype) for t in self.gpu_type_of_gpu], dtype=np.float64)
+
+    @property
+    def gpus_per_node(self) -> np.ndarray:
+        """``[N]`` int64, GPUs in each node."""
+        return np.bincount(self.node_of_gpu, minlength=self.num_nodes).astype(np.int64)
+
+    @property
+    def gpu_types(self) -> tuple[GpuType, ...]:
+        """Distinct GPU types, in rank order of first appearance."""
+        seen: dict[str, GpuType] = {}
+        for t in self.gpu_type_of_gpu:
+            seen.setdefault(t.name, t)
+        return tuple(seen.values())
+
+    def gpus_of_node(self, node: int) -> np.ndarray:
+        """``[gpus in node]`` int64, ranks of node ``node``'s GPUs."""
+        return np.flatnonzero(self.node_of_gpu == node).astype(np.int64)
