@@ -46,7 +46,15 @@ from placer.constants import (
 from placer.errors import ModelError, UsageError
 from placer.yaml_schema import Section, YamlDoc, parse_yaml, read_yaml
 
-__all__ = ["DTYPES", "ModelSpec", "check_dtype", "load_model", "model_from_dict", "model_names"]
+__all__ = [
+    "DTYPES",
+    "ModelSpec",
+    "check_dtype",
+    "load_model",
+    "model_from_dict",
+    "model_names",
+    "model_to_dict",
+]
 
 
 def check_dtype(dtype: str, where: str = "--dtype") -> str:
@@ -174,6 +182,45 @@ class ModelSpec:
     def combine_bytes(self) -> int:
         """Combine payload of one token copy (BF16 results): ``2h``."""
         return self.hidden_size * BF16_BYTES
+
+
+def model_to_dict(model: ModelSpec) -> dict[str, Any]:
+    """The spec's fields plus its byte figures per dtype (for ``--json`` and reports)."""
+    result: dict[str, Any] = {
+        "name": model.name,
+        "aliases": list(model.aliases),
+        "description": model.description,
+        "source": model.source,
+        "num_hidden_layers": model.num_hidden_layers,
+        "moe_layer_ids": list(model.moe_layer_ids),
+        "num_moe_layers": model.num_moe_layers,
+        "num_experts": model.num_experts,
+        "top_k": model.top_k,
+        "num_groups": model.num_groups,
+        "top_groups": model.top_groups,
+        "num_shared_experts": model.num_shared_experts,
+        "hidden_size": model.hidden_size,
+        "moe_intermediate_size": model.moe_intermediate_size,
+        "expert_bias": model.expert_bias,
+        "non_expert_params": model.non_expert_params,
+        "non_expert_bf16_params": model.non_expert_bf16_params,
+        "expert_params": model.expert_params,
+        "total_params": model.total_params,
+        "active_params": model.active_params,
+        "default_dtype": model.default_dtype,
+        "bytes": {
+            dtype: {
+                "expert": model.expert_bytes(dtype),
+                "expert_scales": model.expert_scale_bytes(dtype),
+                "slot": model.expert_bytes(dtype) * model.num_moe_layers,
+                "all_experts": model.expert_bytes(dtype) * model.num_moe_layers * model.num_experts,
+                "non_expert": model.non_expert_bytes(dtype),
+                "activation": model.activation_bytes(dtype),
+            }
+            for dtype in DTYPES
+        },
+    }
+    return result
 
 
 def _problems(m: Any) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ speed.  The YAML schema is documented in :mod:`placer.topology.schema` and
 ``docs/hardware.md``.
 """
 
+from placer.topology.describe import link_rows, node_rows, topology_to_dict
 from placer.topology.presets import (
     load_topology,
     preset_names,
@@ -24,9 +25,12 @@ __all__ = [
     "GpuType",
     "LinkClass",
     "Topology",
+    "link_rows",
     "load_topology",
+    "node_rows",
     "preset_names",
     "preset_text",
     "topology_from_dict",
     "topology_from_text",
+    "topology_to_dict",
 ]
