@@ -215,8 +215,6 @@ def _check_shape(
         raise UsageError(
             f"{num_replicas} physical experts do not split evenly over {num_gpus} GPUs"
         )
-    if num_gpus % num_nodes:
-        raise UsageError(f"{num_gpus} GPUs do not split evenly over {num_nodes} nodes")
     if num_logical % num_groups:
         raise UsageError(f"{num_logical} experts do not split into {num_groups} equal groups")
     if not np.isfinite(weight).all() or (weight < 0).any():
@@ -248,12 +246,20 @@ def rebalance_experts(
     """
     weight = np.asarray(weight, dtype=np.float64)
     _check_shape(weight, num_replicas, num_groups, num_nodes, num_gpus)
-    if num_groups % num_nodes:
-        num_groups, num_nodes = 1, 1  # global policy
+    num_groups, num_nodes = _policy(num_groups, num_nodes, num_gpus)
     phy2log, rank, logcnt = _rebalance(
         weight, num_replicas, num_groups, num_nodes, num_gpus, valid_only=False
     )
     return phy2log, _log2phy(phy2log, rank, logcnt), logcnt
+
+
+def _policy(num_groups: int, num_nodes: int, num_gpus: int) -> tuple[int, int]:
+    """(groups, nodes) to run: as given (hierarchical) or (1, 1) (global policy)."""
+    if num_groups % num_nodes:
+        return 1, 1
+    if num_gpus % num_nodes:
+        raise UsageError(f"{num_gpus} GPUs do not split evenly over {num_nodes} nodes")
+    return num_groups, num_nodes
 
 
 def _log2phy(phy2log: np.ndarray, rank: np.ndarray, logcnt: np.ndarray) -> np.ndarray:
@@ -279,7 +285,9 @@ def eplb_placement(
     valid placement: an expert never gets more replicas than a node has GPUs, and a
     replica is packed onto a GPU that lacks its expert whenever one with room does.
     Whenever the reference's answer is valid the two are identical.  Duplicates the
-    packing could not avoid are removed by swapping slots between GPUs of one node.
+    packing could not avoid are removed by swapping slots between GPUs (of one node
+    when possible).  The hierarchical policy also needs ``S <= E / nodes`` (a GPU
+    draws its experts from its node's groups); otherwise the global policy runs.
 
     Parameters
     ----------
@@ -296,9 +304,12 @@ def eplb_placement(
     weight = np.asarray(weight, dtype=np.float64)
     num_physical = num_gpus * slots_per_gpu
     _check_shape(weight, num_physical, num_groups, num_nodes, num_gpus)
-    hierarchical = num_groups % num_nodes == 0  # the reference's rule, even for one node
+    # The reference's rule (even for one node), unless a node's GPUs would need more
+    # distinct experts than the node's groups hold.
+    hierarchical = num_groups % num_nodes == 0 and slots_per_gpu * num_nodes <= weight.shape[1]
     if not hierarchical:
         num_groups, num_nodes = 1, 1
+    num_groups, num_nodes = _policy(num_groups, num_nodes, num_gpus)
     phy2log, _, _ = _rebalance(weight, num_physical, num_groups, num_nodes, num_gpus, True)
     repaired = _repair_duplicates(phy2log, weight, num_gpus, num_nodes)
     placement = Placement(
