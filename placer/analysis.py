@@ -257,7 +257,7 @@ def summarize(
         warnings.append("one window only: drift needs at least two (try --window-tokens)")
 
     affinity = None
-    if stats.layer_affinity is not None:
+    if stats.layer_affinity is not None and stats.layer_affinity.shape[0] > 0:
         affinity = _affinity(stats.layer_affinity, stats, total_load, top)
     return {
         "format": SUMMARY_FORMAT,
