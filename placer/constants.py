@@ -83,3 +83,23 @@ SYNTH_CHUNK_TOKENS = 1 << 15
 #: Experts ids a synthetic trace supports (int16 ids); top-k up to this many experts.
 SYNTH_MAX_EXPERTS = 4096
 SYNTH_MAX_TOP_K = 64
+
+# -- trace ingestion (placer.traces) ----------------------------------------------------
+
+#: Most experts per layer placer reads (ids must fit int16 in per-token arrays).
+MAX_EXPERTS = 32768
+
+#: Largest absolute layer id a trace may name.
+MAX_LAYER_ID = 1_048_575
+
+#: This many identical consecutive routing rows of one layer look like a profiling or
+#: warm-up pass (dummy tokens) and raise a TraceWarning.
+WARMUP_RUN_ROWS = 64
+
+#: Codes per np.bincount call when counting co-activation and layer affinity: bounds
+#: the temporaries of one chunk (8 bytes a code).
+BINCOUNT_BLOCK = 1 << 22
+
+#: Inputs at least this large (bytes, all files together) show a progress bar with
+#: progress=True.
+PROGRESS_MIN_BYTES = 64 << 20

@@ -1,0 +1,155 @@
+"""Reading routing traces and load files into :class:`~placer.stats.RoutingData`.
+
+Entry point: :func:`read_routing`.  Formats live in a registry (one module each);
+built in: ``jsonl`` and ``npz`` (per token), ``load-npz``, ``load-npy``, ``load-json``
+and ``load-csv`` (aggregated).  More register themselves through
+:func:`register_format`.  See ``docs/traces.md`` for the formats and rules.
+
+Example::
+
+    >>> from placer.traces import read_routing
+    >>> data = read_routing("trace.jsonl.gz")            # doctest: +SKIP
+    >>> data.stats.load.shape                             # doctest: +SKIP
+    (64, 32, 8)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from placer import constants
+from placer.stats import RoutingData
+from placer.traces import (  # noqa: F401  (register the per-token formats)
+    aggregated,
+    jsonl,
+    npz,
+)
+from placer.traces.accumulate import Accumulator, ReadOptions, RowChunk, TokenChunk
+from placer.traces.jsonl import write_jsonl_trace
+from placer.traces.npz import read_npz_header, write_npz_trace
+from placer.traces.registry import (
+    TraceFormat,
+    detect_format,
+    format_names,
+    get_format,
+    register_format,
+)
+
+__all__ = [
+    "Accumulator",
+    "ReadOptions",
+    "RowChunk",
+    "TokenChunk",
+    "TraceFormat",
+    "detect_format",
+    "format_names",
+    "get_format",
+    "read_npz_header",
+    "read_routing",
+    "register_format",
+    "write_jsonl_trace",
+    "write_npz_trace",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+def read_routing(
+    path: PathLike | Sequence[PathLike],
+    format: str | None = None,
+    *,
+    window_tokens: int | None = None,
+    keep_tokens: bool = False,
+    coact: bool = True,
+    layers: Sequence[int] | None = None,
+    num_experts: int | None = None,
+    top_k: int | None = None,
+    progress: bool = False,
+) -> RoutingData:
+    """Read one or more traces (or aggregated load files) into statistics.
+
+    Parameters
+    ----------
+    path: a file, or several read as one trace (rank files, dumps of one run); their
+        tokens are distinct, loads add up, windows follow steps (or token order).
+    format: a name from :func:`format_names`; default: detected per file from its name's
+        ending and content.
+    window_tokens: windows of this many consecutive tokens instead of the trace's steps.
+    keep_tokens: also return the per-token :class:`~placer.stats.RoutingTrace`
+        (per-token formats only; memory grows with the trace).
+    coact: count same-layer co-activation ``[layers, E, E]`` and layer affinity
+        ``[layers - 1, E, E]``; False is faster.
+    layers: absolute layer ids to keep (rows of other layers are skipped and counted).
+    num_experts, top_k: the model's, checked against the data and any header; inferred
+        from the data when neither gives them.
+    progress: draw a progress bar on stderr for large inputs.
+
+    Returns
+    -------
+    RoutingData with ``stats`` (always) and ``trace`` (``keep_tokens`` only).
+
+    Raises
+    ------
+    TraceError: unreadable, malformed or inconsistent input (names the file and line,
+        or array and index).
+    UsageError: bad arguments (unknown format, layer not in the trace, ...).
+    """
+    paths = [Path(path)] if isinstance(path, str | os.PathLike) else [Path(p) for p in path]
+    options = ReadOptions(
+        window_tokens=window_tokens,
+        keep_tokens=keep_tokens,
+        coact=coact,
+        layers=None if layers is None else tuple(int(i) for i in layers),
+        num_experts=num_experts,
+        top_k=top_k,
+        progress=progress,
+    )
+    fmts = [get_format(format) if format else detect_format(p) for p in paths]
+    acc = Accumulator(options)
+    total = sum(_size(p) for p in paths)
+    bar = _progress_bar(total) if progress and total >= constants.PROGRESS_MIN_BYTES else None
+    try:
+        if bar is not None:
+            prog, task = bar
+            prog.start()
+            acc.set_progress(lambda n: prog.advance(task, n))
+        for p, fmt in zip(paths, fmts, strict=True):
+            if not p.exists():
+                from placer.errors import TraceError
+
+                raise TraceError("file not found", where=str(p), hint="check the path")
+            acc.begin_source(str(p), fmt.name)
+            fmt.read(p, acc)
+    finally:
+        if bar is not None:
+            bar[0].stop()
+    return acc.result()
+
+
+def _size(p: Path) -> int:
+    try:
+        if p.is_dir():
+            return sum(f.stat().st_size for f in p.iterdir() if f.is_file())
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _progress_bar(total: int) -> tuple[Any, Any]:
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    prog = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    )
+    task = prog.add_task("reading trace", total=total)
+    return prog, task

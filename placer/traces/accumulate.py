@@ -1,0 +1,1235 @@
+"""Streaming accumulation of routing into :class:`~placer.stats.ExpertStats`.
+
+Every per-token reader hands chunks to one :class:`Accumulator`, which owns what all
+formats share: layer and expert bookkeeping, token identity, windows, load,
+co-activation, layer affinity, validation, skipped-row counts and warnings.  Memory is
+``O(layers x experts^2)`` for the statistics plus one chunk, plus a small per-token
+record (``8 x (6 + k)`` bytes) for traces whose rows carry token ids; ``keep_tokens``
+also keeps every row.
+
+Two kinds of chunk come in:
+
+- :class:`RowChunk`: one row per (token, layer), as JSONL logs have them; tokens are
+  found by id (``request``, ``token``) or, for rows without a token id, by order: the
+  n-th row of a layer (within a request) belongs to the n-th token.
+- :class:`TokenChunk`: consecutive whole tokens ``[tokens, layers, k]``, as NPZ traces
+  and the writers have them.
+
+Aggregated inputs (load matrices) go through :meth:`Accumulator.add_aggregate`.
+
+Windows (``ExpertStats.load`` is ``[windows, layers, experts]``): a token belongs to
+one window, chosen when it is first seen.  With ``window_tokens=N`` windows are N
+consecutive tokens; otherwise windows follow the trace's ``step`` when rows carry one,
+else tokens in order of first appearance.  Windows are aligned ranges
+``[start, start + width)`` of that key; when more than ``constants.MAX_WINDOWS`` would
+be needed, adjacent windows are merged pairwise and the width doubles, so any length of
+trace ends with at most ``MAX_WINDOWS`` windows of equal width.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from placer import constants
+from placer.errors import TraceError, TraceWarning, UsageError
+from placer.stats import ExpertStats, Provenance, RoutingData, RoutingTrace
+
+__all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
+
+_WORD_BITS = 64
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What ``read_routing`` was asked for (see :func:`placer.traces.read_routing`)."""
+
+    window_tokens: int | None = None
+    keep_tokens: bool = False
+    coact: bool = True
+    layers: tuple[int, ...] | None = None
+    num_experts: int | None = None
+    top_k: int | None = None
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.window_tokens is not None and self.window_tokens < 1:
+            raise UsageError(
+                f"window_tokens must be >= 1, got {self.window_tokens}", where="--window-tokens"
+            )
+        if self.num_experts is not None and not 1 <= self.num_experts <= constants.MAX_EXPERTS:
+            raise UsageError(
+                f"num_experts must be in [1, {constants.MAX_EXPERTS}], got {self.num_experts}",
+                where="--num-experts",
+            )
+        if self.top_k is not None and self.top_k < 1:
+            raise UsageError(f"top_k must be >= 1, got {self.top_k}", where="--top-k")
+        if self.layers is not None and any(i < 0 for i in self.layers):
+            raise UsageError("layer ids are >= 0", where="--layers")
+
+
+@dataclass
+class TokenChunk:
+    """Routing of consecutive whole tokens.
+
+    Attributes
+    ----------
+    topk_ids: ``[tokens, layers, k]`` int, logical expert ids, -1 where none.
+    step: ``[tokens]`` int forward step of each token, or None.
+    rank: ``[tokens]`` int source (DP) rank of each token, or None.
+    topk_weights: ``[tokens, layers, k]`` float gate weights, or None.
+    request: ``[tokens]`` request label of each token (int or str), or None; only the
+        JSONL writer uses it.
+    """
+
+    topk_ids: np.ndarray
+    step: np.ndarray | None = None
+    rank: np.ndarray | None = None
+    topk_weights: np.ndarray | None = None
+    request: np.ndarray | None = None
+
+
+@dataclass
+class RowChunk:
+    """Routing rows, one per (token, layer), in file order.
+
+    Attributes
+    ----------
+    layer: ``[rows]`` int64 absolute layer id.
+    experts: ``[rows, k]`` int64 expert ids, -1 where none.
+    request: ``[rows]`` int64 request number from :meth:`Accumulator.request_id`.
+    token: ``[rows]`` int64 token id, -1 where the row has none.
+    step: ``[rows]`` int64 or None; -1 where a row has none.
+    rank: ``[rows]`` int64 or None; -1 where a row has none.
+    weights: ``[rows, k]`` float32 or None.
+    lines: ``[rows]`` int64 line number of each row, for messages.
+    """
+
+    layer: np.ndarray
+    experts: np.ndarray
+    request: np.ndarray
+    token: np.ndarray
+    lines: np.ndarray
+    step: np.ndarray | None = None
+    rank: np.ndarray | None = None
+    weights: np.ndarray | None = None
+
+
+def _grow(arr: np.ndarray, shape: tuple[int, ...], fill: int = 0) -> np.ndarray:
+    """``arr`` padded with ``fill`` at the end of each axis up to ``shape``."""
+    if arr.shape == shape:
+        return arr
+    out = np.full(shape, fill, dtype=arr.dtype)
+    out[tuple(slice(0, n) for n in arr.shape)] = arr
+    return out
+
+
+def _capacity(n: int) -> int:
+    return max(1024, 1 << (max(n, 1) - 1).bit_length())
+
+
+def _merge_pairs(arr: np.ndarray) -> np.ndarray:
+    """Sum adjacent entries along axis 0: windows ``(0, 1), (2, 3), ...``."""
+    if arr.shape[0] % 2:
+        arr = np.concatenate([arr, np.zeros((1, *arr.shape[1:]), dtype=arr.dtype)])
+    return arr[0::2] + arr[1::2]
+
+
+class _TokenTable:
+    """Tokens known by id: a sorted key index plus per-token records."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int64)  # sorted
+        self.local = np.zeros(0, dtype=np.int64)  # table index of each sorted key
+        self.size = 0
+        self.glob = np.zeros(0, dtype=np.int64)  # global token index
+        self.step = np.zeros(0, dtype=np.int64)  # step of the token's first row, -1 none
+        self.wkey = np.zeros(0, dtype=np.int64)  # window key: step or token order
+        self.last_layer = np.zeros(0, dtype=np.int64)
+        self.last_experts = np.zeros((0, 0), dtype=np.int64)
+        self.seen = np.zeros((0, 1), dtype=np.uint64)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Table index of each key, adding new keys in order of first appearance.
+
+        Returns ``(index [rows], new_first [rows] bool)``: ``new_first`` marks the first
+        row of each token the table had not seen.
+        """
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        pos = np.searchsorted(self.keys, uniq)
+        pos_c = np.minimum(pos, max(self.keys.size - 1, 0))
+        known = (pos < self.keys.size) & (self.keys[pos_c] == uniq) if self.keys.size else (
+            np.zeros(uniq.size, dtype=bool)
+        )
+        idx_u = np.empty(uniq.size, dtype=np.int64)
+        idx_u[known] = self.local[pos_c[known]]
+        new = np.flatnonzero(~known)
+        new = new[np.argsort(first[new], kind="stable")]
+        idx_u[new] = self.size + np.arange(new.size)
+        if new.size:
+            self.keys = np.concatenate([self.keys, uniq[new]])
+            self.local = np.concatenate([self.local, idx_u[new]])
+            order = np.argsort(self.keys, kind="stable")
+            self.keys, self.local = self.keys[order], self.local[order]
+            self.size += new.size
+        new_first = np.zeros(keys.size, dtype=bool)
+        new_first[first[new]] = True
+        return idx_u[inv.ravel()], new_first
+
+    def reserve(self, k: int, words: int) -> None:
+        """Per-token records for ``size`` tokens, ``k`` experts, ``words`` x 64 layer rows."""
+        cap = self.glob.size
+        if self.size > cap or k != self.last_experts.shape[1] or words != self.seen.shape[1]:
+            cap = _capacity(self.size) if self.size > cap else cap
+            self.glob = _grow(self.glob, (cap,), -1)
+            self.step = _grow(self.step, (cap,), -1)
+            self.wkey = _grow(self.wkey, (cap,))
+            self.last_layer = _grow(self.last_layer, (cap,), -1)
+            self.last_experts = _grow(self.last_experts, (cap, k), -1)
+            self.seen = _grow(self.seen, (cap, words))
+
+
+@dataclass
+class _Keep:
+    """Rows kept for ``keep_tokens``."""
+
+    tokens: list[np.ndarray] = field(default_factory=list)  # [rows] global token
+    layers: list[np.ndarray] = field(default_factory=list)  # [rows] layer id
+    experts: list[np.ndarray] = field(default_factory=list)  # [rows, k]
+    weights: list[np.ndarray | None] = field(default_factory=list)
+    step: list[np.ndarray] = field(default_factory=list)  # per token, in token order
+    rank: list[np.ndarray] = field(default_factory=list)
+
+
+class Accumulator:
+    """Builds one :class:`~placer.stats.RoutingData` from chunks of routing.
+
+    Readers call :meth:`begin_source` once per file, then :meth:`declare` (header
+    metadata), :meth:`add_rows` / :meth:`add_tokens` / :meth:`add_aggregate`,
+    :meth:`skip` for rows they leave out on purpose, and :meth:`advance` for progress;
+    :meth:`result` ends the accumulation.
+    """
+
+    def __init__(self, options: ReadOptions | None = None) -> None:
+        self.options = options or ReadOptions()
+        self.sources: list[str] = []
+        self.formats: list[str] = []
+        self.source = ""
+        self.skipped: Counter[str] = Counter()
+        self.rows_read = 0
+        self.synthetic = False
+        self.model: str | None = None
+        self.notes: list[str] = []
+        self._progress: Callable[[int], None] | None = None
+        # declared metadata and where it came from
+        self._num_experts: int | None = self.options.num_experts
+        self._experts_from = "num_experts=" if self._num_experts else ""
+        self._top_k: int | None = self.options.top_k
+        self._top_k_from = "top_k=" if self._top_k else ""
+        self._num_layers_declared: int | None = None
+        self._layer_filter = (
+            None if self.options.layers is None else np.unique(np.asarray(self.options.layers))
+        )
+        # layers: row r of the accumulators holds absolute layer self._layer_ids[r]
+        self._layer_ids: list[int] = []
+        self._row_of_layer = np.full(0, -1, dtype=np.int64)
+        self._k: int | None = None  # width of expert arrays
+        self._max_valid = 0  # most valid experts in one row
+        self._num_e = self._num_experts or 0  # current expert capacity
+        self._max_expert = -1
+        # statistics
+        self._kind: str | None = None  # "tokens" or "aggregate"
+        self._load = np.zeros((0, 0, 0), dtype=np.int64)  # [windows, layers, experts]
+        self._tokens_w = np.zeros(0, dtype=np.int64)  # [windows]
+        self._coact = np.zeros((0, 0, 0), dtype=np.int64)  # upper triangle [L, E, E]
+        self._aff = np.zeros((0, 0, 0), dtype=np.int64)  # [pairs, E, E]
+        self._aff_pairs: dict[tuple[int, int], int] = {}  # (layer id a, layer id b) -> index
+        self._agg_coact: np.ndarray | None = None
+        self._agg_has_coact = True
+        self._agg_window_starts: np.ndarray | None = None
+        # windows
+        self._window_mode: str | None = None  # "step", "order", "fixed"
+        self._w_base = 0
+        self._w_width = 1
+        self._w_count = 0
+        self._w_started = False
+        self._w_merged_from: int | None = None
+        # tokens
+        self._num_tokens = 0
+        self._table = _TokenTable()
+        self._requests: dict[tuple[int, Any], int] = {}
+        self._request_labels: list[Any] = []
+        self._order_count: dict[int, int] = {}  # (request << 20 | layer) -> rows so far
+        # warm-up detection: per layer row, the last experts and the current run
+        self._run_last = np.zeros((0, 0), dtype=np.int64)
+        self._run_len = np.zeros(0, dtype=np.int64)
+        self._run_best: tuple[int, int, str] = (0, -1, "")  # (rows, layer id, where)
+        self._keep = _Keep() if self.options.keep_tokens else None
+
+    # -- reader API ----------------------------------------------------------------
+    def begin_source(self, source: str, format_name: str) -> None:
+        """Start reading ``source`` (a path, for messages) in format ``format_name``."""
+        self.sources.append(source)
+        if format_name not in self.formats:
+            self.formats.append(format_name)
+        self.source = source
+        self._run_len[:] = 0
+        self._run_last[:] = -2
+
+    def set_progress(self, callback: Callable[[int], None] | None) -> None:
+        self._progress = callback
+
+    def advance(self, nbytes: int) -> None:
+        """Report ``nbytes`` more of the current source read (for the progress bar)."""
+        if self._progress is not None and nbytes:
+            self._progress(nbytes)
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` rows left out on purpose because of ``reason``."""
+        if count:
+            self.skipped[reason] += count
+
+    def request_id(self, label: Any) -> int:
+        """A number for request ``label`` of the current source (labels are per file)."""
+        key = (len(self.sources), label)
+        rid = self._requests.get(key)
+        if rid is None:
+            rid = len(self._request_labels)
+            if rid >= 1 << 30:
+                raise TraceError("more than 2^30 requests", where=self.source)
+            self._requests[key] = rid
+            self._request_labels.append(label)
+        return rid
+
+    def declare(
+        self,
+        *,
+        where: str,
+        num_experts: Any = None,
+        top_k: Any = None,
+        num_layers: Any = None,
+        model: Any = None,
+        synthetic: Any = None,
+    ) -> None:
+        """Metadata a file declares (header, scalar arrays); checked against arguments."""
+        if num_experts is not None:
+            e = _positive_int(num_experts, "num_experts", where)
+            if e > constants.MAX_EXPERTS:
+                raise TraceError(
+                    f"num_experts {e} is more than placer handles ({constants.MAX_EXPERTS})",
+                    where=where,
+                )
+            if self._num_experts is not None and self._num_experts != e:
+                raise TraceError(
+                    f"num_experts is {e} here but {self._num_experts} in {self._experts_from}",
+                    where=where,
+                    hint="all inputs of one read must describe the same model",
+                )
+            if self._max_expert >= e:
+                raise TraceError(
+                    f"num_experts is {e} but expert {self._max_expert} was already read",
+                    where=where,
+                )
+            self._num_experts, self._experts_from = e, where
+            self._resize(num_e=max(self._num_e, e))
+        if top_k is not None:
+            k = _positive_int(top_k, "top_k", where)
+            if self._top_k is not None and self._top_k != k:
+                raise TraceError(
+                    f"top_k is {k} here but {self._top_k} in {self._top_k_from}",
+                    where=where,
+                    hint="all inputs of one read must describe the same model",
+                )
+            self._top_k, self._top_k_from = k, where
+        if num_layers is not None:
+            self._num_layers_declared = _positive_int(num_layers, "num_layers", where)
+        if model is not None:
+            self.model = str(model)
+        if synthetic is not None:
+            if not isinstance(synthetic, bool | np.bool_):
+                raise TraceError(
+                    f"synthetic must be true or false, got {synthetic!r}", where=where
+                )
+            self.synthetic = self.synthetic or bool(synthetic)
+
+    # -- per-token rows -----------------------------------------------------------
+    def add_rows(self, chunk: RowChunk) -> None:
+        """Accumulate routing rows (one per token and layer)."""
+        self._begin_kind("tokens")
+        n = chunk.layer.size
+        if n == 0:
+            return
+        keep = self._filter_layers(chunk.layer)
+        if keep is not None:
+            chunk = _take_rows(chunk, keep)
+            if chunk.layer.size == 0:
+                return
+
+        def where(i: int) -> str:
+            return f"{self.source}:{int(chunk.lines[i])}"
+
+        experts = self._check_experts(chunk.experts, where, chunk.layer)
+        valid_rows = np.asarray((experts >= 0).any(axis=1), dtype=bool)
+        if not valid_rows.all():
+            self.skip("no expert (all -1)", int((~valid_rows).sum()))
+            chunk = _take_rows(chunk, valid_rows)
+            experts = experts[valid_rows]
+            if experts.shape[0] == 0:
+                return
+        rows = self._rows_of(chunk.layer, where)
+        step = chunk.step
+        if self._window_mode is None:
+            self._start_windows(step is not None and bool((step >= 0).all()))
+        if self._window_mode == "step" and (step is None or (step < 0).any()):
+            i = 0 if step is None else int(np.flatnonzero(step < 0)[0])
+            raise TraceError(
+                "row has no step but earlier rows have one",
+                where=where(i),
+                hint="give every row a step (or none at all), or pass window_tokens",
+            )
+        # token identity
+        keys = self._token_keys(chunk, rows)
+        local, new_first = self._table.lookup(keys)
+        t_new = int(new_first.sum())
+        glob_new = self._num_tokens + np.arange(t_new)
+        self._num_tokens += t_new
+        self._table.reserve(self._k or 1, self._words())
+        table = self._table
+        table.glob[local[new_first]] = glob_new
+        step_rows = step if step is not None else np.full(local.size, -1, dtype=np.int64)
+        table.step[local[new_first]] = step_rows[new_first]
+        if step is not None:
+            bad = (table.step[local] != step_rows) & (step_rows >= 0)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise TraceError(
+                    f"token {self._token_label(chunk, i)} has rows from steps "
+                    f"{int(table.step[local[i]])} and {int(step_rows[i])}",
+                    where=where(i),
+                    hint="token ids must be unique within a request; a token runs in one step",
+                )
+        self._check_duplicates(chunk, local, rows, where)
+        glob = table.glob[local]
+        # windows: each token's key (its step, or its order), fixed when first seen
+        win_key_new = step_rows[new_first] if self._window_mode == "step" else glob_new
+        table.wkey[local[new_first]] = win_key_new
+        if t_new:
+            self._fit_windows(int(win_key_new.min()), int(win_key_new.max()))
+            self._tokens_w += np.bincount(
+                self._window_of(win_key_new), minlength=self._w_count
+            )
+        w_rows = self._window_of(table.wkey[local])
+        self._add_load(w_rows, rows, experts)
+        if self.options.coact:
+            self._add_coact(rows, experts)
+            self._add_row_affinity(local, chunk.layer, experts)
+        self._track_runs(rows, experts, lambda i: where(i))
+        self.rows_read += experts.shape[0]
+        if self._keep is not None:
+            self._keep.tokens.append(glob)
+            self._keep.layers.append(chunk.layer.astype(np.int64))
+            self._keep.experts.append(experts)
+            self._keep.weights.append(chunk.weights)
+            order = np.argsort(glob[new_first], kind="stable")
+            self._keep.step.append(step_rows[new_first][order])
+            rank = chunk.rank if chunk.rank is not None else np.full(local.size, -1)
+            self._keep.rank.append(rank[new_first][order])
+
+    # -- whole tokens --------------------------------------------------------------
+    def add_tokens(
+        self,
+        chunk: TokenChunk,
+        layer_ids: Sequence[int] | np.ndarray,
+        *,
+        token_offset: int = 0,
+        array: str = "topk_ids",
+    ) -> None:
+        """Accumulate consecutive whole tokens.
+
+        Parameters
+        ----------
+        chunk: the tokens; ``topk_ids [tokens, layers, k]``.
+        layer_ids: ``[layers]`` absolute layer id of each column, strictly increasing.
+        token_offset: index of the chunk's first token in its file, for messages.
+        array: name of the id array, for messages (``"topk_ids"``).
+        """
+        self._begin_kind("tokens")
+        ids = np.asarray(chunk.topk_ids)
+        lid = np.asarray(layer_ids, dtype=np.int64)
+        if ids.ndim != 3 or ids.shape[1] != lid.size:
+            raise TraceError(
+                f"{array} has shape {ids.shape}, expected [tokens, {lid.size}, k]",
+                where=self.source,
+            )
+        t, _, k = ids.shape
+        if t == 0:
+            return
+        if lid.size > 1 and (np.diff(lid) <= 0).any():
+            raise TraceError(
+                f"layer_ids {lid.tolist()} are not strictly increasing", where=self.source
+            )
+        weights = chunk.topk_weights
+        if self._layer_filter is not None:
+            cols = np.isin(lid, self._layer_filter)
+            if not cols.all():
+                self.skip("layer not selected", int(t * (~cols).sum()))
+                ids, lid = ids[:, cols], lid[cols]
+                weights = None if weights is None else np.asarray(weights)[:, cols]
+                if lid.size == 0:
+                    return
+
+        def where3(i: int) -> str:
+            tok, col, j = np.unravel_index(i, ids.shape)
+            return f"{self.source}: {array}[{token_offset + int(tok)}, {int(col)}, {int(j)}]"
+
+        flat = ids.reshape(-1, k)
+        flat_layers = np.repeat(lid[None, :], t, axis=0).ravel()
+        experts = self._check_experts(
+            flat, lambda r: where3(r * k), flat_layers, where_flat=lambda i: where3(i)
+        ).reshape(t, lid.size, k)
+        present = np.asarray((experts >= 0).any(axis=2), dtype=bool)  # [t, L]
+        rows = self._rows_of(lid, lambda i: self.source)
+        step = None if chunk.step is None else np.asarray(chunk.step, dtype=np.int64)
+        if step is not None and step.shape != (t,):
+            raise TraceError(
+                f"step has shape {step.shape}, expected [{t}]", where=self.source
+            )
+        if self._window_mode is None:
+            self._start_windows(step is not None and bool((step >= 0).all()))
+        if self._window_mode == "step" and (step is None or (step < 0).any()):
+            raise TraceError(
+                "tokens without a step after tokens with one", where=self.source,
+                hint="give every token a step (or none), or pass window_tokens",
+            )
+        glob = self._num_tokens + np.arange(t)
+        self._num_tokens += t
+        wkey = step if self._window_mode == "step" and step is not None else glob
+        self._fit_windows(int(wkey.min()), int(wkey.max()))
+        tok_win = self._window_of(wkey)
+        counted = present.any(axis=1)
+        self._tokens_w += np.bincount(tok_win[counted], minlength=self._w_count)
+        self.skip("token with no expert in any layer", int((~counted).sum()))
+        w_rows = np.repeat(tok_win, lid.size)
+        r_rows = np.tile(rows, t)
+        flat = experts.reshape(-1, k)
+        keep_rows = present.ravel()
+        if not keep_rows.all():
+            flat, w_rows, r_rows = flat[keep_rows], w_rows[keep_rows], r_rows[keep_rows]
+        self._add_load(w_rows, r_rows, flat)
+        if self.options.coact:
+            self._add_coact(r_rows, flat)
+            if lid.size > 1:
+                self._add_token_affinity(experts, lid)
+        self._track_token_runs(experts, rows, lid, token_offset, array)
+        self.rows_read += int(present.sum())
+        if self._keep is not None:
+            tok_idx = np.repeat(glob, lid.size)[keep_rows]
+            self._keep.tokens.append(tok_idx)
+            self._keep.layers.append(np.tile(lid, t)[keep_rows])
+            self._keep.experts.append(flat)
+            self._keep.weights.append(
+                None if weights is None
+                else np.asarray(weights, dtype=np.float32).reshape(-1, k)[keep_rows]
+            )
+            self._keep.step.append(step if step is not None else np.full(t, -1, np.int64))
+            rank = np.full(t, -1, np.int64) if chunk.rank is None else np.asarray(chunk.rank)
+            self._keep.rank.append(rank.astype(np.int64))
+
+    # -- aggregated statistics ------------------------------------------------------
+    def add_aggregate(
+        self,
+        load: np.ndarray,
+        *,
+        layer_ids: np.ndarray | None = None,
+        coact: np.ndarray | None = None,
+        window_starts: np.ndarray | None = None,
+        where: str | None = None,
+    ) -> None:
+        """Accumulate an aggregated load ``[windows, layers, experts]`` (summed over files).
+
+        ``coact``: ``[layers, experts, experts]`` symmetric pair counts, or None.
+        """
+        where = where or self.source
+        self._begin_kind("aggregate")
+        w, nl, e = load.shape
+        lid = np.arange(nl, dtype=np.int64) if layer_ids is None else layer_ids
+        if self._layer_filter is not None:
+            missing = [i for i in self._layer_filter.tolist() if i not in set(lid.tolist())]
+            if missing:
+                raise UsageError(
+                    f"layer {missing[0]} is not in {where}",
+                    where="--layers",
+                    hint=f"layers present: {_ranges(lid)}",
+                )
+            cols = np.isin(lid, self._layer_filter)
+            self.skip("layer not selected", int(w * (~cols).sum()))
+            load, lid = load[:, cols], lid[cols]
+            coact = None if coact is None else coact[cols]
+            nl = lid.size
+        if self._num_experts is not None and e != self._num_experts:
+            raise TraceError(
+                f"load has {e} experts but num_experts is {self._num_experts}"
+                f" ({self._experts_from})",
+                where=where,
+            )
+        if self._load.size == 0 and not self._layer_ids:
+            self._layer_ids = [int(i) for i in lid]
+            self._load = load.astype(np.int64)
+            self._num_e = e
+            self._agg_coact = None if coact is None else coact.astype(np.int64)
+            self._agg_has_coact = coact is not None
+            self._agg_window_starts = window_starts
+        else:
+            if self._layer_ids != [int(i) for i in lid] or self._load.shape != (w, nl, e):
+                raise TraceError(
+                    f"load [{w}, {nl}, {e}] with layers {_ranges(lid)} does not match the first"
+                    f" input's [{', '.join(map(str, self._load.shape))}] with layers"
+                    f" {_ranges(np.asarray(self._layer_ids))}",
+                    where=where,
+                    hint="aggregated files read together are summed: same windows, layers,"
+                    " experts",
+                )
+            self._load = self._load + load
+            if coact is None or self._agg_coact is None:
+                self._agg_has_coact = False
+                self._agg_coact = None
+            else:
+                self._agg_coact = self._agg_coact + coact
+        self.rows_read += w * nl
+
+    # -- result -------------------------------------------------------------------
+    def result(self) -> RoutingData:
+        """The statistics (and per-token trace with ``keep_tokens``) read so far."""
+        if self._kind is None or (self._kind == "tokens" and self.rows_read == 0):
+            skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items()))
+            raise TraceError(
+                "no routing rows" + (f" (skipped: {skipped})" if skipped else ""),
+                where=", ".join(self.sources) or None,
+                hint="a routing row needs 'layer' and 'experts'; check --layers and the format",
+            )
+        if self._kind == "aggregate":
+            return self._result_aggregate()
+        return self._result_tokens()
+
+    # -- internals: bookkeeping ------------------------------------------------------
+    def _begin_kind(self, kind: str) -> None:
+        if self._kind is None:
+            self._kind = kind
+        elif self._kind != kind:
+            raise UsageError(
+                "per-token traces and aggregated load files cannot be read together",
+                where=self.source,
+                hint="read them separately",
+            )
+
+    def _filter_layers(self, layer: np.ndarray) -> np.ndarray | None:
+        if self._layer_filter is None:
+            return None
+        keep = np.isin(layer, self._layer_filter)
+        if keep.all():
+            return None
+        self.skip("layer not selected", int((~keep).sum()))
+        return keep
+
+    def _words(self) -> int:
+        return max(1, -(-len(self._layer_ids) // _WORD_BITS))
+
+    def _check_experts(
+        self,
+        experts: np.ndarray,
+        where: Callable[[int], str],
+        layer: np.ndarray,
+        *,
+        where_flat: Callable[[int], str] | None = None,
+    ) -> np.ndarray:
+        """Validate ``[rows, k]`` expert ids and layer ids; grow the expert capacity."""
+        if experts.ndim != 2 or experts.shape[1] == 0:
+            raise TraceError("routing rows need at least one expert", where=where(0))
+        k = experts.shape[1]
+        if not np.issubdtype(experts.dtype, np.integer):
+            raise TraceError(f"expert ids must be integers, got {experts.dtype}", where=where(0))
+        experts = experts.astype(np.int64, copy=False)
+        if self._k is None:
+            self._k = k
+            if self._top_k is not None and k < self._top_k:
+                raise TraceError(
+                    f"row has {k} experts but top_k is {self._top_k} ({self._top_k_from})",
+                    where=where(0),
+                    hint="each row lists top_k experts (-1 where none)",
+                )
+            self._resize(num_e=self._num_e)
+        elif k != self._k:
+            raise TraceError(
+                f"row has {k} experts but earlier rows have {self._k}",
+                where=where(0),
+                hint="all rows must select the same number of experts (top_k); pad with -1",
+            )
+        lo = int(layer.min())
+        if lo < 0 or int(layer.max()) > constants.MAX_LAYER_ID:
+            i = int(np.flatnonzero((layer < 0) | (layer > constants.MAX_LAYER_ID))[0])
+            raise TraceError(
+                f"layer {int(layer[i])} is out of range [0, {constants.MAX_LAYER_ID}]",
+                where=where(i),
+                hint="layer is the model's absolute layer index, from 0",
+            )
+        wf = where_flat or (lambda i: where(i // k))
+        mn = int(experts.min())
+        if mn < -1:
+            i = int(np.argmin(experts.ravel()))
+            raise TraceError(
+                f"expert id {mn} is negative",
+                where=wf(i),
+                hint="expert ids are 0..num_experts-1; -1 marks no expert",
+            )
+        mx = int(experts.max())
+        if self._num_experts is not None and mx >= self._num_experts:
+            i = int(np.flatnonzero(experts.ravel() >= self._num_experts)[0])
+            raise TraceError(
+                f"expert id {int(experts.ravel()[i])} is out of range [0, {self._num_experts})",
+                where=wf(i),
+                hint=f"num_experts is {self._num_experts} ({self._experts_from}); check the"
+                " model, or pass num_experts= (--num-experts)",
+            )
+        if mx > constants.MAX_EXPERTS - 1:
+            i = int(np.argmax(experts.ravel()))
+            raise TraceError(
+                f"expert id {mx} is more than placer handles ({constants.MAX_EXPERTS} experts)",
+                where=wf(i),
+            )
+        if k > 1:
+            srt = np.sort(experts, axis=1)
+            dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+            if dup.any():
+                r = int(np.flatnonzero(dup.any(axis=1))[0])
+                e = int(srt[r, 1:][dup[r]][0])
+                raise TraceError(
+                    f"expert {e} appears twice in one token's top-k {experts[r].tolist()}",
+                    where=where(r),
+                    hint="a token selects distinct experts in a layer",
+                )
+        valid = (experts >= 0).sum(axis=1)
+        most = int(valid.max())
+        if self._top_k is not None and most > self._top_k:
+            r = int(np.argmax(valid))
+            raise TraceError(
+                f"row selects {most} experts but top_k is {self._top_k} ({self._top_k_from})",
+                where=where(r),
+                hint="pass the model's top_k (--top-k), or fix the header",
+            )
+        self._max_valid = max(self._max_valid, most)
+        if mx > self._max_expert:
+            self._max_expert = mx
+            if mx >= self._num_e:
+                self._resize(num_e=mx + 1)
+        return experts
+
+    def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
+        """Accumulator row of each absolute layer id, adding new layers."""
+        top = int(layer.max())
+        if top >= self._row_of_layer.size:
+            self._row_of_layer = _grow(self._row_of_layer, (top + 1,), -1)
+        rows = self._row_of_layer[layer]
+        if (rows < 0).any():
+            for lid in np.unique(layer[rows < 0]).tolist():
+                self._row_of_layer[lid] = len(self._layer_ids)
+                self._layer_ids.append(int(lid))
+            self._resize(num_layers=len(self._layer_ids))
+            rows = self._row_of_layer[layer]
+        return rows
+
+    def _resize(self, *, num_e: int | None = None, num_layers: int | None = None) -> None:
+        e = self._num_e if num_e is None else num_e
+        nl = len(self._layer_ids) if num_layers is None else num_layers
+        self._num_e = e
+        w = self._w_count
+        self._load = _grow(self._load, (w, nl, e))
+        if self.options.coact:
+            self._coact = _grow(self._coact, (nl, e, e))
+            self._aff = _grow(self._aff, (self._aff.shape[0], e, e))
+        k = self._k or 1
+        self._run_last = _grow(self._run_last, (nl, k), -2)
+        self._run_len = _grow(self._run_len, (nl,))
+
+    # -- internals: tokens ---------------------------------------------------------
+    def _token_keys(self, chunk: RowChunk, rows: np.ndarray) -> np.ndarray:
+        """A 64-bit key per row: request << 32 | token id, or order-based ids."""
+        req = chunk.request.astype(np.int64)
+        tok = chunk.token.astype(np.int64)
+        if (tok >= 1 << 31).any():
+            i = int(np.flatnonzero(tok >= 1 << 31)[0])
+            raise TraceError(
+                f"token id {int(tok[i])} is out of range [0, 2^31)",
+                where=f"{self.source}:{int(chunk.lines[i])}",
+            )
+        missing = tok < 0
+        if missing.any():
+            # the n-th row of a layer (within a request) is the n-th token
+            idx = np.flatnonzero(missing)
+            group = (req[idx] << 20) | chunk.layer[idx]
+            uniq, inv = np.unique(group, return_inverse=True)
+            order = np.argsort(inv, kind="stable")
+            counts = np.bincount(inv, minlength=uniq.size)
+            starts = np.cumsum(counts) - counts
+            rank_in = np.empty(idx.size, dtype=np.int64)
+            rank_in[order] = np.arange(idx.size) - np.repeat(starts, counts)
+            base = np.array([self._order_count.get(int(g), 0) for g in uniq], dtype=np.int64)
+            for g, b, c in zip(uniq.tolist(), base.tolist(), counts.tolist(), strict=True):
+                self._order_count[g] = b + c
+            tok = tok.copy()
+            tok[idx] = (base[inv.ravel()] + rank_in) | (1 << 31)
+        return (req << 32) | tok
+
+    def _token_label(self, chunk: RowChunk, i: int) -> str:
+        req = self._request_labels[int(chunk.request[i])]
+        tok = int(chunk.token[i])
+        parts = []
+        if req is not None:
+            parts.append(f"request {req}")
+        parts.append(f"token {tok}" if tok >= 0 else "(no token id)")
+        return "(" + ", ".join(parts) + ")"
+
+    def _check_duplicates(
+        self,
+        chunk: RowChunk,
+        local: np.ndarray,
+        rows: np.ndarray,
+        where: Callable[[int], str],
+    ) -> None:
+        """A token has at most one row per layer; mark the rows seen."""
+        table = self._table
+        words = table.seen.shape[1]
+        word, bit = rows // _WORD_BITS, (rows % _WORD_BITS).astype(np.uint64)
+        mask = np.left_shift(np.uint64(1), bit)
+        code = local * (words * _WORD_BITS) + rows
+        order = np.argsort(code, kind="stable")
+        sc = code[order]
+        dup_in = np.flatnonzero(sc[1:] == sc[:-1])
+        before = (table.seen[local, word] & mask) != 0
+        if dup_in.size or before.any():
+            cands = []
+            if dup_in.size:
+                cands.append(int(order[dup_in[0] + 1]))
+            if before.any():
+                cands.append(int(np.flatnonzero(before)[0]))
+            i = min(cands)
+            raise TraceError(
+                f"token {self._token_label(chunk, i)} has a second row for layer"
+                f" {int(chunk.layer[i])}",
+                where=where(i),
+                hint="token ids must be unique within a request (and file); drop the token"
+                " field to number tokens by row order",
+            )
+        np.bitwise_or.at(table.seen, (local, word), mask)
+
+    # -- internals: windows --------------------------------------------------------
+    def _start_windows(self, has_step: bool) -> None:
+        if self.options.window_tokens is not None:
+            self._window_mode, self._w_width = "fixed", self.options.window_tokens
+        elif has_step:
+            self._window_mode = "step"
+        else:
+            self._window_mode = "order"
+
+    def _fit_windows(self, kmin: int, kmax: int) -> None:
+        """Grow (and merge pairwise) the windows so keys ``kmin..kmax`` have one."""
+        if not self._w_started:
+            self._w_started = True
+            self._w_base = kmin if self._window_mode == "step" else 0
+        base, width, count = self._w_base, self._w_width, self._w_count
+        while True:
+            pre = -(-(base - kmin) // width) if kmin < base else 0
+            need = max(count, (kmax - base) // width + 1) + pre
+            if need <= constants.MAX_WINDOWS:
+                break
+            if self._w_merged_from is None:
+                self._w_merged_from = width
+            self._load = _merge_pairs(self._load)
+            self._tokens_w = _merge_pairs(self._tokens_w)
+            count = -(-count // 2)
+            width *= 2
+        if pre:
+            self._load = np.concatenate(
+                [np.zeros((pre, *self._load.shape[1:]), np.int64), self._load]
+            )
+            self._tokens_w = np.concatenate([np.zeros(pre, np.int64), self._tokens_w])
+            base -= pre * width
+            count += pre
+        if need > count:
+            self._load = _grow(self._load, (need, *self._load.shape[1:]))
+            self._tokens_w = _grow(self._tokens_w, (need,))
+            count = need
+        self._w_base, self._w_width, self._w_count = base, width, count
+
+    def _window_of(self, keys: np.ndarray) -> np.ndarray:
+        return (keys - self._w_base) // self._w_width
+
+    # -- internals: statistics ------------------------------------------------------
+    def _add_load(self, win: np.ndarray, rows: np.ndarray, experts: np.ndarray) -> None:
+        w, nl, e = self._load.shape
+        base = (win * nl + rows) * e
+        codes = base[:, None] + experts
+        codes = codes[experts >= 0] if (experts < 0).any() else codes.ravel()
+        self._load += np.bincount(codes, minlength=w * nl * e).reshape(w, nl, e)
+
+    def _add_coact(self, rows: np.ndarray, experts: np.ndarray) -> None:
+        k = experts.shape[1]
+        if k < 2:
+            return
+        nl, e, _ = self._coact.shape
+        iu, ju = np.triu_indices(k, 1)
+        for s in _blocks(rows.size, iu.size, nl * e * e):
+            # sorted ids make every pair (a, b) have a < b: the upper triangle
+            srt = np.sort(experts[s], axis=1)
+            a, b = srt[:, iu], srt[:, ju]
+            codes = (rows[s, None] * e + a) * e + b
+            if srt[:, 0].min() < 0:
+                codes = codes[a >= 0]
+            self._coact += np.bincount(codes.ravel(), minlength=nl * e * e).reshape(nl, e, e)
+
+    def _pair_index(self, a: int, b: int) -> int:
+        p = self._aff_pairs.get((a, b))
+        if p is None:
+            p = len(self._aff_pairs)
+            self._aff_pairs[(a, b)] = p
+            e = self._num_e
+            self._aff = _grow(self._aff, (p + 1, e, e))
+        return p
+
+    def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
+        """Affinity counts for rows ``(pair index, experts in a [n, k], experts in b [n, k])``."""
+        if pidx.size == 0:
+            return
+        p, e, _ = self._aff.shape
+        for s in _blocks(pidx.size, ea.shape[1] * eb.shape[1], p * e * e):
+            pa, xa, xb = pidx[s], ea[s], eb[s]
+            codes = ((pa[:, None, None] * e + xa[:, :, None]) * e) + xb[:, None, :]
+            if xa.min() < 0 or xb.min() < 0:
+                ok = (xa[:, :, None] >= 0) & (xb[:, None, :] >= 0)
+                codes = codes[ok]
+            self._aff += np.bincount(codes.ravel(), minlength=p * e * e).reshape(p, e, e)
+
+    def _add_token_affinity(self, experts: np.ndarray, lid: np.ndarray) -> None:
+        t, nl, k = experts.shape
+        pidx_cols = np.array(
+            [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(nl - 1)],
+            dtype=np.int64,
+        )
+        ea = experts[:, :-1, :].reshape(-1, k)
+        eb = experts[:, 1:, :].reshape(-1, k)
+        pidx = np.tile(pidx_cols, t)
+        self._add_pairs(pidx, ea, eb)
+
+    def _add_row_affinity(self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray) -> None:
+        """Pairs between each token's consecutive observed layers (ascending layer ids)."""
+        table = self._table
+        order = np.lexsort((layer, local))
+        lo, ly, ex = local[order], layer[order], experts[order]
+        same = lo[1:] == lo[:-1]
+        first = np.ones(lo.size, dtype=bool)
+        first[1:] = ~same
+        # pairs inside the chunk
+        ia = np.flatnonzero(same)
+        a_layer, b_layer = ly[ia], ly[ia + 1]
+        a_exp, b_exp = ex[ia], ex[ia + 1]
+        # pairs with the token's last row from earlier chunks
+        jf = np.flatnonzero(first)
+        prev_layer = table.last_layer[lo[jf]]
+        carry = (prev_layer >= 0) & (prev_layer < ly[jf])
+        jc = jf[carry]
+        a_layer = np.concatenate([prev_layer[carry], a_layer])
+        b_layer = np.concatenate([ly[jc], b_layer])
+        a_exp = np.concatenate([table.last_experts[lo[jc]], a_exp])
+        b_exp = np.concatenate([ex[jc], b_exp])
+        if a_layer.size:
+            pk = (a_layer << 20) | b_layer
+            uniq, inv = np.unique(pk, return_inverse=True)
+            pmap = np.array(
+                [self._pair_index(int(u >> 20), int(u & 0xFFFFF)) for u in uniq], dtype=np.int64
+            )
+            self._add_pairs(pmap[inv.ravel()], a_exp, b_exp)
+        # remember each token's last (highest) row
+        last = np.ones(lo.size, dtype=bool)
+        last[:-1] = ~same
+        jl = np.flatnonzero(last)
+        upd = ly[jl] > table.last_layer[lo[jl]]
+        table.last_layer[lo[jl][upd]] = ly[jl][upd]
+        table.last_experts[lo[jl][upd]] = ex[jl][upd]
+
+    def _track_runs(
+        self, rows: np.ndarray, experts: np.ndarray, where: Callable[[int], str]
+    ) -> None:
+        """Longest run of identical consecutive rows within one layer (warm-up passes)."""
+        order = np.argsort(rows, kind="stable")
+        r, ex = rows[order], experts[order]
+        prev = np.empty_like(ex)
+        prev[1:] = ex[:-1]
+        grp_first = np.ones(r.size, dtype=bool)
+        grp_first[1:] = r[1:] != r[:-1]
+        prev[grp_first] = self._run_last[r[grp_first]]
+        eq = (ex == prev).all(axis=1)
+        # run length of identical rows ending at each position
+        idx = np.arange(r.size)
+        reset = np.where(~eq | grp_first, idx, -1)
+        start = np.maximum.accumulate(reset)
+        carry = np.where(eq[start] & grp_first[start], self._run_len[r[start]], 0)
+        run = idx - start + 1 + carry
+        run[~eq] = 1
+        last = np.ones(r.size, dtype=bool)
+        last[:-1] = r[1:] != r[:-1]
+        self._run_last[r[last]] = ex[last]
+        self._run_len[r[last]] = run[last]
+        best = int(np.argmax(run))
+        if run[best] > self._run_best[0]:
+            self._run_best = (
+                int(run[best]),
+                self._layer_ids[int(r[best])],
+                where(int(order[best])),
+            )
+
+    def _track_token_runs(
+        self, experts: np.ndarray, rows: np.ndarray, lid: np.ndarray, offset: int, array: str
+    ) -> None:
+        t, nl, k = experts.shape
+        flat_rows = np.tile(rows, t)
+        flat = experts.reshape(-1, k)
+
+        def where(i: int) -> str:
+            return f"{self.source}: {array}[{offset + i // nl}, {i % nl}]"
+
+        self._track_runs(flat_rows, flat, where)
+
+    # -- internals: results --------------------------------------------------------
+    def _finish_meta(self) -> tuple[int, int]:
+        num_e = self._num_experts if self._num_experts is not None else self._max_expert + 1
+        top_k = self._top_k if self._top_k is not None else self._max_valid
+        return num_e, top_k
+
+    def _warnings(self, load: np.ndarray, layer_ids: np.ndarray) -> list[str]:
+        out = list(self.notes)
+        if self.synthetic:
+            out.append("the trace declares itself synthetic (synthetic: true): its statistics"
+                       " are not measured routing")
+        rows, layer, where = self._run_best
+        if rows >= constants.WARMUP_RUN_ROWS:
+            out.append(
+                f"{rows} identical consecutive routing rows for layer {layer} (ending at"
+                f" {where}): this looks like a profiling or warm-up pass"
+            )
+        total = load.sum(axis=0)
+        zero = np.argwhere(total == 0)
+        if zero.size:
+            show = ", ".join(f"layer {int(layer_ids[a])} expert {int(b)}" for a, b in zero[:5])
+            more = f" and {len(zero) - 5} more" if len(zero) > 5 else ""
+            out.append(
+                f"{len(zero)} of {total.size} (layer, expert) pairs were never routed to:"
+                f" {show}{more}"
+            )
+        if (
+            self._num_layers_declared is not None
+            and self._kind == "tokens"
+            and self._num_layers_declared != layer_ids.size
+            and self._layer_filter is None
+        ):
+            out.append(
+                f"the header declares {self._num_layers_declared} layers but rows name"
+                f" {layer_ids.size} ({_ranges(layer_ids)})"
+            )
+        if self._w_merged_from is not None and self._window_mode == "fixed":
+            out.append(
+                f"window_tokens={self._w_merged_from} gave more than {constants.MAX_WINDOWS}"
+                f" windows; merged pairwise into windows of {self._w_width} tokens"
+            )
+        return out
+
+    def _provenance(self) -> Provenance:
+        return Provenance(
+            sources=tuple(self.sources),
+            format="+".join(self.formats),
+            rows_read=self.rows_read,
+            rows_skipped=tuple(sorted(self.skipped.items())),
+            synthetic=self.synthetic,
+            model=self.model,
+        )
+
+    def _check_selected_layers(self, layer_ids: np.ndarray) -> None:
+        if self._layer_filter is None:
+            return
+        missing = sorted(set(self._layer_filter.tolist()) - set(layer_ids.tolist()))
+        if missing:
+            raise UsageError(
+                f"layer {missing[0]} has no rows in the trace",
+                where="--layers",
+                hint=f"layers present: {_ranges(layer_ids)}",
+            )
+
+    def _result_tokens(self) -> RoutingData:
+        num_e, top_k = self._finish_meta()
+        lid = np.asarray(self._layer_ids, dtype=np.int64)
+        order = np.argsort(lid)
+        layer_ids = lid[order]
+        self._check_selected_layers(layer_ids)
+        load = self._load[:, order, :num_e]
+        coact = aff = None
+        if self.options.coact:
+            up = self._coact[order][:, :num_e, :num_e]
+            coact = up + up.transpose(0, 2, 1)
+            if layer_ids.size > 1:
+                aff = np.zeros((layer_ids.size - 1, num_e, num_e), dtype=np.int64)
+                for r in range(layer_ids.size - 1):
+                    p = self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
+                    if p is not None:
+                        aff[r] = self._aff[p, :num_e, :num_e]
+        starts = self._w_base + np.arange(self._w_count, dtype=np.int64) * self._w_width
+        warn = self._warnings(load, layer_ids)
+        stats = ExpertStats(
+            load=load,
+            tokens=self._tokens_w.copy(),
+            layer_ids=layer_ids,
+            top_k=top_k,
+            coact=coact,
+            layer_affinity=aff,
+            window_starts=starts,
+            provenance=self._provenance(),
+            warnings=tuple(warn),
+        )
+        _emit(warn)
+        trace = self._build_trace(layer_ids) if self._keep is not None else None
+        return RoutingData(stats=stats, trace=trace)
+
+    def _build_trace(self, layer_ids: np.ndarray) -> RoutingTrace:
+        keep = self._keep
+        assert keep is not None
+        k = self._k or 1
+        t = self._num_tokens
+        topk = np.full((t, layer_ids.size, k), -1, dtype=np.int32)
+        have_w = bool(keep.weights) and all(w is not None for w in keep.weights)
+        weights = np.zeros((t, layer_ids.size, k), dtype=np.float32) if have_w else None
+        for i, (tok, lay, ex) in enumerate(zip(keep.tokens, keep.layers, keep.experts,
+                                               strict=True)):
+            col = np.searchsorted(layer_ids, lay)
+            topk[tok, col] = ex
+            if weights is not None:
+                w = keep.weights[i]
+                assert w is not None
+                weights[tok, col] = w
+        step = np.concatenate(keep.step) if keep.step else np.zeros(0, np.int64)
+        rank = np.concatenate(keep.rank) if keep.rank else np.zeros(0, np.int64)
+        return RoutingTrace(
+            topk_ids=topk,
+            layer_ids=layer_ids.copy(),
+            step=step.astype(np.int64),
+            rank=rank.astype(np.int64),
+            topk_weights=weights,
+        )
+
+    def _result_aggregate(self) -> RoutingData:
+        load = self._load
+        w, nl, _ = load.shape
+        lid = np.asarray(self._layer_ids, dtype=np.int64)
+        order = np.argsort(lid)
+        load, lid = load[:, order], lid[order]
+        coact = None if self._agg_coact is None else self._agg_coact[order]
+        top_k = self._top_k
+        if top_k is None:
+            top_k = _top_k_from_coact(load.sum(axis=0), coact)
+            if top_k is None:
+                raise TraceError(
+                    "top_k is unknown: the file does not give it and co-activation cannot"
+                    " tell it",
+                    where=", ".join(self.sources),
+                    hint="pass top_k= (--top-k), or add a top_k entry to the file",
+                )
+            self.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
+        tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
+        starts = (
+            np.arange(w, dtype=np.int64)
+            if self._agg_window_starts is None
+            else np.asarray(self._agg_window_starts, dtype=np.int64)
+        )
+        warn = self._warnings(load, lid)
+        stats = ExpertStats(
+            load=load,
+            tokens=tokens,
+            layer_ids=lid,
+            top_k=top_k,
+            coact=coact,
+            layer_affinity=None,
+            window_starts=starts,
+            provenance=self._provenance(),
+            warnings=tuple(warn),
+        )
+        _emit(warn)
+        return RoutingData(stats=stats, trace=None)
+
+
+def _top_k_from_coact(load: np.ndarray, coact: np.ndarray | None) -> int | None:
+    """k when co-activation is complete: each row sums to ``(k - 1) x load``."""
+    if coact is None:
+        return None
+    rows = coact.sum(axis=2)
+    used = load > 0
+    if not used.any():
+        return None
+    ratio = rows[used] / load[used]
+    k1 = round(float(ratio[0]))
+    if np.all(rows[used] == k1 * load[used]):
+        return k1 + 1
+    return None
+
+
+def _blocks(rows: int, per_row: int, bins: int) -> list[slice]:
+    """Row blocks for bincounts: about ``max(bins, BINCOUNT_BLOCK)`` codes per call.
+
+    Fewer codes than bins per call would spend the time on allocating and adding the
+    ``bins``-long result; many more would hold large temporaries.
+    """
+    size = max(1, max(bins, constants.BINCOUNT_BLOCK) // max(per_row, 1))
+    return [slice(s, s + size) for s in range(0, rows, size)]
+
+
+def _take_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
+    def sel(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[keep]
+
+    return RowChunk(
+        layer=chunk.layer[keep],
+        experts=chunk.experts[keep],
+        request=chunk.request[keep],
+        token=chunk.token[keep],
+        lines=chunk.lines[keep],
+        step=sel(chunk.step),
+        rank=sel(chunk.rank),
+        weights=sel(chunk.weights),
+    )
+
+
+def _positive_int(value: Any, name: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < 1:
+        raise TraceError(f"{name} must be a positive integer, got {value!r}", where=where)
+    return int(value)
+
+
+def _emit(messages: list[str]) -> None:
+    for m in messages:
+        warnings.warn(m, TraceWarning, stacklevel=4)
+
+
+def _ranges(ids: np.ndarray) -> str:
+    from placer.stats import _ranges as ranges
+
+    return ranges(np.asarray(ids))
+
+
+def window_count_for(num_keys: int, width: int = 1) -> tuple[int, int]:
+    """Windows and width that ``num_keys`` consecutive keys end with (pairwise merging)."""
+    count = -(-num_keys // width)
+    while count > constants.MAX_WINDOWS:
+        width *= 2
+        count = -(-num_keys // width)
+    return count, width
+

@@ -1,0 +1,552 @@
+"""Canonical per-token JSONL traces (``.jsonl``, ``.jsonl.gz``): reader and writer.
+
+One JSON object per line and per (token, layer)::
+
+    {"format": "placer-trace", "version": 1, "model": "m", "num_layers": 2,
+     "num_experts": 8, "top_k": 2, "synthetic": false}
+    {"request": "r17", "step": 42, "token": 3, "layer": 5, "experts": [4, 1],
+     "weights": [0.7, 0.3], "rank": 2}
+
+(each object on one line).
+
+Only ``layer`` and ``experts`` are required.  Field aliases (:data:`ALIASES`) cover the
+logs engines and patched engines write.  Objects with a ``type`` other than ``"route"``
+(``{"type": "meta"}``) are skipped and counted; blank lines too.
+
+Token identity: rows with a ``token`` id belong to token ``(file, request, token)``;
+rows without one are numbered by order: the n-th row of a layer (within a request) is
+the n-th token.
+
+Parsing is vectorized (:mod:`placer.traces.jsonl_fast` idea, here in ``_FastPath``):
+lines that have the same keys in the same order as the block's first routing row, with
+one plain token per value, are cut into numbers with numpy; every other line goes
+through ``json.loads``.  Both give the same rows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from placer import constants
+from placer.errors import TraceError, UsageError
+from placer.traces.accumulate import Accumulator, RowChunk, TokenChunk
+from placer.traces.registry import register_format
+
+__all__ = ["ALIASES", "HEADER_FORMAT", "write_jsonl_trace"]
+
+#: ``format`` value of the header object.
+HEADER_FORMAT = "placer-trace"
+HEADER_VERSION = 1
+
+#: Canonical field -> accepted names, first match wins.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "layer": ("layer",),
+    "experts": ("experts", "topk_ids"),
+    "weights": ("weights", "topk_weights", "gating_probs"),
+    "token": ("token", "token_idx", "token_pos"),
+    "request": ("request", "req_id", "problem_id"),
+    "step": ("step", "forward_step", "iteration"),
+    "rank": ("rank", "source_rank", "dp_rank"),
+}
+
+#: Bytes read per block (about CHUNK_ROWS rows of a typical trace).
+BLOCK_BYTES = constants.CHUNK_ROWS * 96
+
+_ROUTE_TYPES = ("route",)
+
+
+def _sniff(path: Path, head: bytes) -> bool:
+    for raw in head.split(b"\n")[:20]:
+        line = raw.strip()
+        if not line:
+            continue
+        if not line.startswith(b"{"):
+            return False
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            # a truncated last line of the head, or a broken line the reader will report
+            return b'"layer"' in line
+        if not isinstance(obj, dict):
+            return False
+        if obj.get("format") == HEADER_FORMAT or "layer" in obj:
+            return True
+        if "type" in obj:
+            continue
+        return False
+    return False
+
+
+def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
+    """(stream of decompressed bytes, raw file for progress)."""
+    raw: IO[bytes] = open(path, "rb")  # noqa: SIM115  (closed by the caller)
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        return stream, raw
+    return raw, raw
+
+
+def _blocks(stream: IO[bytes], size: int) -> Iterator[bytes]:
+    """Blocks of whole lines (the last one may lack its newline)."""
+    rest = b""
+    while True:
+        try:
+            data = stream.read(size)
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise TraceError(
+                f"cannot read the file ({e})", hint="is the gzip file complete?"
+            ) from None
+        if not data:
+            if rest:
+                yield rest
+            return
+        data = rest + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            rest = data
+            continue
+        rest = data[cut + 1 :]
+        yield data[: cut + 1]
+
+
+class _Columns:
+    """Row columns being built from one block of lines."""
+
+    def __init__(self) -> None:
+        self.layer: list[int] = []
+        self.experts: list[list[int]] = []
+        self.weights: list[Any] = []
+        self.token: list[int] = []
+        self.request: list[int] = []
+        self.step: list[int] = []
+        self.rank: list[int] = []
+        self.lines: list[int] = []
+        self.has_weights = True
+        self.has_step = False
+        self.has_rank = False
+
+
+class _Reader:
+    """Reads one JSONL file into an accumulator."""
+
+    def __init__(self, path: Path, acc: Accumulator) -> None:
+        self.path = path
+        self.acc = acc
+        self.header_seen = False
+        self.first_object = True
+        self.k: int | None = None
+        self.request_ids: dict[Any, int] = {}
+        self.no_request = acc.request_id(None)
+
+    def where(self, line: int) -> str:
+        return f"{self.path}:{line}"
+
+    def run(self) -> None:
+        stream, raw = _open(self.path)
+        line_no = 0
+        pos = 0
+        any_content = False
+        with raw:
+            for block in _blocks(stream, BLOCK_BYTES):
+                lines = block.split(b"\n")
+                if lines and lines[-1] == b"":
+                    lines.pop()
+                any_content = any_content or bool(block.strip())
+                self._block(lines, line_no)
+                line_no += len(lines)
+                now = raw.tell()
+                self.acc.advance(now - pos)
+                pos = now
+        if not any_content:
+            raise TraceError(
+                "the file is empty",
+                where=str(self.path),
+                hint="a trace needs at least one routing row",
+            )
+
+    # -- one block ---------------------------------------------------------------------
+    def _block(self, lines: list[bytes], first_line: int) -> None:
+        cols = _Columns()
+        for i, line in enumerate(lines):
+            self._line(line, first_line + i + 1, cols)
+        self._flush(cols)
+
+    def _line(self, line: bytes, line_no: int, cols: _Columns) -> None:
+        if not line.strip():
+            self.acc.skip("blank line")
+            return
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            msg = getattr(e, "msg", str(e))
+            col = getattr(e, "colno", None)
+            raise TraceError(
+                f"malformed JSON ({msg}" + (f" at column {col})" if col else ")"),
+                where=self.where(line_no),
+                hint="each line must be one JSON object",
+            ) from None
+        if not isinstance(obj, dict):
+            raise TraceError(
+                f"expected a JSON object, got {type(obj).__name__}",
+                where=self.where(line_no),
+                hint="each line must be one JSON object: {\"layer\": ..., \"experts\": [...]}",
+            )
+        first = self.first_object
+        self.first_object = False
+        if obj.get("format") == HEADER_FORMAT:
+            self._header(obj, line_no, first)
+            return
+        kind = obj.get("type")
+        if kind is not None and kind not in _ROUTE_TYPES:
+            self.acc.skip(f"type={kind}")
+            return
+        self._row(obj, line_no, cols)
+
+    def _header(self, obj: dict[str, Any], line_no: int, first: bool) -> None:
+        version = obj.get("version", HEADER_VERSION)
+        if version != HEADER_VERSION:
+            raise TraceError(
+                f"unsupported {HEADER_FORMAT} version {version!r}",
+                where=self.where(line_no),
+                hint=f"this placer reads version {HEADER_VERSION}",
+            )
+        if not first:
+            self.acc.skip("header")
+        self.acc.declare(
+            where=self.where(line_no),
+            num_experts=obj.get("num_experts"),
+            top_k=obj.get("top_k"),
+            num_layers=obj.get("num_layers"),
+            model=obj.get("model"),
+            synthetic=obj.get("synthetic"),
+        )
+
+    def _field(self, obj: dict[str, Any], name: str) -> Any:
+        for alias in ALIASES[name]:
+            if alias in obj:
+                return obj[alias]
+        return None
+
+    def _row(self, obj: dict[str, Any], line_no: int, cols: _Columns) -> None:
+        where = self.where(line_no)
+        layer = obj.get("layer")
+        if layer is None:
+            raise TraceError(
+                "missing field 'layer'",
+                where=where,
+                hint="a routing row needs 'layer' and 'experts' (or 'topk_ids')",
+            )
+        experts = self._field(obj, "experts")
+        if experts is None:
+            raise TraceError(
+                "missing field 'experts' (or 'topk_ids')",
+                where=where,
+                hint="a routing row needs 'layer' and 'experts' (or 'topk_ids')",
+            )
+        if not _is_int(layer):
+            raise TraceError(f"layer must be an integer, got {layer!r}", where=where)
+        if not isinstance(experts, list) or not all(_is_int(e) for e in experts):
+            raise TraceError(
+                f"experts must be a list of integer expert ids, got {experts!r}", where=where
+            )
+        if self.k is None:
+            self.k = len(experts)
+        elif len(experts) != self.k:
+            raise TraceError(
+                f"row has {len(experts)} experts but earlier rows have {self.k}",
+                where=where,
+                hint="all rows must select the same number of experts (top_k); pad with -1",
+            )
+        weights = self._field(obj, "weights")
+        if weights is None:
+            cols.has_weights = False
+        elif (
+            not isinstance(weights, list)
+            or len(weights) != len(experts)
+            or not all(isinstance(w, int | float) and not isinstance(w, bool) for w in weights)
+        ):
+            raise TraceError(
+                f"weights must be a list of {len(experts)} numbers, got {weights!r}", where=where
+            )
+        token = self._field(obj, "token")
+        if token is not None and (not _is_int(token) or token < 0):
+            raise TraceError(f"token must be an integer >= 0, got {token!r}", where=where)
+        step = self._field(obj, "step")
+        if step is not None:
+            if not _is_int(step) or step < 0:
+                raise TraceError(f"step must be an integer >= 0, got {step!r}", where=where)
+            cols.has_step = True
+        rank = self._field(obj, "rank")
+        if rank is not None:
+            if not _is_int(rank) or rank < 0:
+                raise TraceError(f"rank must be an integer >= 0, got {rank!r}", where=where)
+            cols.has_rank = True
+        request = self._field(obj, "request")
+        cols.request.append(self._request(request, where))
+        cols.layer.append(layer)
+        cols.experts.append(experts)
+        cols.weights.append(weights)
+        cols.token.append(-1 if token is None else token)
+        cols.step.append(-1 if step is None else step)
+        cols.rank.append(-1 if rank is None else rank)
+        cols.lines.append(line_no)
+
+    def _request(self, label: Any, where: str) -> int:
+        if label is None:
+            return self.no_request
+        if isinstance(label, bool) or not isinstance(label, int | str):
+            raise TraceError(
+                f"request must be a string or an integer, got {label!r}", where=where
+            )
+        key = str(label)
+        rid = self.request_ids.get(key)
+        if rid is None:
+            rid = self.acc.request_id(key)
+            self.request_ids[key] = rid
+        return rid
+
+    def _flush(self, cols: _Columns) -> None:
+        if not cols.layer:
+            return
+        n = len(cols.layer)
+        k = self.k or 0
+        experts = np.array(cols.experts, dtype=np.int64).reshape(n, k)
+        weights = (
+            np.array(cols.weights, dtype=np.float32).reshape(n, k) if cols.has_weights else None
+        )
+        chunk = RowChunk(
+            layer=np.array(cols.layer, dtype=np.int64),
+            experts=experts,
+            request=np.array(cols.request, dtype=np.int64),
+            token=np.array(cols.token, dtype=np.int64),
+            lines=np.array(cols.lines, dtype=np.int64),
+            step=np.array(cols.step, dtype=np.int64) if cols.has_step else None,
+            rank=np.array(cols.rank, dtype=np.int64) if cols.has_rank else None,
+            weights=weights,
+        )
+        self.acc.add_rows(chunk)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _read(path: Path, acc: Accumulator) -> None:
+    _Reader(path, acc).run()
+
+
+register_format(
+    "jsonl",
+    extensions=(".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"),
+    sniff=_sniff,
+    read=_read,
+    description="per-token JSONL, one object per (token, layer) (optionally gzip)",
+)
+
+
+# -- writer ----------------------------------------------------------------------------
+def iter_token_chunks(
+    topk_ids: np.ndarray | Iterable[TokenChunk | Mapping[str, Any]],
+    *,
+    step: np.ndarray | None = None,
+    rank: np.ndarray | None = None,
+    topk_weights: np.ndarray | None = None,
+    request: np.ndarray | None = None,
+) -> Iterator[TokenChunk]:
+    """Normalize writer input: one array ``[tokens, layers, k]`` or an iterable of chunks.
+
+    Chunks are :class:`~placer.traces.accumulate.TokenChunk` or mappings with the same
+    keys (``topk_ids`` required; ``step``, ``rank``, ``topk_weights``, ``request``).
+    """
+    if isinstance(topk_ids, np.ndarray):
+        yield TokenChunk(
+            topk_ids=topk_ids,
+            step=step,
+            rank=rank,
+            topk_weights=topk_weights,
+            request=request,
+        )
+        return
+    if any(a is not None for a in (step, rank, topk_weights, request)):
+        raise UsageError(
+            "step, rank, topk_weights and request come with the chunks when topk_ids is an"
+            " iterable of chunks"
+        )
+    for c in topk_ids:
+        if isinstance(c, TokenChunk):
+            yield c
+        elif isinstance(c, Mapping):
+            unknown = set(c) - {"topk_ids", "step", "rank", "topk_weights", "request"}
+            if unknown:
+                raise UsageError(f"unknown chunk keys {sorted(unknown)}")
+            yield TokenChunk(
+                topk_ids=np.asarray(c["topk_ids"]),
+                step=c.get("step"),
+                rank=c.get("rank"),
+                topk_weights=c.get("topk_weights"),
+                request=c.get("request"),
+            )
+        else:
+            raise UsageError(
+                f"a chunk must be a TokenChunk or a mapping, got {type(c).__name__}"
+            )
+
+
+def _check_chunk(c: TokenChunk, num_layers: int, k: int | None) -> tuple[int, int]:
+    ids = np.asarray(c.topk_ids)
+    if ids.ndim != 3 or ids.shape[1] != num_layers:
+        raise UsageError(
+            f"topk_ids chunk has shape {ids.shape}, expected [tokens, {num_layers}, k]"
+        )
+    if k is not None and ids.shape[2] != k:
+        raise UsageError(f"topk_ids chunk has k={ids.shape[2]}, earlier chunks {k}")
+    t = ids.shape[0]
+    for name in ("step", "rank", "request"):
+        a = getattr(c, name)
+        if a is not None and np.shape(a) != (t,):
+            raise UsageError(f"{name} chunk has shape {np.shape(a)}, expected [{t}]")
+    if c.topk_weights is not None and np.shape(c.topk_weights) != ids.shape:
+        raise UsageError(
+            f"topk_weights chunk has shape {np.shape(c.topk_weights)}, expected {ids.shape}"
+        )
+    return t, ids.shape[2]
+
+
+def header_object(meta: Mapping[str, Any] | None, *, num_layers: int, top_k: int) -> dict[str, Any]:
+    """The header a writer puts first: format, version, then ``meta`` with defaults."""
+    head: dict[str, Any] = {"format": HEADER_FORMAT, "version": HEADER_VERSION}
+    meta = dict(meta or {})
+    head["model"] = meta.pop("model", None)
+    head["num_layers"] = int(meta.pop("num_layers", num_layers))
+    head["num_experts"] = meta.pop("num_experts", None)
+    head["top_k"] = int(meta.pop("top_k", top_k))
+    head["synthetic"] = bool(meta.pop("synthetic", False))
+    head.update(meta)
+    return {key: _plain(v) for key, v in head.items() if v is not None}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+def write_jsonl_trace(
+    path: str | Path,
+    topk_ids: np.ndarray | Iterable[TokenChunk | Mapping[str, Any]],
+    *,
+    layer_ids: np.ndarray | list[int],
+    step: np.ndarray | None = None,
+    rank: np.ndarray | None = None,
+    topk_weights: np.ndarray | None = None,
+    meta: Mapping[str, Any] | None = None,
+    request: np.ndarray | None = None,
+) -> int:
+    """Write a canonical JSONL trace atomically (gzip when ``path`` ends in ``.gz``).
+
+    Parameters
+    ----------
+    path: output file; written to a temporary file and renamed when complete.
+    topk_ids: ``[tokens, layers, k]`` int expert ids (-1 = none; a token with none in a
+        layer has no row there), or an iterable
+        of :class:`~placer.traces.accumulate.TokenChunk` (or mappings with its keys) for
+        traces too long to hold.
+    layer_ids: ``[layers]`` absolute layer id of each column.
+    step, rank: ``[tokens]`` int forward step and source rank, or None.
+    topk_weights: ``[tokens, layers, k]`` float gate weights, or None.
+    meta: header fields (``model``, ``num_experts``, ``top_k``, ``synthetic``, ...);
+        ``num_layers`` and ``top_k`` default to the arrays' sizes.
+    request: ``[tokens]`` request label of each token; rows then carry ``request`` and
+        ``token`` = position of the token within its request, else ``token`` = index.
+
+    Returns
+    -------
+    Tokens written.
+
+    Rows are token-major (a token's layers, then the next token), keys in the order
+    ``request, step, token, layer, experts, weights, rank``.
+    """
+    from placer.cli.common import atomic_path
+
+    lid = [int(i) for i in np.asarray(layer_ids).ravel()]
+    chunks = iter_token_chunks(
+        topk_ids, step=step, rank=rank, topk_weights=topk_weights, request=request
+    )
+    total = 0
+    k: int | None = None
+    positions: dict[Any, int] = {}
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        raw: IO[bytes] = open(tmp, "wb")  # noqa: SIM115  (closed below)
+        out: IO[bytes] = (
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
+            if path.name.endswith(".gz")
+            else raw
+        )
+        with raw, out:
+            buf = io.TextIOWrapper(out, encoding="utf-8", newline="\n", write_through=False)
+            wrote_header = False
+            for c in chunks:
+                t, k = _check_chunk(c, len(lid), k)
+                if not wrote_header:
+                    buf.write(json.dumps(header_object(meta, num_layers=len(lid), top_k=k)))
+                    buf.write("\n")
+                    wrote_header = True
+                buf.write(_format_rows(c, lid, total, positions))
+                total += t
+            if not wrote_header:
+                buf.write(json.dumps(header_object(meta, num_layers=len(lid), top_k=0)) + "\n")
+            buf.flush()
+            buf.detach()
+    return total
+
+
+def _format_rows(c: TokenChunk, lid: list[int], first: int, positions: dict[Any, int]) -> str:
+    ids = np.asarray(c.topk_ids).tolist()
+    t = len(ids)
+    weights = (
+        None
+        if c.topk_weights is None
+        else np.round(np.asarray(c.topk_weights, dtype=np.float64), 6).tolist()
+    )
+    steps = None if c.step is None else np.asarray(c.step).tolist()
+    ranks = None if c.rank is None else np.asarray(c.rank).tolist()
+    reqs = None if c.request is None else np.asarray(c.request).tolist()
+    out: list[str] = []
+    for i in range(t):
+        head = ""
+        if reqs is not None:
+            r = reqs[i]
+            pos = positions.get(r, 0)
+            positions[r] = pos + 1
+            head = f'"request": {json.dumps(r)}, '
+            tok = pos
+        else:
+            tok = first + i
+        if steps is not None:
+            head += f'"step": {steps[i]}, '
+        head += f'"token": {tok}, '
+        tail = "}" if ranks is None else f', "rank": {ranks[i]}}}'
+        row = ids[i]
+        for j, layer in enumerate(lid):
+            ex = row[j]
+            if max(ex) < 0:
+                continue  # no expert in this layer: no row
+            if weights is None:
+                out.append(f'{{{head}"layer": {layer}, "experts": {ex}{tail}')
+            else:
+                ws = weights[i][j]
+                out.append(f'{{{head}"layer": {layer}, "experts": {ex}, "weights": {ws}{tail}')
+    return "\n".join(out) + ("\n" if out else "")
+

@@ -1,0 +1,377 @@
+"""Canonical per-token NPZ traces: reader (streaming) and writer (atomic, streaming).
+
+Arrays (members of the ``.npz``):
+
+- ``topk_ids`` ``[tokens, layers, k]`` int16/int32 logical expert ids, -1 = none;
+- ``topk_weights`` ``[tokens, layers, k]`` float, optional;
+- ``step``, ``rank`` ``[tokens]`` int, optional;
+- ``layer_ids`` ``[layers]`` int absolute layer id of each column (default ``0..L-1``);
+- scalars, optional: ``model`` (str), ``num_experts``, ``top_k``, ``num_layers`` (int),
+  ``synthetic`` (bool).
+
+The reader streams ``topk_ids`` (and ``topk_weights``) from the zip member in chunks of
+about ``constants.CHUNK_ROWS`` (token, layer) rows, so a trace larger than memory is
+fine; ``step`` and ``rank`` (8 bytes a token) are loaded whole.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from placer import constants
+from placer.errors import TraceError, UsageError
+from placer.traces.accumulate import Accumulator, TokenChunk
+from placer.traces.jsonl import iter_token_chunks
+from placer.traces.registry import register_format
+
+__all__ = ["read_npz_header", "write_npz_trace"]
+
+#: Scalar metadata the reader understands.
+META_KEYS = ("model", "num_experts", "top_k", "num_layers", "synthetic")
+
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _members(path: Path) -> set[str] | None:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+    except (zipfile.BadZipFile, OSError):
+        return None
+
+
+def _sniff(path: Path, head: bytes) -> bool:
+    if not head.startswith(_ZIP_MAGIC):
+        return False
+    names = _members(path)
+    return names is not None and "topk_ids" in names
+
+
+def _open_array(
+    zf: zipfile.ZipFile, name: str, where: str
+) -> tuple[IO[bytes], tuple[int, ...], np.dtype[Any], bool]:
+    """Open member ``name.npy``: (stream after the header, shape, dtype, fortran order)."""
+    f = zf.open(f"{name}.npy")
+    try:
+        version = npformat.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = npformat.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = npformat.read_array_header_2_0(f)
+    except ValueError as e:
+        f.close()
+        raise TraceError(f"array {name} is not a valid .npy member ({e})", where=where) from None
+    return f, tuple(shape), dtype, fortran
+
+
+def _load_small(zf: zipfile.ZipFile, name: str, where: str) -> np.ndarray:
+    try:
+        with zf.open(f"{name}.npy") as f:
+            return np.asarray(npformat.read_array(f, allow_pickle=False))
+    except ValueError as e:
+        raise TraceError(f"array {name} cannot be read ({e})", where=where) from None
+
+
+def read_npz_header(path: str | Path) -> dict[str, Any]:
+    """Shape, layer ids and scalar metadata of an NPZ trace, without reading the tokens."""
+    path = Path(path)
+    where = str(path)
+    with zipfile.ZipFile(path) as zf:
+        f, shape, dtype, _ = _open_array(zf, "topk_ids", where)
+        f.close()
+        names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+        meta = {key: _scalar(_load_small(zf, key, where)) for key in META_KEYS if key in names}
+        layer_ids = _load_small(zf, "layer_ids", where) if "layer_ids" in names else None
+    return {"shape": shape, "dtype": str(dtype), "layer_ids": layer_ids, **meta}
+
+
+def _scalar(a: np.ndarray) -> Any:
+    return a.item() if a.ndim == 0 or a.size == 1 else a
+
+
+def _read(path: Path, acc: Accumulator) -> None:
+    where = str(path)
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise TraceError(f"not a readable .npz file ({e})", where=where) from None
+    with zf:
+        names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+        if "topk_ids" not in names:
+            raise TraceError(
+                "no topk_ids array",
+                where=where,
+                hint="a per-token .npz trace holds topk_ids [tokens, layers, k]; aggregated"
+                " files hold load",
+            )
+        f_ids, shape, dtype, fortran = _open_array(zf, "topk_ids", where)
+        with f_ids:
+            if len(shape) != 3:
+                raise TraceError(
+                    f"topk_ids has shape {shape}, expected [tokens, layers, k]",
+                    where=f"{where}: topk_ids",
+                )
+            if not np.issubdtype(dtype, np.integer):
+                raise TraceError(
+                    f"topk_ids has dtype {dtype}, expected integers (int16 or int32)",
+                    where=f"{where}: topk_ids",
+                )
+            t, nl, k = shape
+            meta = {
+                key: _scalar(_load_small(zf, key, where)) for key in META_KEYS if key in names
+            }
+            acc.declare(where=where, **meta)
+            layer_ids = _layer_ids(zf, names, nl, where)
+            order = np.argsort(layer_ids, kind="stable")
+            sort_cols = bool((order != np.arange(nl)).any())
+            step = _token_array(zf, names, "step", t, where)
+            rank = _token_array(zf, names, "rank", t, where)
+            f_w = None
+            if "topk_weights" in names:
+                f_w, w_shape, w_dtype, w_fortran = _open_array(zf, "topk_weights", where)
+                if w_shape != shape:
+                    f_w.close()
+                    raise TraceError(
+                        f"topk_weights has shape {w_shape}, expected {shape} like topk_ids",
+                        where=f"{where}: topk_weights",
+                    )
+            if fortran or (f_w is not None and w_fortran):
+                raise TraceError(
+                    "arrays in Fortran order cannot be streamed",
+                    where=where,
+                    hint="save them with np.ascontiguousarray",
+                )
+            per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
+            try:
+                done = 0
+                while done < t:
+                    n = min(per_tok, t - done)
+                    ids = _read_rows(f_ids, dtype, (n, nl, k), where, "topk_ids")
+                    w = None
+                    if f_w is not None:
+                        w = _read_rows(f_w, w_dtype, (n, nl, k), where, "topk_weights")
+                    if sort_cols:
+                        ids = ids[:, order]
+                        w = None if w is None else w[:, order]
+                    chunk = TokenChunk(
+                        topk_ids=ids,
+                        step=None if step is None else step[done : done + n],
+                        rank=None if rank is None else rank[done : done + n],
+                        topk_weights=w,
+                    )
+                    acc.add_tokens(chunk, layer_ids[order], token_offset=done)
+                    acc.advance(int(ids.nbytes * _ratio(path, zf)))
+                    done += n
+            finally:
+                if f_w is not None:
+                    f_w.close()
+
+
+def _ratio(path: Path, zf: zipfile.ZipFile) -> float:
+    """File bytes per uncompressed byte, for progress."""
+    total = sum(i.file_size for i in zf.infolist()) or 1
+    return os.path.getsize(path) / total
+
+
+def _read_rows(
+    f: IO[bytes], dtype: np.dtype[Any], shape: tuple[int, int, int], where: str, name: str
+) -> np.ndarray:
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    data = f.read(nbytes)
+    if len(data) != nbytes:
+        raise TraceError(
+            f"{name} ends early: the member is truncated",
+            where=f"{where}: {name}",
+            hint="the file may be incomplete; write it again",
+        )
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _layer_ids(zf: zipfile.ZipFile, names: set[str], nl: int, where: str) -> np.ndarray:
+    if "layer_ids" not in names:
+        return np.arange(nl, dtype=np.int64)
+    lid = _load_small(zf, "layer_ids", where)
+    if lid.shape != (nl,) or not np.issubdtype(lid.dtype, np.integer):
+        raise TraceError(
+            f"layer_ids has shape {lid.shape} and dtype {lid.dtype}, expected [{nl}] integers",
+            where=f"{where}: layer_ids",
+        )
+    if len(np.unique(lid)) != nl or (lid < 0).any():
+        raise TraceError(
+            f"layer_ids {lid.tolist()} must be distinct layer indices >= 0",
+            where=f"{where}: layer_ids",
+        )
+    return lid.astype(np.int64)
+
+
+def _token_array(
+    zf: zipfile.ZipFile, names: set[str], name: str, t: int, where: str
+) -> np.ndarray | None:
+    if name not in names:
+        return None
+    a = _load_small(zf, name, where)
+    if a.shape != (t,) or not np.issubdtype(a.dtype, np.integer):
+        raise TraceError(
+            f"{name} has shape {a.shape} and dtype {a.dtype}, expected [{t}] integers",
+            where=f"{where}: {name}",
+        )
+    if (a < -1).any():
+        i = int(np.flatnonzero(a < -1)[0])
+        raise TraceError(
+            f"{name}[{i}] is {int(a[i])}; expected >= 0 (-1 = unknown)",
+            where=f"{where}: {name}[{i}]",
+        )
+    return a.astype(np.int64)
+
+
+register_format(
+    "npz",
+    extensions=(".npz",),
+    sniff=_sniff,
+    read=_read,
+    description="per-token NPZ: topk_ids [tokens, layers, k] (+ weights, step, rank, layer_ids)",
+)
+
+
+# -- writer ----------------------------------------------------------------------------
+class _Spool:
+    """Raw bytes of one array written chunk by chunk to a temporary file."""
+
+    def __init__(self, folder: str, name: str, dtype: np.dtype[Any]) -> None:
+        self.path = os.path.join(folder, name + ".raw")
+        self.f = open(self.path, "wb")  # noqa: SIM115  (closed by close())
+        self.dtype = dtype
+        self.rows = 0
+
+    def write(self, a: np.ndarray) -> None:
+        self.f.write(np.ascontiguousarray(a, dtype=self.dtype).tobytes())
+        self.rows += a.shape[0]
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def write_npz_trace(
+    path: str | Path,
+    topk_ids: np.ndarray | Iterable[TokenChunk | Mapping[str, Any]],
+    *,
+    layer_ids: np.ndarray | list[int],
+    step: np.ndarray | None = None,
+    rank: np.ndarray | None = None,
+    topk_weights: np.ndarray | None = None,
+    meta: Mapping[str, Any] | None = None,
+    compress: bool = True,
+) -> int:
+    """Write a canonical NPZ trace atomically; chunks are spooled, so any length fits.
+
+    Parameters
+    ----------
+    path: output ``.npz``; written to a temporary file and renamed when complete.
+    topk_ids: ``[tokens, layers, k]`` int expert ids (-1 = none), or an iterable of
+        :class:`~placer.traces.accumulate.TokenChunk` (or mappings with its keys).
+        Stored as int16 (expert ids are below ``constants.MAX_EXPERTS``).
+    layer_ids: ``[layers]`` absolute layer id of each column.
+    step, rank: ``[tokens]`` int, or None (with an iterable, they come in the chunks).
+    topk_weights: ``[tokens, layers, k]`` float, stored float32, or None.
+    meta: scalars stored beside the arrays (``model``, ``num_experts``, ``top_k``,
+        ``synthetic``, ...); ``top_k`` defaults to k.
+    compress: deflate the members (smaller; reading costs a little more).
+
+    Returns
+    -------
+    Tokens written.
+    """
+    from placer.cli.common import atomic_path
+
+    lid = np.asarray(layer_ids, dtype=np.int64).ravel()
+    chunks: Iterator[TokenChunk] = iter_token_chunks(
+        topk_ids, step=step, rank=rank, topk_weights=topk_weights
+    )
+    path = Path(path)
+    with tempfile.TemporaryDirectory(prefix=".placer-npz-", dir=path.parent or ".") as folder:
+        spools: dict[str, _Spool] = {}
+        shape_k: int | None = None
+        total = 0
+        present: dict[str, bool] = {}
+        for c in chunks:
+            ids = np.asarray(c.topk_ids)
+            if ids.ndim != 3 or ids.shape[1] != lid.size:
+                raise UsageError(
+                    f"topk_ids chunk has shape {ids.shape}, expected [tokens, {lid.size}, k]"
+                )
+            if shape_k is not None and ids.shape[2] != shape_k:
+                raise UsageError(f"topk_ids chunk has k={ids.shape[2]}, earlier chunks {shape_k}")
+            if ids.size and (ids.max() >= constants.MAX_EXPERTS or ids.min() < -1):
+                raise UsageError(
+                    f"expert ids must be in [-1, {constants.MAX_EXPERTS}), got"
+                    f" [{ids.min()}, {ids.max()}]"
+                )
+            shape_k = ids.shape[2]
+            t = ids.shape[0]
+            parts = {
+                "topk_ids": ids, "topk_weights": c.topk_weights, "step": c.step, "rank": c.rank
+            }
+            for name, a in parts.items():
+                has = a is not None
+                if name in present and present[name] != has:
+                    raise UsageError(f"{name} is in some chunks but not in others")
+                present[name] = has
+                if a is None:
+                    continue
+                a = np.asarray(a)
+                expect = ids.shape if name in ("topk_ids", "topk_weights") else (t,)
+                if a.shape != expect:
+                    raise UsageError(f"{name} chunk has shape {a.shape}, expected {expect}")
+                if name not in spools:
+                    dtype = {"topk_ids": np.int16, "topk_weights": np.float32}.get(name, np.int64)
+                    spools[name] = _Spool(folder, name, np.dtype(dtype))
+                spools[name].write(a)
+            total += t
+        for s in spools.values():
+            s.close()
+        k = shape_k if shape_k is not None else 0
+        scalars = {"top_k": k, **dict(meta or {})}
+        with atomic_path(path) as tmp:
+            mode = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+            level = 1 if compress else None
+            with zipfile.ZipFile(tmp, "w", compression=mode, compresslevel=level) as zf:
+                if "topk_ids" not in spools:
+                    _write_member(zf, "topk_ids", np.zeros((0, lid.size, k), np.int16))
+                for name, s in spools.items():
+                    per_token = name in ("topk_ids", "topk_weights")
+                    shape = (total, lid.size, k) if per_token else (total,)
+                    _write_spool(zf, name, s, shape)
+                _write_member(zf, "layer_ids", lid)
+                for key, value in scalars.items():
+                    if value is None:
+                        continue
+                    a = np.asarray(value)
+                    if a.dtype == object:
+                        raise UsageError(f"meta[{key!r}] is not a plain value: {value!r}")
+                    _write_member(zf, key, a)
+    return total
+
+
+def _write_member(zf: zipfile.ZipFile, name: str, a: np.ndarray) -> None:
+    with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+        npformat.write_array(f, np.asarray(a), allow_pickle=False)
+
+
+def _write_spool(zf: zipfile.ZipFile, name: str, s: _Spool, shape: tuple[int, ...]) -> None:
+    header = {"descr": npformat.dtype_to_descr(s.dtype), "fortran_order": False, "shape": shape}
+    with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+        npformat.write_array_header_1_0(f, header)
+        with open(s.path, "rb") as src:
+            while True:
+                block = src.read(1 << 24)
+                if not block:
+                    break
+                f.write(block)

@@ -1,0 +1,158 @@
+"""Registry of trace formats: adding a format is adding one module that registers itself.
+
+A format is a name, the file-name endings it claims, a ``sniff`` that looks at the
+start of a file, and a ``read`` that streams the file into an
+:class:`~placer.traces.accumulate.Accumulator`::
+
+    register_format("jsonl", extensions=(".jsonl", ".jsonl.gz"), sniff=_sniff, read=_read)
+
+Detection (:func:`detect_format`): the formats whose extensions end the file name are
+tried in registration order and the first whose ``sniff`` accepts the file wins; when no
+extension matches, every format's ``sniff`` is tried.  ``format=`` skips detection.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from placer.errors import TraceError, UsageError
+
+if TYPE_CHECKING:
+    from placer.traces.accumulate import Accumulator
+
+#: Bytes of a file's start handed to ``sniff`` (decompressed for ``.gz``).
+SNIFF_BYTES = 1 << 16
+
+SniffFn = Callable[[Path, bytes], bool]
+ReadFn = Callable[[Path, "Accumulator"], None]
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """One registered trace format.
+
+    Attributes
+    ----------
+    name: what ``format=`` and ``--format`` accept.
+    extensions: file-name endings it claims, lower case with the dot (``".jsonl.gz"``).
+    sniff: ``sniff(path, head) -> bool``; ``head`` is the file's first bytes
+        (decompressed for gzip), empty for a folder (formats that are folders, like
+        TensorRT-LLM's statistics, recognise themselves from ``path``).
+    read: ``read(path, accumulator)``; streams the file into the accumulator, raising
+        :class:`~placer.errors.TraceError` for bad input.
+    description: one line for help texts and docs.
+    """
+
+    name: str
+    extensions: tuple[str, ...]
+    sniff: SniffFn
+    read: ReadFn
+    description: str = ""
+
+
+_FORMATS: dict[str, TraceFormat] = {}
+
+
+def register_format(
+    name: str,
+    *,
+    extensions: tuple[str, ...] | list[str],
+    sniff: SniffFn,
+    read: ReadFn,
+    description: str = "",
+) -> TraceFormat:
+    """Register a trace format under ``name`` (re-registering a name replaces it)."""
+    fmt = TraceFormat(
+        name=name,
+        extensions=tuple(e.lower() for e in extensions),
+        sniff=sniff,
+        read=read,
+        description=description,
+    )
+    _FORMATS[name] = fmt
+    return fmt
+
+
+def format_names() -> list[str]:
+    """Names of the registered formats, in registration order."""
+    _load_builtin()
+    return list(_FORMATS)
+
+
+def get_format(name: str) -> TraceFormat:
+    """The format called ``name``; UsageError listing the names when unknown."""
+    _load_builtin()
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown trace format {name!r}",
+            where="--format",
+            hint=f"formats: {', '.join(_FORMATS)}",
+        ) from None
+
+
+def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
+    """The first ``size`` bytes of ``path``, decompressed when it is gzip."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(size)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as g:
+                return g.read(size)
+    except FileNotFoundError:
+        raise TraceError(
+            "file not found", where=str(path), hint="check the path of the trace"
+        ) from None
+    except IsADirectoryError:
+        raise TraceError(
+            "is a folder, not a trace file", where=str(path), hint="name the trace files in it"
+        ) from None
+    except (OSError, EOFError) as e:
+        raise TraceError(f"cannot read the file ({e})", where=str(path)) from None
+    return head
+
+
+def detect_format(path: Path) -> TraceFormat:
+    """The format of ``path``, from its name's ending and its first bytes."""
+    _load_builtin()
+    if path.is_dir():
+        for fmt in _FORMATS.values():
+            if fmt.sniff(path, b""):
+                return fmt
+        raise TraceError(
+            "is a folder that no trace format recognises",
+            where=str(path),
+            hint="name the trace files in it, or pass format= (--format)",
+        )
+    head = read_head(path)
+    if not head:
+        raise TraceError(
+            "the file is empty",
+            where=str(path),
+            hint="a trace needs at least one routing row (or a load array)",
+        )
+    name = path.name.lower()
+    by_ext = [f for f in _FORMATS.values() if any(name.endswith(e) for e in f.extensions)]
+    for fmt in by_ext:
+        if fmt.sniff(path, head):
+            return fmt
+    others = [f for f in _FORMATS.values() if f not in by_ext]
+    for fmt in others:
+        if fmt.sniff(path, head):
+            return fmt
+    claimed = ", ".join(f"{f.name} ({' '.join(f.extensions)})" for f in _FORMATS.values())
+    raise TraceError(
+        "cannot tell the trace format from the name and content",
+        where=str(path),
+        hint=f"pass format= (--format) one of: {claimed}",
+    )
+
+
+def _load_builtin() -> None:
+    """Import the built-in format modules (each registers itself)."""
+    import placer.traces  # noqa: F401  (registers the built-in formats on import)
