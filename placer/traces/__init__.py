@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -23,11 +24,6 @@ from typing import Any
 
 from placer import constants
 from placer.stats import RoutingData
-from placer.traces import (  # noqa: F401  (register the per-token formats)
-    aggregated,
-    jsonl,
-    npz,
-)
 from placer.traces.accumulate import Accumulator, ReadOptions, RowChunk, TokenChunk
 from placer.traces.jsonl import write_jsonl_trace
 from placer.traces.npz import read_npz_header, write_npz_trace
@@ -56,6 +52,17 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+
+#: Format modules, in detection order; each registers itself on import.  A module that
+#: is absent (an optional engine reader not installed yet) is skipped.
+FORMAT_MODULES = ("jsonl", "npz", "aggregated", "sglang", "trtllm")
+
+for _name in FORMAT_MODULES:
+    try:
+        importlib.import_module(f"placer.traces.{_name}")
+    except ModuleNotFoundError as _e:
+        if _e.name != f"placer.traces.{_name}":
+            raise
 
 
 def read_routing(
