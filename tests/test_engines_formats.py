@@ -294,7 +294,7 @@ def test_sglang_missing_expert(toy: ToyModel, tmp_path: Path) -> None:
 
 def test_sglang_needs_the_gpu_count(toy: ToyModel, tmp_path: Path) -> None:
     path = _json(tmp_path, {"physical_to_logical_map": _sglang_rows(toy)})
-    with pytest.raises(UsageError, match="does not record the number of GPUs") as info:
+    with pytest.raises(UsageError, match="files do not record the number of GPUs") as info:
         read_engine(path, "sglang", model=toy)
     assert info.value.where == "--num-gpus"
     with pytest.raises(EngineFormatError, match="6 slots per layer do not split over 4 GPUs"):

@@ -105,7 +105,9 @@ def from_arrays(
 def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
     arrays = to_arrays(placement)
     with path.open("wb") as f:
-        np.savez(f, phy2log=arrays["phy2log"], log2phy=arrays["log2phy"], logcnt=arrays["logcnt"])
+        np.savez_compressed(
+            f, phy2log=arrays["phy2log"], log2phy=arrays["log2phy"], logcnt=arrays["logcnt"]
+        )
     return [
         "import numpy as np; eplb = np.load('{path}')  # phy2log [L, P], log2phy, logcnt",
         f"# rows are the {placement.num_layers} MoE layers of {model.name} in order;"

@@ -119,7 +119,7 @@ def write_engine(
     ------
     EngineFormatError: the placement does not fit the model or the engine.
     """
-    from placer.cli.common import atomic_path  # the one atomic-write helper
+    from placer.fileio import atomic_path
 
     engine = get_engine(fmt)
     ordered = fit_to_model(placement, model, engine.engine)
@@ -270,7 +270,7 @@ def check_num_gpus(num_slots: int, num_gpus: int | None, path: Path, engine: str
     """The GPU count to split ``num_slots`` over; errors when absent or not a divisor."""
     if num_gpus is None:
         raise UsageError(
-            f"a {engine} placement file does not record the number of GPUs",
+            f"{engine} placement files do not record the number of GPUs",
             where="--num-gpus",
             hint="pass --num-gpus with the EP size the engine serves with",
         )

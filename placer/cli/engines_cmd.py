@@ -1,0 +1,159 @@
+"""``placer export`` and ``placer import``: placements to and from serving-engine files.
+
+Thin: read the placement (or engine file), resolve the model, call
+:func:`placer.engines.write_engine` / :func:`placer.engines.read_engine`, print.
+:func:`export_to` and :func:`parse_export_spec` are shared with ``placer plan --export``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from placer.cli.common import handle_errors, print_json
+from placer.engines import engine_names, get_engine, read_engine, sniff_engine, write_engine
+from placer.errors import UsageError
+from placer.placement import Placement
+
+
+def parse_export_spec(spec: str, option: str = "--export") -> tuple[str, Path]:
+    """``"FORMAT:FILE"`` -> ``(format, path)``; UsageError naming ``option`` otherwise."""
+    fmt, sep, file = spec.partition(":")
+    if not sep or not fmt or not file:
+        raise UsageError(
+            f"expected FORMAT:FILE, got {spec!r}",
+            where=option,
+            hint=f"for example sglang:plan.json; formats: {', '.join(engine_names())}",
+        )
+    get_engine(fmt)  # unknown names fail before any work
+    return fmt, Path(file)
+
+
+def resolve_model(name: str | None, placement: Placement | None = None) -> Any:
+    """``--model`` if given, else the model named in the placement file."""
+    from placer.models import load_model
+
+    if name is None and placement is not None:
+        declared = placement.meta.get("model")
+        name = declared.get("name") if isinstance(declared, dict) else None
+    if name is None:
+        raise UsageError(
+            "the model is needed to lay out engine files (hidden and MoE layers)",
+            where="--model",
+            hint="pass --model with a preset name or a model YAML",
+        )
+    return load_model(name)
+
+
+def export_to(placement: Placement, fmt: str, path: Path, model: Any) -> dict[str, Any]:
+    """Write one engine file; returns ``{format, engine, path, experimental, hints}``."""
+    engine = get_engine(fmt)
+    hints = write_engine(placement, fmt, path, model=model)
+    return {
+        "format": fmt,
+        "engine": engine.engine,
+        "path": str(path),
+        "experimental": engine.experimental,
+        "hints": hints,
+    }
+
+
+def render_export(result: dict[str, Any]) -> list[str]:
+    """Text lines telling how to load an exported file."""
+    note = " (experimental)" if result["experimental"] else ""
+    return [f"# {result['engine']}{note}: {result['path']}", *result["hints"]]
+
+
+def export(
+    placement_file: Path = typer.Argument(
+        ..., metavar="PLACEMENT", show_default=False,
+        help="Placement JSON written by `placer plan` or `placer import`.",
+    ),
+    fmt: str = typer.Option(
+        ..., "--format", "-f", help=f"Engine format: {', '.join(engine_names())}.",
+        show_default=False,
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Engine file to write (atomically).", show_default=False
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m",
+        help="Model preset name or YAML file (default: the model named in the placement).",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Write a placement in a serving engine's format and print how to load it."""
+    from placer.placement_io import read_placement
+
+    get_engine(fmt)
+    placement = read_placement(placement_file)
+    spec = resolve_model(model, placement)
+    result = export_to(placement, fmt, output, spec)
+    if json_out:
+        print_json(result)
+    else:
+        sys.stdout.write("\n".join(render_export(result)) + "\n")
+    sys.stderr.write(f"wrote {output}\n")
+
+
+def import_(
+    engine_file: Path = typer.Argument(
+        ..., metavar="FILE", help="An engine placement file.", show_default=False
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Placement JSON to write (atomically).", show_default=False
+    ),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Model preset name or YAML file the engine serves.",
+        show_default=False,
+    ),
+    fmt: str | None = typer.Option(
+        None, "--format", "-f",
+        help=f"Engine format: {', '.join(engine_names())} (default: detected).",
+    ),
+    num_gpus: int | None = typer.Option(
+        None, "--num-gpus", "-g",
+        help="EP size the engine serves with (needed unless the file records it).",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Read a serving engine's placement file into placement JSON (for evaluate, --current)."""
+    from placer.placement_io import write_placement
+
+    spec = resolve_model(model)
+    if not engine_file.is_file():
+        raise UsageError("file not found", where=str(engine_file))
+    name = fmt or sniff_engine(engine_file)
+    placement = read_engine(engine_file, name, model=spec, num_gpus=num_gpus)
+    write_placement(output, placement, model_name=spec.name, top_k=spec.top_k)
+    summary = {
+        "output": str(output),
+        "format": name,
+        "source": str(engine_file),
+        "model": spec.name,
+        "num_layers": placement.num_layers,
+        "num_gpus": placement.num_gpus,
+        "slots_per_gpu": placement.slots_per_gpu,
+        "num_physical_experts": placement.num_physical,
+        "num_redundant": placement.num_redundant,
+    }
+    if json_out:
+        print_json(summary)
+    else:
+        sys.stdout.write(
+            f"placement    {output}\n"
+            f"from         {get_engine(name).engine} file {engine_file}: {spec.name},"
+            f" {placement.num_layers} MoE layers\n"
+            f"cluster      {placement.num_gpus} GPUs x {placement.slots_per_gpu} slots"
+            f" ({placement.num_physical} physical, {placement.num_redundant} redundant)\n"
+        )
+    sys.stderr.write(f"wrote {output}\n")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``placer export`` and ``placer import`` to ``app``."""
+    app.command("export")(handle_errors(export))
+    app.command("import")(handle_errors(import_))

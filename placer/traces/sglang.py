@@ -1,0 +1,204 @@
+"""SGLang expert-distribution recorder dumps (``.pt``), read without torch.
+
+SGLang (python/sglang/srt/eplb/expert_distribution.py) writes one of two layouts
+with ``torch.save``; placer reads both with :func:`placer.ptfile.load_pt`:
+
+``stat`` mode, one file from rank 0, ``expert_distribution_recorder_{time}.pt``::
+
+    {"rank": 0,
+     "logical_count": int32 [buffer_steps, num_hidden_layers, num_experts],  # summed over ranks
+     "average_utilization_rate_over_window": float | None}
+
+  Steps become windows.  Steps that are all zero (buffer slots never filled) are
+  dropped; layers that are all zero (dense layers) are dropped.  Once the circular
+  buffer has wrapped, its steps are not in time order: windows then are not either.
+  The file does not say the top-k: pass ``top_k`` (``--top-k``).
+
+``per_token`` mode, one file per rank, ``expert_distribution_recorder_{time}_{rank}.pt``::
+
+    {"records": [{"forward_pass_id", "rank", "topk_ids_of_layer": int32
+                  [num_hidden_layers, tokens, 8], ...}, ...],
+     "last_physical_to_logical_map": [num_hidden_layers, num_physical_experts]}
+
+  ``topk_ids_of_layer`` holds PHYSICAL expert ids (-1 padded; dense layers all -1);
+  each is mapped to its logical expert with ``last_physical_to_logical_map`` (the
+  map at dump time: if EPLB moved experts while recording, earlier records are
+  mapped with the later map).  The step of a token is its record's
+  ``forward_pass_id``; its source rank is the record's ``rank``.  Read every rank's
+  file together to see all tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from placer import constants
+from placer.errors import DataError, TraceError
+from placer.ptfile import load_pt
+from placer.traces.accumulate import Accumulator, TokenChunk
+from placer.traces.registry import register_format
+
+FORMAT = "sglang"
+
+
+def load_dump(path: Path) -> dict[str, Any]:
+    """The dump as a dict of numpy arrays and plain values; TraceError when unreadable."""
+    try:
+        dump = load_pt(path)
+    except DataError as e:
+        raise TraceError(e.message, where=e.where, hint=e.hint) from None
+    if not isinstance(dump, dict):
+        raise TraceError(
+            f"expected a dict from SGLang's recorder, got {type(dump).__name__}", where=str(path)
+        )
+    return dump
+
+
+def read(path: Path, acc: Accumulator) -> None:
+    """Accumulate one SGLang recorder dump (``stat`` or ``per_token`` mode)."""
+    dump = load_dump(path)
+    if "logical_count" in dump:
+        _read_stat(path, dump, acc)
+    elif "records" in dump and "last_physical_to_logical_map" in dump:
+        _read_per_token(path, dump, acc)
+    else:
+        raise TraceError(
+            f"not an SGLang expert-distribution dump (keys: {', '.join(map(str, dump))})",
+            where=str(path),
+            hint="expected logical_count (stat mode) or records and"
+            " last_physical_to_logical_map (per_token mode)",
+        )
+
+
+def _read_stat(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
+    count = dump["logical_count"]
+    where = f"{path}: logical_count"
+    if not isinstance(count, np.ndarray) or count.ndim != 3:
+        shape = getattr(count, "shape", None)
+        raise TraceError(
+            f"logical_count must be [steps, layers, experts], got shape {shape}", where=where
+        )
+    if not np.issubdtype(count.dtype, np.integer) or (count < 0).any():
+        raise TraceError("logical_count must hold non-negative integer counts", where=where)
+    steps = np.flatnonzero(count.sum(axis=(1, 2)) > 0)
+    layers = np.flatnonzero(count.sum(axis=(0, 2)) > 0)
+    if steps.size == 0:
+        raise TraceError("logical_count is all zero: nothing was recorded", where=where)
+    acc.declare(where=where, num_experts=count.shape[2])
+    load = count[steps][:, layers].astype(np.int64)
+    load, starts = fold_windows(load, steps.astype(np.int64))
+    acc.skip("empty recorder step", int(count.shape[0] - steps.size))
+    acc.add_aggregate(load, layer_ids=layers.astype(np.int64), window_starts=starts, where=where)
+
+
+def _read_per_token(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
+    p2l = dump["last_physical_to_logical_map"]
+    map_where = f"{path}: last_physical_to_logical_map"
+    if not isinstance(p2l, np.ndarray) or p2l.ndim != 2 or p2l.size == 0:
+        raise TraceError("expected a [layers, physical experts] map", where=map_where)
+    if not np.issubdtype(p2l.dtype, np.integer) or int(p2l.min()) < 0:
+        raise TraceError("the map must hold logical expert ids >= 0", where=map_where)
+    num_layers, num_physical = p2l.shape
+    acc.declare(where=map_where, num_experts=int(p2l.max()) + 1)
+    records = dump["records"]
+    if not isinstance(records, list):
+        raise TraceError("records must be a list", where=f"{path}: records")
+    chunks = []  # (record index, record, topk ids [layers, tokens, 8]) of non-empty records
+    for i, record in enumerate(records):
+        topk = _record_topk(record, f"{path}: records[{i}]", num_layers, num_physical)
+        if topk.shape[1]:
+            chunks.append((i, record, topk))
+    if not chunks:
+        acc.skip("empty recorder file")
+        return
+    # MoE layers are those where some token selected an expert; dense rows stay -1.
+    moe = np.flatnonzero(np.any([(t >= 0).any(axis=(1, 2)) for _, _, t in chunks], axis=0))
+    width = max(int((t[moe] >= 0).sum(axis=2).max()) for _, _, t in chunks)
+    for i, record, topk in chunks:
+        where = f"{path}: records[{i}]"
+        phys = topk[moe][:, :, :width]  # [layers, tokens, k]
+        logical = np.where(phys >= 0, p2l[moe[:, None, None], np.maximum(phys, 0)], -1)
+        tokens = logical.shape[1]
+        acc.add_tokens(
+            TokenChunk(
+                topk_ids=np.ascontiguousarray(logical.transpose(1, 0, 2)),
+                step=np.full(tokens, _int_field(record, "forward_pass_id", where), np.int64),
+                rank=np.full(tokens, _int_field(record, "rank", where), np.int64),
+            ),
+            moe,
+            array=f"records[{i}].topk_ids_of_layer",
+        )
+
+
+def _record_topk(record: Any, where: str, num_layers: int, num_physical: int) -> np.ndarray:
+    """``topk_ids_of_layer [layers, tokens, 8]`` of one record, checked."""
+    if not isinstance(record, dict) or "topk_ids_of_layer" not in record:
+        raise TraceError("a per_token record needs topk_ids_of_layer", where=where)
+    topk = record["topk_ids_of_layer"]
+    if not isinstance(topk, np.ndarray) or topk.ndim != 3 or topk.shape[0] != num_layers:
+        shape = getattr(topk, "shape", None)
+        raise TraceError(
+            f"topk_ids_of_layer has shape {shape}, expected [{num_layers}, tokens, k]"
+            " (one row per layer of last_physical_to_logical_map)",
+            where=where,
+        )
+    if not np.issubdtype(topk.dtype, np.integer):
+        raise TraceError(f"topk_ids_of_layer must be integers, got {topk.dtype}", where=where)
+    bad = (topk < -1) | (topk >= num_physical)
+    if bad.any():
+        layer, token, k = (int(x) for x in np.argwhere(bad)[0])
+        raise TraceError(
+            f"physical expert id {int(topk[layer, token, k])} is outside [0, {num_physical})",
+            where=f"{where}.topk_ids_of_layer[{layer}, {token}, {k}]",
+            hint="ids are physical slots of last_physical_to_logical_map; -1 marks none",
+        )
+    return topk
+
+
+def _int_field(record: dict[str, Any], key: str, where: str) -> int:
+    value = record.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TraceError(f"{key} must be an integer, got {value!r}", where=where)
+    return value
+
+
+def fold_windows(load: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge adjacent windows pairwise until at most ``constants.MAX_WINDOWS`` remain.
+
+    Parameters
+    ----------
+    load: ``[windows, layers, experts]`` counts.
+    starts: ``[windows]`` first step of each window.
+
+    Returns
+    -------
+    ``(load, starts)`` with windows summed in aligned pairs (the last may be single).
+    """
+    while load.shape[0] > constants.MAX_WINDOWS:
+        w = load.shape[0]
+        pairs = load[: w - w % 2].reshape(w // 2, 2, *load.shape[1:]).sum(axis=1)
+        load = np.concatenate([pairs, load[w - w % 2 :]]) if w % 2 else pairs
+        starts = starts[::2]
+    return load, starts
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A torch zip whose pickle (stored first) names the recorder's keys."""
+    return (
+        head[:4] == b"PK\x03\x04"
+        and b"data.pkl" in head[:512]
+        and (b"logical_count" in head or b"last_physical_to_logical_map" in head
+             or b"topk_ids_of_layer" in head)
+    )
+
+
+register_format(
+    FORMAT,
+    extensions=(".pt",),
+    sniff=sniff,
+    read=read,
+    description="SGLang expert distribution recorder dump (stat or per_token .pt, no torch needed)",
+)

@@ -1,0 +1,227 @@
+"""TensorRT-LLM expert statistics (``EXPERT_STATISTIC_PATH``), read without torch.
+
+With ``EXPERT_STATISTIC_ITER_RANGE=START-STOP`` set, TensorRT-LLM
+(``ExpertStatistic`` in tensorrt_llm/_torch/expert_statistic.py, fed by the
+fused-MoE modules) writes into ``EXPERT_STATISTIC_PATH``::
+
+    meta_info.json          {"num_experts": N, "num_experts_per_token": k}   (rank 0)
+    rank{r}.safetensors     "{iter}_{layer}" -> int64 bincount [N] of that rank's tokens
+
+``layer`` is the absolute layer id.  ``N`` is the number of routed experts, or the
+number of slots when the MoE load balancer was on (counts are then per slot).
+placer sums the rank files, makes each iteration a window, and maps slot counts back
+to experts with the load balancer's ``initial_global_assignments`` when the folder
+holds that YAML (any ``*.yaml``/``*.yml`` with ``initial_global_assignments``; copy
+yours next to the statistics).  Pass the ``meta_info.json`` path as the trace.
+
+The ``.safetensors`` files are parsed here (an 8-byte little-endian header length, a
+JSON header of ``{name: {dtype, shape, data_offsets}}``, then raw bytes), so neither
+torch nor the ``safetensors`` package is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from placer.errors import TraceError
+from placer.traces.accumulate import Accumulator
+from placer.traces.registry import register_format
+from placer.traces.sglang import fold_windows
+
+FORMAT = "trtllm"
+META = "meta_info.json"
+
+#: numpy dtype of each safetensors dtype name that counts can have.
+_SAFETENSORS_DTYPES = {
+    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+    "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1",
+    "F64": "<f8", "F32": "<f4",
+}
+_KEY = re.compile(r"^(\d+)_(\d+)$")
+_RANK_FILE = re.compile(r"^rank(\d+)\.safetensors$")
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of a ``.safetensors`` file as numpy arrays (integer and float dtypes).
+
+    Raises
+    ------
+    TraceError: the header or a tensor's bytes do not follow the format.
+    """
+    data = path.read_bytes()
+    if len(data) < 8:
+        raise TraceError("too short for a safetensors file", where=str(path))
+    (header_len,) = struct.unpack("<Q", data[:8])
+    if header_len > len(data) - 8:
+        raise TraceError(
+            f"header length {header_len} runs past the end of the file", where=str(path)
+        )
+    try:
+        header = json.loads(data[8 : 8 + header_len])
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise TraceError("the safetensors header is not JSON", where=str(path)) from None
+    if not isinstance(header, dict):
+        raise TraceError("the safetensors header is not an object", where=str(path))
+    body = memoryview(data)[8 + header_len :]
+    out: dict[str, np.ndarray] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        where = f"{path}: {name}"
+        try:
+            dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]])
+            shape = tuple(int(n) for n in info["shape"])
+            begin, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise TraceError(
+                f"unsupported or malformed tensor entry {info!r:.80}", where=where
+            ) from None
+        count = int(np.prod(shape, dtype=np.int64))
+        if not 0 <= begin <= end <= len(body) or end - begin != count * dtype.itemsize:
+            raise TraceError(
+                f"data_offsets [{begin}, {end}) do not hold {shape} {info['dtype']}", where=where
+            )
+        out[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape).astype(
+            dtype.newbyteorder("=")
+        )
+    return out
+
+
+def read_load_balancer(path: Path) -> dict[int, np.ndarray]:
+    """``initial_global_assignments`` of a TensorRT-LLM load-balancer YAML: layer -> slots."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise TraceError(f"invalid YAML ({e})", where=str(path)) from None
+    assignments = doc.get("initial_global_assignments") if isinstance(doc, dict) else None
+    if not isinstance(assignments, dict):
+        raise TraceError("no initial_global_assignments mapping", where=str(path))
+    out = {}
+    for layer, slots in assignments.items():
+        if not isinstance(layer, int) or not isinstance(slots, list):
+            raise TraceError(
+                f"initial_global_assignments[{layer!r}] must be a list of expert ids",
+                where=str(path),
+            )
+        out[layer] = np.asarray(slots, dtype=np.int64)
+    return out
+
+
+def read(path: Path, acc: Accumulator) -> None:
+    """Accumulate a statistics folder given by its ``meta_info.json``."""
+    folder = path.parent
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TraceError(f"invalid JSON: {e.msg}", where=f"{path}:{e.lineno}") from None
+    if not isinstance(meta, dict) or "num_experts" not in meta:
+        raise TraceError(
+            "meta_info.json needs num_experts and num_experts_per_token", where=str(path)
+        )
+    num_counts = meta["num_experts"]
+    if not isinstance(num_counts, int) or num_counts <= 0:
+        raise TraceError("num_experts must be a positive integer", where=f"{path}: num_experts")
+    rank_files = sorted(
+        (p for p in folder.iterdir() if _RANK_FILE.match(p.name)),
+        key=lambda p: int(_RANK_FILE.match(p.name).group(1)),  # type: ignore[union-attr]
+    )
+    if not rank_files:
+        raise TraceError(
+            "no rank{r}.safetensors beside meta_info.json",
+            where=str(folder),
+            hint="TensorRT-LLM writes them when EXPERT_STATISTIC_ITER_RANGE covers iterations"
+            " that ran",
+        )
+    counts: dict[tuple[int, int], np.ndarray] = {}
+    for rank_file in rank_files:
+        for key, array in read_safetensors(rank_file).items():
+            match = _KEY.match(key)
+            if match is None:
+                raise TraceError(
+                    f"key {key!r} is not '{{iter}}_{{layer}}'", where=str(rank_file)
+                )
+            if array.shape != (num_counts,):
+                raise TraceError(
+                    f"{key} has shape {array.shape}, expected [{num_counts}] (num_experts in"
+                    " meta_info.json)",
+                    where=str(rank_file),
+                )
+            cell = (int(match.group(1)), int(match.group(2)))
+            counts[cell] = counts.get(cell, 0) + array.astype(np.int64)
+        acc.advance(rank_file.stat().st_size)
+    iters = sorted({i for i, _ in counts})
+    layers = sorted({lay for _, lay in counts})
+    load = np.zeros((len(iters), len(layers), num_counts), dtype=np.int64)
+    for (it, layer), array in counts.items():
+        load[iters.index(it), layers.index(layer)] = array
+    balancer = _find_load_balancer(folder)
+    if balancer is not None:
+        load = _slots_to_experts(load, layers, *balancer)
+    acc.declare(
+        where=str(path),
+        num_experts=load.shape[2],
+        top_k=meta.get("num_experts_per_token"),
+    )
+    load, starts = fold_windows(load, np.asarray(iters, dtype=np.int64))
+    acc.add_aggregate(load, layer_ids=np.asarray(layers, dtype=np.int64), window_starts=starts,
+                      where=str(folder))
+
+
+def _find_load_balancer(folder: Path) -> tuple[Path, dict[int, np.ndarray]] | None:
+    found = [
+        p for p in sorted(folder.iterdir())
+        if p.suffix in (".yaml", ".yml") and "initial_global_assignments" in p.read_text()
+    ]
+    if len(found) > 1:
+        raise TraceError(
+            f"{len(found)} load-balancer YAML files in the folder", where=str(folder),
+            hint="keep only the one the statistics were recorded with",
+        )
+    return (found[0], read_load_balancer(found[0])) if found else None
+
+
+def _slots_to_experts(
+    load: np.ndarray, layers: list[int], path: Path, assignments: dict[int, np.ndarray]
+) -> np.ndarray:
+    """Slot counts ``[iters, layers, slots]`` -> expert counts ``[iters, layers, experts]``."""
+    num_slots = load.shape[2]
+    missing = [layer for layer in layers if layer not in assignments]
+    if missing:
+        raise TraceError(
+            f"layer {missing[0]} of the statistics has no initial_global_assignments entry",
+            where=str(path),
+        )
+    num_experts = 1 + max(int(assignments[layer].max()) for layer in layers)
+    out = np.zeros((*load.shape[:2], num_experts), dtype=np.int64)
+    for row, layer in enumerate(layers):
+        slots = assignments[layer]
+        if slots.shape != (num_slots,) or int(slots.min()) < 0:
+            raise TraceError(
+                f"initial_global_assignments[{layer}] has {slots.size} slots but the statistics"
+                f" count {num_slots}",
+                where=str(path),
+                hint="use the load-balancer YAML the statistics were recorded with",
+            )
+        for slot, expert in enumerate(slots.tolist()):
+            out[:, row, expert] += load[:, row, slot]
+    return out
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return path.name == META and b"num_experts_per_token" in head
+
+
+register_format(
+    FORMAT,
+    extensions=(META,),
+    sniff=sniff,
+    read=read,
+    description="TensorRT-LLM expert statistics folder (pass its meta_info.json)",
+)
+
