@@ -112,6 +112,7 @@ caption { text-align: left; font-weight: 600; padding-bottom: 0.3em; }
 th, td { border: 1px solid #d0d0d0; padding: 0.25em 0.6em; vertical-align: top; }
 th { background: #f2f2f2; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td:first-child { white-space: nowrap; }
 tr:nth-child(even) td { background: #fafafa; }
 figure { margin: 0.6em 0 1.4em; }
 figure img { max-width: 100%; height: auto; border: 1px solid #e4e4e4; }

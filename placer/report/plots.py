@@ -276,7 +276,7 @@ def placement_map(
     mean = slot_load.mean() if slot_load.size and slot_load.mean() > 0 else 1.0
     grid = (slot_load / mean).reshape(num_gpus, slots)
     gpu_rel = grid.sum(axis=1) / max(grid.sum(axis=1).mean(), 1e-12)
-    fig = new_figure(min(3.5 + slots * 0.45, 14.0), min(1.8 + num_gpus * 0.3, 12.0))
+    fig = new_figure(min(2.8 + slots * 0.4, 14.0), min(1.6 + num_gpus * 0.36, 12.0))
     ax = fig.add_subplot()
     image = ax.imshow(grid, aspect="auto", cmap=HEATMAP_CMAP, interpolation="nearest",
                       vmin=0.0, vmax=max(2.0, float(grid.max()) if grid.size else 2.0))
@@ -417,7 +417,7 @@ def hot_shard_tail(
     ax_tail.set_xlabel("hot-shard ratio (max / mean GPU load)")
     ax_tail.set_ylabel("share of pairs at or above x")
     ax_tail.axhline(0.01, color="0.4", linestyle="--", linewidth=0.8)
-    ax_tail.legend(fontsize="small")
+    ax_tail.legend(fontsize="small", loc="lower left")
     ax_tail.grid(alpha=0.3, which="both")
     fig.suptitle("Per-batch hot shard: distribution and tail")
     return fig

@@ -1,0 +1,298 @@
+"""``placer compare``: plan and evaluate what-if scenarios side by side.
+
+Thin: read the trace, build the scenarios from flags or a scenario file
+(:func:`placer.compare.read_study`), run :func:`placer.compare.compare` with a
+progress display on stderr, and print one table (or ``--json`` / ``--csv``) on
+stdout; ``--report`` and ``--png-dir`` write the pictures.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from placer.cli.common import err, handle_errors, print_json, to_jsonable
+from placer.compare import (
+    CompareSettings,
+    ScenarioOutcome,
+    Study,
+    expand_scenarios,
+    format_table,
+    read_study,
+    row_fields,
+    split_routing,
+)
+from placer.errors import UsageError
+
+#: Version of the ``--json`` document.
+COMPARE_FORMAT, COMPARE_VERSION = "placer-compare", 1
+
+
+def parse_int_list(text: str, option: str) -> list[int]:
+    """``"0,16,32"`` -> ``[0, 16, 32]``; UsageError naming ``option`` otherwise."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise UsageError(f"expected integers separated by commas, got {text!r}",
+                             where=option, hint="for example --redundant 0,16,32") from None
+        if value < 0:
+            raise UsageError(f"expected numbers >= 0, got {value}", where=option)
+        values.append(value)
+    return values
+
+
+def parse_name_list(texts: list[str]) -> list[str]:
+    """Repeated and comma-separated names (``--solver eplb,cpsat --solver linear``), in order."""
+    out: list[str] = []
+    for text in texts:
+        out.extend(p.strip() for p in text.split(",") if p.strip())
+    return out
+
+
+def build_study(
+    scenario_file: Path | None,
+    trace: list[Path],
+    topologies: list[str],
+    redundant: str | None,
+    solvers: list[str],
+    overrides: dict[str, Any],
+) -> Study:
+    """The study from a scenario file or flags; settings flags override the file's values."""
+    from dataclasses import replace
+
+    if scenario_file is not None:
+        if topologies or redundant is not None or solvers:
+            raise UsageError(
+                "scenarios come either from --scenarios or from --topology/--redundant/--solver",
+                where="--scenarios", hint="put every scenario in the file, or drop --scenarios",
+            )
+        study = read_study(scenario_file)
+        settings = replace(study.settings, **{k: v for k, v in overrides.items() if v is not None})
+        traces = tuple(str(t) for t in trace) or study.trace
+        return replace(study, settings=settings, trace=traces)
+    scenarios = expand_scenarios(
+        topologies,
+        parse_int_list(redundant, "--redundant") if redundant is not None else [0],
+        parse_name_list(solvers) or ["eplb"],
+    )
+    kwargs = {k: v for k, v in overrides.items() if v is not None}
+    kwargs.setdefault("model", "")
+    return Study(scenarios, CompareSettings(**kwargs), tuple(str(t) for t in trace))
+
+
+def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str) -> dict[str, Any]:
+    """The ``--json`` document: inputs, how the data was split, and one object per row."""
+    s = study.settings
+    return {
+        "format": COMPARE_FORMAT,
+        "version": COMPARE_VERSION,
+        "trace": list(study.trace),
+        "model": s.model,
+        "evaluated_on": description,
+        "settings": {"dtype": s.dtype, "policy": s.policy, "mode": s.mode,
+                     "kv_reserve_gb": s.kv_reserve_gb, "time_limit_s": s.time_limit_s,
+                     "seed": s.seed, "batch_tokens": s.batch_tokens, "holdout": s.holdout},
+        "rows": [o.row.as_dict() for o in outcomes],
+    }
+
+
+def compare_csv(outcomes: list[ScenarioOutcome]) -> str:
+    """One CSV line per row, every :class:`CompareRow` field (empty = no figure)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    names = row_fields()
+    writer.writerow(names)
+    for o in outcomes:
+        values = to_jsonable(o.row.as_dict())
+        writer.writerow(["" if values[n] is None else values[n] for n in names])
+    return buf.getvalue()
+
+
+def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path) -> None:
+    """Each picture as ``folder/<stem>.png`` (atomically)."""
+    from placer.cli.common import atomic_path
+
+    for stem, png in pictures:
+        with atomic_path(folder / f"{stem}.png") as tmp:
+            tmp.write_bytes(png)
+    sys.stderr.write(f"wrote {len(pictures)} PNG file(s) to {folder}\n")
+
+
+class _Progress:
+    """A progress bar on a terminal; one line per finished scenario otherwise."""
+
+    def __init__(self, labels: list[str], quiet: bool):
+        self.labels = labels
+        self.done = 0
+        self.quiet = quiet
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> _Progress:
+        if not self.quiet and err.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress("scenarios", BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=err, transient=True)
+            self.bar.__enter__()
+            self.task = self.bar.add_task("scenarios", total=len(self.labels))
+        return self
+
+    def __call__(self, index: int, outcome: ScenarioOutcome) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+        elif not self.quiet:
+            sys.stderr.write(f"[{self.done}/{len(self.labels)}] {self.labels[index]}:"
+                             f" {outcome.row.status}\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def compare(
+    trace: list[Path] = typer.Argument(
+        None, help="Routing trace or load statistics file(s); optional with --scenarios"
+        " when the file names the trace.", show_default=False,
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model preset name or YAML file.", show_default=False
+    ),
+    topology: list[str] = typer.Option(
+        [], "--topology", "-t", help="Topology preset name or YAML file; repeat to compare.",
+        show_default=False,
+    ),
+    redundant: str | None = typer.Option(
+        None, "--redundant", "-r", help="Redundant experts per layer, comma-separated"
+        " (e.g. 0,16,32). Default 0.", show_default=False,
+    ),
+    solver: list[str] = typer.Option(
+        [], "--solver", "-s", help="Solver(s), comma-separated or repeated (e.g. eplb,cpsat)."
+        " Default eplb.", show_default=False,
+    ),
+    scenarios: Path | None = typer.Option(
+        None, "--scenarios", help="Scenario file (YAML) instead of --topology/--redundant/"
+        "--solver; see docs/compare.md.", show_default=False,
+    ),
+    policy: str | None = typer.Option(
+        None, "--policy", help="Dispatch policy: round_robin, local_first, random."
+        " Default round_robin.", show_default=False,
+    ),
+    mode: str | None = typer.Option(
+        None, "--mode", help="All-to-all mode: normal or low_latency. Default normal.",
+        show_default=False,
+    ),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="Expert weight dtype (default: the model's).", show_default=False
+    ),
+    kv_reserve_gb: float | None = typer.Option(
+        None, "--kv-reserve-gb", help="Memory per GPU kept for the KV cache, GB.",
+        show_default=False,
+    ),
+    time_limit: float | None = typer.Option(
+        None, "--time-limit", help="Seconds per layer for search-based solvers.",
+        show_default=False,
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of solvers and evaluation."),
+    batch_tokens: int | None = typer.Option(
+        None, "--batch-tokens", help="Tokens per evaluated batch (default: the trace's steps).",
+        show_default=False,
+    ),
+    holdout: bool | None = typer.Option(
+        None, "--holdout/--no-holdout", help="Judge on held-out windows (default) or on all.",
+        show_default=False,
+    ),
+    trace_format: str | None = typer.Option(
+        None, "--format", "-f", help="Trace format (default: detected)."
+    ),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Scenarios run in parallel (processes)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    csv_out: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
+    report: Path | None = typer.Option(
+        None, "--report", help="Write a self-contained HTML report here.", show_default=False
+    ),
+    png_dir: Path | None = typer.Option(
+        None, "--png-dir", help="Write each picture of the report as PNG in this folder.",
+        show_default=False,
+    ),
+) -> None:
+    """Compare what-if scenarios (topology x redundant experts x solver) on one trace."""
+    if json_out and csv_out:
+        raise UsageError("--json and --csv are two answers to one question", where="--csv",
+                         hint="choose one")
+    overrides = {"model": model, "dtype": dtype, "policy": policy, "mode": mode,
+                 "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit, "seed": seed,
+                 "batch_tokens": batch_tokens, "holdout": holdout}
+    study = build_study(scenarios, list(trace or []), topology, redundant, solver, overrides)
+    if not study.trace:
+        raise UsageError("no trace to compare on", where="TRACE",
+                         hint="give the trace file, or 'trace:' in the scenario file")
+    if report is not None or png_dir is not None:
+        from placer.report import require_matplotlib
+
+        require_matplotlib()  # fail before the long part, not after
+
+    from placer import compare as compare_lib
+    from placer.traces import read_routing
+
+    paths = list(study.trace)
+    routing = read_routing(paths if len(paths) > 1 else paths[0], trace_format, keep_tokens=True)
+    description = split_routing(routing, study.settings.holdout).description
+    sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")
+    labels = [s.label for s in study.scenarios]
+    with _Progress(labels, quiet=False) as progress:
+        outcomes = compare_lib.compare(routing, study.scenarios, study.settings, jobs=jobs,
+                                       on_done=progress,
+                                       keep_details=report is not None or png_dir is not None)
+    if json_out:
+        print_json(compare_json(study, outcomes, description))
+    elif csv_out:
+        sys.stdout.write(compare_csv(outcomes))
+    else:
+        sys.stdout.write(format_table([o.row for o in outcomes]))
+    if report is not None or png_dir is not None:
+        _write_report(study, outcomes, routing, description, report, png_dir)
+
+
+def _write_report(
+    study: Study,
+    outcomes: list[ScenarioOutcome],
+    routing: Any,
+    description: str,
+    report: Path | None,
+    png_dir: Path | None,
+) -> None:
+    from placer import __version__
+    from placer.analysis import summarize
+    from placer.cli.common import write_text_atomic
+    from placer.report.sections import compare_report
+    from placer.topology import load_topology
+
+    split = split_routing(routing, study.settings.holdout)
+    nodes = {}
+    for s in study.scenarios:
+        if s.topology not in nodes:
+            nodes[s.topology] = load_topology(s.topology).node_of_gpu
+    subtitle = f"{', '.join(study.trace)} · model {study.settings.model}"
+    built = compare_report(outcomes, split.judge_stats, summarize(routing.stats),
+                           description=description, node_of_gpu=nodes, subtitle=subtitle)
+    if report is not None:
+        write_text_atomic(report, built.html(footer=f"placer {__version__}"))
+        sys.stderr.write(f"wrote {report}\n")
+    if png_dir is not None:
+        write_pictures(built.pictures, png_dir)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``placer compare`` to ``app``."""
+    app.command("compare")(handle_errors(compare))

@@ -1,0 +1,113 @@
+"""``placer report``: one self-contained HTML page about a trace and its placements.
+
+Thin: read the trace, the model, the topology and each placement; evaluate each
+placement on the trace (:func:`placer.evaluate.evaluate`); build the report
+(:func:`placer.report.sections.placement_report`) and write it atomically.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from placer.cli.common import handle_errors
+from placer.errors import UsageError
+
+
+def report(
+    trace: list[Path] = typer.Argument(
+        ..., help="Routing trace or load statistics file(s).", show_default=False
+    ),
+    placement: list[Path] = typer.Option(
+        ..., "--placement", "-p", help="Placement JSON (placer plan's output); repeat to put"
+        " up to 4 side by side.", show_default=False,
+    ),
+    topology: str = typer.Option(
+        ..., "--topology", "-t", help="Topology preset name or YAML file.", show_default=False
+    ),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Model preset name or YAML file.", show_default=False
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="HTML file to write (atomically).", show_default=False
+    ),
+    name: list[str] = typer.Option(
+        [], "--name", help="Label of each placement, in order (default: the file's stem).",
+        show_default=False,
+    ),
+    layer: int | None = typer.Option(
+        None, "--layer", help="Absolute layer id drawn in the maps (default: the hottest).",
+        show_default=False,
+    ),
+    policy: str = typer.Option(
+        "round_robin", "--policy", help="Dispatch policy: round_robin, local_first, random."
+    ),
+    mode: str = typer.Option("normal", "--mode", help="All-to-all mode: normal or low_latency."),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="Expert weight dtype (default: the model's).", show_default=False
+    ),
+    batch_tokens: int | None = typer.Option(
+        None, "--batch-tokens", help="Tokens per evaluated batch (default: the trace's steps).",
+        show_default=False,
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's sampling."),
+    trace_format: str | None = typer.Option(
+        None, "--format", "-f", help="Trace format (default: detected)."
+    ),
+    png_dir: Path | None = typer.Option(
+        None, "--png-dir", help="Also write each picture as PNG in this folder.",
+        show_default=False,
+    ),
+) -> None:
+    """Write an HTML report: trace statistics, placements side by side, and pictures."""
+    from placer.report import require_matplotlib
+
+    require_matplotlib()
+    if name and len(name) != len(placement):
+        raise UsageError(f"{len(name)} --name for {len(placement)} --placement", where="--name",
+                         hint="give one --name per --placement, or none")
+    if len(placement) > 4:
+        raise UsageError(f"at most 4 placements fit side by side, got {len(placement)}",
+                         where="--placement")
+    labels = list(name) or [p.stem for p in placement]
+    if len(set(labels)) != len(labels):
+        raise UsageError("two placements have the same label", where="--name",
+                         hint="give each placement a --name")
+
+    from placer import __version__
+    from placer.analysis import summarize
+    from placer.cli.common import write_text_atomic
+    from placer.cli.compare_cmd import write_pictures
+    from placer.evaluate import EvalParams, evaluate
+    from placer.models import load_model
+    from placer.placement_io import read_placement
+    from placer.report.sections import placement_report
+    from placer.topology import load_topology
+    from placer.traces import read_routing
+
+    params = EvalParams(policy=policy, mode=mode, dtype=dtype, batch_tokens=batch_tokens,
+                        seed=seed)
+    model_spec = load_model(model)
+    topo = load_topology(topology)
+    placements = [read_placement(p) for p in placement]
+    routing = read_routing(trace if len(trace) > 1 else trace[0], trace_format, keep_tokens=True)
+    evaluations = []
+    for label, p in zip(labels, placements, strict=True):
+        sys.stderr.write(f"evaluating {label} ...\n")
+        evaluations.append(evaluate(p, routing, topo, model_spec, params))
+    subtitle = (f"{', '.join(str(t) for t in trace)} · model {model_spec.name} · topology"
+                f" {topo.name} · {policy} dispatch, {mode} mode")
+    built = placement_report(routing.stats, summarize(routing.stats), labels, placements,
+                             evaluations, node_of_gpu=topo.node_of_gpu, layer=layer,
+                             subtitle=subtitle)
+    write_text_atomic(output, built.html(footer=f"placer {__version__}"))
+    sys.stderr.write(f"wrote {output}\n")
+    if png_dir is not None:
+        write_pictures(built.pictures, png_dir)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``placer report`` to ``app``."""
+    app.command("report")(handle_errors(report))

@@ -1,0 +1,354 @@
+"""The report's contents, built from placer's objects (pure: no files, no printing).
+
+Two reports share these pieces:
+
+- :func:`placement_report` (``placer report``): the trace's statistics, then the
+  placements side by side (metrics, placement maps, co-activation with GPU
+  blocks, per-GPU load, the per-batch hot-shard tail);
+- :func:`compare_report` (``placer compare --report``): the scenario table and
+  the what-if chart, then the baseline and the best scenario side by side.
+
+Each returns a :class:`Report` whose pictures are also available as PNG bytes
+(for ``--png-dir``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from placer.errors import UsageError
+from placer.placement import Placement, gpu_loads, hot_shard_ratio
+from placer.report import plots
+from placer.report._mpl import figure_png
+from placer.report.html import Block, Picture, Section, SideBySide, Table, Text, render_html
+from placer.stats import ExpertStats
+
+#: Evaluator metrics shown in the placements table: (key, label with unit, format).
+METRIC_ROWS = (
+    ("hot_shard_ratio_median", "hot-shard ratio, median layer (max / mean)", "{:.3f}"),
+    ("hot_shard_ratio_worst", "hot-shard ratio, worst layer (max / mean)", "{:.3f}"),
+    ("batch_hot_shard_p50", "per-batch hot shard p50 (max / mean)", "{:.3f}"),
+    ("batch_hot_shard_p99", "per-batch hot shard p99 (max / mean)", "{:.3f}"),
+    ("vllm_balancedness", "vLLM balancedness (mean / max)", "{:.3f}"),
+    ("sglang_balancedness", "SGLang balancedness", "{:.3f}"),
+    ("trtllm_imbalance", "TensorRT-LLM imbalance (max / mean - 1)", "{:.3f}"),
+    ("remote_copies_per_token_gpu", "remote copies per token, GPU", "{:.2f}"),
+    ("remote_copies_per_token_node", "remote copies per token, node", "{:.2f}"),
+    ("bytes_per_token_intra", "bytes per token, intra-node (B)", "{:,.0f}"),
+    ("bytes_per_token_inter", "bytes per token, inter-node (B)", "{:,.0f}"),
+    ("all_to_all_us", "all-to-all time (µs)", "{:.1f}"),
+    ("moe_layer_p50_us", "MoE layer p50 (µs)", "{:.1f}"),
+    ("moe_layer_p99_us", "MoE layer p99 (µs)", "{:.1f}"),
+    ("p99_over_p50", "p99 / p50", "{:.3f}"),
+    ("expert_memory_gb", "expert weights per GPU (GB)", "{:.2f}"),
+    ("kv_left_gb", "memory left for the KV cache per GPU (GB)", "{:.2f}"),
+)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A finished report: sections for the HTML page, and its pictures as PNG.
+
+    Attributes
+    ----------
+    title: page title.
+    sections: in order.
+    pictures: ``(file stem, PNG bytes)`` of every picture, for ``--png-dir``.
+    subtitle: one line under the title (the inputs).
+    """
+
+    title: str
+    sections: tuple[Section, ...]
+    pictures: tuple[tuple[str, bytes], ...] = ()
+    subtitle: str = ""
+
+    def html(self, footer: str = "") -> str:
+        """The self-contained HTML page."""
+        return render_html(self.title, self.sections, subtitle=self.subtitle, footer=footer)
+
+
+@dataclass
+class _Gallery:
+    """Renders figures once and remembers them under unique file stems."""
+
+    dpi: int
+    pictures: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def add(self, stem: str, fig: Any, caption: str) -> Picture:
+        png = figure_png(fig, self.dpi)
+        used = {s for s, _ in self.pictures}
+        name, n = _file_stem(stem), 2
+        while name in used:
+            name, n = f"{_file_stem(stem)}-{n}", n + 1
+        self.pictures.append((name, png))
+        return Picture(png, caption)
+
+
+# -- the trace ------------------------------------------------------------------------------
+def trace_section(stats: ExpertStats, summary: dict[str, Any], gallery: _Gallery) -> Section:
+    """The statistics summary (``placer.analysis.summarize``) and the expert load heatmap."""
+    totals = summary.get("totals", {})
+    overall = summary.get("overall", {})
+    rows: list[tuple[str, str]] = [
+        ("tokens", f"{int(totals.get('tokens', stats.total_tokens)):,}"),
+        ("windows", str(totals.get("windows", stats.num_windows))),
+        ("MoE layers", str(totals.get("layers", stats.num_layers))),
+        ("experts per layer / top-k", f"{stats.num_experts} / {stats.top_k}"),
+        ("format", str(totals.get("format") or "-")),
+        ("synthetic", "yes" if totals.get("synthetic") else "no"),
+    ]
+    for key, label in (("max_over_mean", "expert max / mean load"), ("gini", "Gini of expert load"),
+                       ("entropy", "normalized entropy of expert load")):
+        stat = overall.get(key) or {}
+        if stat.get("median") is not None:
+            rows.append((f"{label}, median layer", f"{stat['median']:.3f}"))
+            # low entropy is the skewed end; high max/mean and Gini are
+            worst, at = ("min", "min_layer") if key == "entropy" else ("max", "max_layer")
+            rows.append((f"{label}, worst layer", f"{stat[worst]:.3f} (layer {stat[at]})"))
+    drift = overall.get("drift") or {}
+    jac = (drift.get("hot_set_jaccard_mean") or {}).get("median")
+    if jac is not None:
+        rows.append((f"hot-set overlap between windows (Jaccard, top {drift['hot_set_size']})",
+                     f"{jac:.3f}"))
+    hottest = overall.get("hottest") or []
+    if hottest:
+        rows.append(("hottest experts (layer:expert share)", ", ".join(
+            f"{h['layer']}:{h['expert']} {h['share']:.1%}" for h in hottest)))
+    blocks: list[Block] = [Table(("figure", "value"), tuple(rows), caption="Routing statistics",
+                                 numeric=())]
+    for warning in summary.get("warnings", []):
+        blocks.append(Text(f"warning: {warning}"))
+    fig = plots.expert_load_heatmap(stats.mean_load, layer_ids=stats.layer_ids,
+                                    title="Expert load (all windows)")
+    blocks.append(gallery.add("expert-load", fig,
+                              "Expert load per layer relative to the layer's mean: bright cells"
+                              " are hot experts."))
+    return Section("Trace summary", tuple(blocks))
+
+
+# -- placements side by side ------------------------------------------------------------------
+def placements_sections(
+    names: Sequence[str],
+    placements: Sequence[Placement],
+    evaluations: Sequence[Any],
+    stats: ExpertStats,
+    gallery: _Gallery,
+    *,
+    node_of_gpu: Sequence[np.ndarray | None] | None = None,
+    layer: int | None = None,
+) -> list[Section]:
+    """Metrics table, maps, co-activation, per-GPU load and tail for up to 4 placements.
+
+    Parameters
+    ----------
+    names: one label per placement.
+    placements: the placements (same model; their GPU counts may differ).
+    evaluations: one ``placer.evaluate.Evaluation`` per placement (None to skip its figures).
+    stats: the statistics the loads and co-activation come from (placement layers must exist).
+    gallery: collects the rendered pictures.
+    node_of_gpu: per placement, ``[G]`` node of each GPU (node boundaries drawn), or None.
+    layer: absolute layer id drawn in the maps; default the first placement's hottest layer.
+    """
+    if not placements:
+        raise UsageError("no placement to report", where="--placement")
+    if len(placements) > len(plots.SERIES_COLOURS):
+        raise UsageError(f"at most {len(plots.SERIES_COLOURS)} placements fit side by side,"
+                         f" got {len(placements)}", where="--placement")
+    nodes = list(node_of_gpu) if node_of_gpu is not None else [None] * len(placements)
+    loads = []
+    for p in placements:
+        layer_stats = stats.select_layers(p.layer_ids)
+        loads.append((layer_stats, gpu_loads(p, layer_stats.mean_load)))
+    first = placements[0]
+    if layer is None:
+        layer_row = int(np.argmax(hot_shard_ratio(loads[0][1])))
+        layer = int(first.layer_ids[layer_row])
+    sections = [_metrics_section(names, placements, evaluations)]
+
+    maps = []
+    for p, name, (layer_stats, _), node in zip(placements, names, loads, nodes, strict=True):
+        row = p.layer_row(layer)
+        fig = plots.placement_map(p.physical_to_logical[row], p.num_gpus,
+                                  layer_stats.mean_load[row], node_of_gpu=node, layer_id=layer)
+        maps.append(gallery.add(f"placement-map-{name}-layer{layer}", fig,
+                                f"{name}: experts on each GPU in layer {layer}, coloured by the"
+                                " slot's load (* = replicated expert)."))
+    sections.append(Section(
+        "Placement maps", (SideBySide(tuple(maps), tuple(names)),),
+        intro=f"Layer {layer} (the hottest layer of {names[0]} unless --layer is given)."))
+
+    if stats.coact is not None:
+        heat = []
+        for p, name, (layer_stats, _), node in zip(placements, names, loads, nodes, strict=True):
+            row = p.layer_row(layer)
+            coact = layer_stats.coact
+            if coact is None:
+                continue
+            fig = plots.coactivation_heatmap(
+                coact[row], p.physical_to_logical[row], p.num_gpus,
+                load=layer_stats.mean_load[row], node_of_gpu=node, layer_id=layer)
+            heat.append(gallery.add(f"coactivation-{name}-layer{layer}", fig,
+                                    f"{name}: co-activation in layer {layer}; squares on the"
+                                    " diagonal are GPUs (white lines: nodes)."))
+        sections.append(Section("Co-activation and GPU boundaries",
+                                (SideBySide(tuple(heat), tuple(names)),)))
+
+    same_layers = all(np.array_equal(p.layer_ids, first.layer_ids) for p in placements)
+    if same_layers:
+        fig = plots.gpu_load_bars([g for _, g in loads], list(names), layer_ids=first.layer_ids)
+        sections.append(Section("Per-GPU load", (gallery.add(
+            "gpu-load", fig, "Expected tokens per GPU over the mean, in the layers where the"
+            f" hot shard of {names[0]} is worst."),)))
+
+    tails = [(n, e.batch_hot_shard) for n, e in zip(names, evaluations, strict=True)
+             if e is not None and np.size(getattr(e, "batch_hot_shard", [])) > 0]
+    if tails:
+        fig = plots.hot_shard_tail([t for _, t in tails], [n for n, _ in tails])
+        sections.append(Section("Per-batch hot shard", (gallery.add(
+            "hot-shard-tail", fig, "Hottest GPU over the mean GPU in each (batch, layer): the"
+            " right-hand tail sets p99 latency."),)))
+    return sections
+
+
+def _metrics_section(
+    names: Sequence[str], placements: Sequence[Placement], evaluations: Sequence[Any]
+) -> Section:
+    header = ("figure", *names)
+    rows: list[tuple[str, ...]] = [
+        ("GPUs", *(str(p.num_gpus) for p in placements)),
+        ("slots per GPU", *(str(p.slots_per_gpu) for p in placements)),
+        ("redundant experts per layer", *(str(p.num_redundant) for p in placements)),
+    ]
+    for key, label, fmt in METRIC_ROWS:
+        values = [_metric(e, key) for e in evaluations]
+        if all(v is None for v in values):
+            continue
+        rows.append((label, *("-" if v is None else fmt.format(v) for v in values)))
+    return Section("Placements", (Table(header, tuple(rows), caption="Evaluated figures"),))
+
+
+def _metric(evaluation: Any, key: str) -> float | None:
+    if evaluation is None:
+        return None
+    value = evaluation.metrics.get(key)
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# -- the two reports --------------------------------------------------------------------------
+def placement_report(
+    stats: ExpertStats,
+    summary: dict[str, Any],
+    names: Sequence[str],
+    placements: Sequence[Placement],
+    evaluations: Sequence[Any],
+    *,
+    node_of_gpu: np.ndarray | None = None,
+    layer: int | None = None,
+    subtitle: str = "",
+    dpi: int | None = None,
+) -> Report:
+    """``placer report``: statistics, then the placements side by side.
+
+    Parameters
+    ----------
+    stats: the routing statistics the placements were evaluated on.
+    summary: ``placer.analysis.summarize(stats)``.
+    names, placements, evaluations: one entry per placement (up to 4).
+    node_of_gpu: ``[G]`` node of each GPU of the topology (all placements share it).
+    layer: absolute layer id for the maps (default: the hottest).
+    subtitle: line under the title.
+    dpi: picture resolution (default ``constants.REPORT_DPI``).
+    """
+    from placer import constants
+
+    gallery = _Gallery(dpi or constants.REPORT_DPI)
+    sections = [trace_section(stats, summary, gallery)]
+    sections += placements_sections(names, placements, evaluations, stats, gallery,
+                                    node_of_gpu=[node_of_gpu] * len(placements), layer=layer)
+    return Report("placer report", tuple(sections), tuple(gallery.pictures), subtitle)
+
+
+def compare_report(
+    outcomes: Sequence[Any],
+    stats: ExpertStats,
+    summary: dict[str, Any],
+    *,
+    description: str = "",
+    node_of_gpu: dict[str, np.ndarray] | None = None,
+    subtitle: str = "",
+    dpi: int | None = None,
+) -> Report:
+    """``placer compare --report``: the table and what-if chart, then baseline vs best.
+
+    Parameters
+    ----------
+    outcomes: ``placer.compare.ScenarioOutcome`` in scenario order.
+    stats: the statistics the scenarios were judged on.
+    summary: ``placer.analysis.summarize`` of the whole trace.
+    description: how the data was split (fitted / judged windows).
+    node_of_gpu: topology argument -> ``[G]`` node of each GPU, for node boundaries.
+    subtitle: line under the title.
+    dpi: picture resolution (default ``constants.REPORT_DPI``).
+
+    The *baseline* is the first scenario that ran; the *best* is the one with the
+    lowest estimated MoE-layer p99 (ties: the earlier). When they are the same,
+    only it is drawn.
+    """
+    from placer import constants
+    from placer.compare import TABLE_COLUMNS, table_cells
+
+    gallery = _Gallery(dpi or constants.REPORT_DPI)
+    rows = [o.row for o in outcomes]
+    cells = tuple(tuple(table_cells(r)) for r in rows)
+    table = Table(tuple(c.header for c in TABLE_COLUMNS), cells,
+                  caption="Scenarios (units in the headers; KB = 1e3 bytes per token and layer)")
+    p99 = np.array([r.moe_layer_p99_us if r.moe_layer_p99_us is not None else np.nan
+                    for r in rows], dtype=np.float64)
+    kv = np.array([r.kv_left_gb if r.kv_left_gb is not None and r.ok else np.nan for r in rows],
+                  dtype=np.float64)
+    notes = [_short_status(r.status) for r in rows]
+    fig = plots.whatif_chart([r.scenario for r in rows], p99, kv, notes=notes)
+    whatif = gallery.add("what-if", fig, "Estimated MoE-layer p99 time and KV-cache memory left"
+                         " per GPU, per scenario (shorter time and longer memory bars are better).")
+    intro = description or ""
+    sections = [Section("Scenarios", (table, whatif), intro=intro)]
+    sections.append(trace_section(stats, summary, gallery))
+
+    ran = [i for i, o in enumerate(outcomes) if o.row.ok and o.placement is not None]
+    if ran:
+        baseline = ran[0]
+        finite = [i for i in ran if np.isfinite(p99[i])]
+        best = min(finite, key=lambda i: (p99[i], i)) if finite else baseline
+        chosen = [baseline] if best == baseline else [baseline, best]
+        names = [("baseline: " if i == baseline else "lowest p99: ") + rows[i].scenario
+                 for i in chosen]
+        nodes = [None if node_of_gpu is None else node_of_gpu.get(rows[i].topology)
+                 for i in chosen]
+        sections += placements_sections(
+            names, [outcomes[i].placement for i in chosen],
+            [outcomes[i].evaluation for i in chosen], stats, gallery, node_of_gpu=nodes)
+    title = "placer compare"
+    return Report(title, tuple(sections), tuple(gallery.pictures), subtitle)
+
+
+def _short_status(status: str) -> str:
+    if status.startswith("does not fit"):
+        return "does not fit"
+    if status.startswith("error"):
+        return "error"
+    return "no result"
+
+
+def _file_stem(text: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_." else "-" for c in text.lower())
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out.strip("-") or "picture"
