@@ -167,9 +167,7 @@ class Section:
         self._used.add(key)
         if key not in self.value or self.value[key] is None:
             if default is _MISSING:
-                raise self.doc.fail(
-                    self.path, f"missing key '{key}'" + (f" in {self.path}" if self.path else "")
-                )
+                raise self.doc.fail(self.path, f"missing key '{key}'")
             return default
         return self.value[key]
 

@@ -203,7 +203,7 @@ def build_topology(spec: TopologySpec, source: str) -> Topology:
             else "give both nodes nic_gbps and the file a network:"
         )
         raise spec.doc.fail(
-            "",
+            spec.nodes[int(node_of_gpu[b])].path,
             f"GPUs {gpus[a]} and {gpus[b]} cannot reach each other"
             f" ({len(unreachable)} ordered pairs unreachable)",
             hint=hint,
