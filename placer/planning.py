@@ -100,7 +100,8 @@ def build_problem(
     gpus, node_of_gpu = _gpus(topology, num_gpus)
     slots = _slots_per_gpu(stats.num_experts, gpus, slots_per_gpu, redundant)
     if model is not None and topology is not None:
-        _check_memory(model, topology, slots, dtype, kv_reserve_gb, kv_reserve_fraction)
+        option = "--redundant" if redundant is not None else "--slots-per-gpu"
+        _check_memory(model, topology, slots, option, dtype, kv_reserve_gb, kv_reserve_fraction)
     if current is not None:
         _check_current(current, stats, gpus)
 
@@ -189,7 +190,7 @@ def _slots_per_gpu(
 ) -> int:
     if slots_per_gpu is not None and redundant is not None:
         raise UsageError(
-            "--redundant and --slots-per-gpu say the same thing twice", where="--redundant",
+            "--redundant and --slots-per-gpu exclude each other", where="--redundant",
             hint=f"give one: S slots per GPU means R = {num_gpus} x S - {num_experts}",
         )
     minimum = default_slots_per_gpu(num_experts, num_gpus)
@@ -229,6 +230,7 @@ def _check_memory(
     model: Any,
     topology: Any,
     slots: int,
+    option: str,
     dtype: str | None,
     kv_reserve_gb: float | None,
     kv_reserve_fraction: float | None,
@@ -242,18 +244,25 @@ def _check_memory(
     if slots <= capacity.slots_per_gpu:
         return
     slot_gb = capacity.slot_bytes / GB
-    need_gb = slots * slot_gb
-    budget_gb = capacity.slots_per_gpu * slot_gb
+    gpu = int(getattr(capacity, "limiting_gpu", 0))
+    memory, kv = float(capacity.memory_gb[gpu]), float(capacity.kv_reserve_gb[gpu])
+    free = memory - capacity.non_expert_gb - capacity.overhead_gb - kv
+    budget = (
+        f"{memory:.0f} GB - {capacity.non_expert_gb:.1f} GB non-expert weights"
+        f" - {capacity.overhead_gb:.1f} GB runtime - {kv:.1f} GB KV reserve"
+        f" = {free:.1f} GB for experts"
+    )
+    fits = min(capacity.slots_per_gpu, model.num_experts)
     raise InfeasibleError(
-        f"{slots} slots per GPU need {need_gb:.1f} GB of expert weights per GPU"
-        f" ({slot_gb:.2f} GB per slot over {model.num_moe_layers} MoE layers,"
-        f" {capacity.dtype}), but the memory budget of {topology.name} holds"
-        f" {capacity.slots_per_gpu} slots ({budget_gb:.1f} GB)",
-        where="--slots-per-gpu",
+        f"{slots} slots per GPU need {slots * slot_gb:.1f} GB of expert weights per GPU"
+        f" ({slot_gb:.2f} GB per slot over {model.num_moe_layers} MoE layers, {capacity.dtype}),"
+        f" but the memory budget of {topology.name} holds {capacity.slots_per_gpu}"
+        f" (GPU {gpu}: {budget})",
+        where=option,
         hint=(
-            f"use at most --slots-per-gpu {capacity.slots_per_gpu}"
-            f" (--redundant {capacity.max_redundant}), a smaller --kv-reserve-gb,"
-            " or a lower-precision --dtype"
+            f"use at most --slots-per-gpu {fits}"
+            f" (--redundant {fits * topology.num_gpus - model.num_experts}),"
+            " a smaller --kv-reserve-gb, or a lower-precision --dtype"
         ),
     )
 

@@ -121,7 +121,7 @@ def test_global_policy_on_one_node_keeps_replicas_apart():
     assert placement.physical_to_logical.tolist() == [
         [10, 8, 1, 7, 10, 1, 3, 4, 0, 5, 4, 2, 11, 5, 9, 6]
     ]
-    assert report == {"policy": "hierarchical", "repaired_slots": 0}
+    assert report == {"policy": "global", "repaired_slots": 0}
     assert gpu_loads(placement, weight)[0].tolist() == [234.5, 270.5, 264.5, 263.5]
 
 
@@ -204,7 +204,7 @@ def test_eplb_caps_replicas_at_the_number_of_gpus():
     assert logcnt.tolist() == [[3, 1, 1, 1]]
     placement, report = eplb_placement(weight, np.array([0]), num_gpus=2, slots_per_gpu=3)
     assert placement.replica_counts.tolist() == [[2, 2, 1, 1]]
-    assert report == {"policy": "hierarchical", "repaired_slots": 0}
+    assert report == {"policy": "global", "repaired_slots": 0}
 
 
 def test_eplb_repairs_two_replicas_on_one_gpu():

@@ -299,7 +299,8 @@ def eplb_placement(
 
     Returns
     -------
-    The placement, and ``{"policy": "hierarchical" | "global", "repaired_slots": int}``.
+    The placement, and ``{"policy": "hierarchical" | "global", "repaired_slots": int}``
+    (hierarchical with one node and one group is reported as global: they are the same).
     """
     weight = np.asarray(weight, dtype=np.float64)
     num_physical = num_gpus * slots_per_gpu
@@ -317,7 +318,7 @@ def eplb_placement(
         num_gpus=num_gpus,
     )
     return placement, {
-        "policy": "hierarchical" if hierarchical else "global",
+        "policy": "hierarchical" if (num_groups, num_nodes) != (1, 1) else "global",
         "repaired_slots": repaired,
     }
 

@@ -1,0 +1,205 @@
+"""``placer plan``: fit a placement to a trace and write placement JSON.
+
+The command is thin: read the trace, the model and the topology, build the problem
+(:func:`placer.planning.build_problem`), solve it (:func:`placer.problem.solve`),
+write the placement (:func:`placer.placement_io.write_placement`), and print a
+summary.  The summary is a plain dict (:func:`plan_summary`, printed as is with
+``--json``) rendered to text by :func:`render_summary`; both are small so that
+other solvers can add sections (a side-by-side against EPLB, for instance).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+
+from placer.cli.common import handle_errors, print_json
+from placer.errors import UsageError
+from placer.placement import Placement, gpu_loads, hot_shard_ratio
+from placer.placement_io import write_placement
+from placer.planning import build_problem
+from placer.problem import PlacementProblem, SolveParams, SolveResult, solve, solver_names
+from placer.stats import ExpertStats, _ranges
+
+#: Solver used when ``--solver`` is not given.
+DEFAULT_SOLVER = "eplb"
+
+
+def basic_metrics(placement: Placement, stats: ExpertStats) -> dict[str, float]:
+    """Hot-shard ratio (max / mean GPU load per layer) of the load summed over windows.
+
+    Returns ``{"hot_shard_ratio_median", "hot_shard_ratio_worst", "hottest_gpu_load"}``;
+    the last is the worst layer's hottest GPU load in tokens.
+    """
+    loads = gpu_loads(placement, stats.mean_load)  # [L, G]
+    ratio = hot_shard_ratio(loads)
+    return {
+        "hot_shard_ratio_median": float(np.median(ratio)),
+        "hot_shard_ratio_worst": float(ratio.max()),
+        "hottest_gpu_load": float(loads.max()),
+    }
+
+
+def plan_summary(
+    problem: PlacementProblem,
+    result: SolveResult,
+    metrics: dict[str, float],
+    output: Path,
+) -> dict[str, Any]:
+    """What ``placer plan`` reports: output path, problem size, solver and metrics."""
+    stats = problem.stats
+    return {
+        "output": str(output),
+        "problem": {
+            "model": getattr(problem.model, "name", None),
+            "topology": getattr(problem.topology, "name", None),
+            "num_experts": stats.num_experts,
+            "layers": _ranges(stats.layer_ids),
+            "num_layers": stats.num_layers,
+            "num_windows": stats.num_windows,
+            "num_gpus": problem.num_gpus,
+            "num_nodes": problem.num_nodes,
+            "slots_per_gpu": problem.slots_per_gpu,
+            "num_physical_experts": problem.num_physical,
+            "num_redundant": problem.num_redundant,
+        },
+        "solver": {
+            "name": result.solver,
+            "status": result.status,
+            "objective": result.objective,
+            "bound": result.bound,
+            "gap": result.gap,
+            "seconds": round(result.seconds, 3),
+        },
+        "metrics": metrics,
+    }
+
+
+def render_summary(summary: dict[str, Any]) -> list[str]:
+    """Text lines of a plan summary (no colour, fit for a terminal or a log)."""
+    p, s, m = summary["problem"], summary["solver"], summary["metrics"]
+    model = p["model"] or "model"
+    where = f"{p['topology']}: " if p["topology"] else ""
+    solver = f"{s['name']} ({s['status']}, {s['seconds']:.2f} s"
+    if s["bound"] is not None and s["gap"] is not None:
+        solver += f", bound {s['bound']:.6g}, gap {100 * s['gap']:.2f}%"
+    solver += ")"
+    return [
+        f"placement    {summary['output']}",
+        f"model        {model}: {p['num_experts']} experts, layers {p['layers']},"
+        f" {p['num_windows']} windows fitted",
+        f"cluster      {where}{p['num_gpus']} GPUs on {p['num_nodes']}"
+        f" node{'s' if p['num_nodes'] > 1 else ''},"
+        f" {p['slots_per_gpu']} slots per GPU ({p['num_physical_experts']} physical,"
+        f" {p['num_redundant']} redundant)",
+        f"solver       {solver}",
+        f"hot shard    max/mean GPU load: median {m['hot_shard_ratio_median']:.4f},"
+        f" worst {m['hot_shard_ratio_worst']:.4f}"
+        f" (hottest GPU {m['hottest_gpu_load']:.6g} tokens)",
+    ]
+
+
+def plan(
+    trace: list[Path] = typer.Argument(
+        ..., help="Routing trace or load statistics file(s), read by placer.traces.",
+        show_default=False,
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Placement JSON to write (atomically).", show_default=False
+    ),
+    topology: str | None = typer.Option(
+        None, "--topology", "-t", help="Topology preset name or YAML file."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m",
+        help="Model preset name or YAML file; checks layers and the memory budget.",
+    ),
+    solver: str = typer.Option(
+        DEFAULT_SOLVER, "--solver", "-s", help=f"One of: {', '.join(solver_names())}."
+    ),
+    redundant: int | None = typer.Option(
+        None, "--redundant", "-r",
+        help="Redundant experts per layer (R = P - E); excludes --slots-per-gpu.",
+    ),
+    slots_per_gpu: int | None = typer.Option(
+        None, "--slots-per-gpu", "-S", help="Slots per GPU; default ceil(E / G), no replicas."
+    ),
+    num_gpus: int | None = typer.Option(
+        None, "--num-gpus", "-g", help="GPUs on one node, when there is no --topology."
+    ),
+    fit: str | None = typer.Option(
+        None, "--fit", help="Windows to fit, START:STOP (default: all)."
+    ),
+    trace_format: str | None = typer.Option(
+        None, "--format", "-f", help="Trace format (default: detected)."
+    ),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="Expert weight dtype for the memory budget (default: the model's)."
+    ),
+    kv_reserve_gb: float | None = typer.Option(
+        None, "--kv-reserve-gb", help="Memory per GPU kept for the KV cache, GB."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed of search-based solvers."),
+    time_limit: float = typer.Option(
+        10.0, "--time-limit", help="Seconds per layer for search-based solvers."
+    ),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Layers solved in parallel."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Plan an expert placement from a routing trace and write it as placement JSON."""
+    names = solver_names()
+    if solver not in names:
+        raise UsageError(
+            f"unknown solver {solver!r}", where="--solver",
+            hint=f"choose one of: {', '.join(names)}",
+        )
+    params = SolveParams(time_limit_s=time_limit, seed=seed, jobs=jobs)
+
+    from placer.traces import read_routing
+
+    routing = read_routing(trace if len(trace) > 1 else trace[0], trace_format)
+    model_spec = _load_model(model)
+    topo = _load_topology(topology)
+    problem = build_problem(
+        routing, model=model_spec, topology=topo, num_gpus=num_gpus,
+        slots_per_gpu=slots_per_gpu, redundant=redundant, dtype=dtype,
+        kv_reserve_gb=kv_reserve_gb, fit=fit,
+    )
+    result = solve(problem, solver, params)
+    metrics = basic_metrics(result.placement, problem.stats)
+    write_placement(
+        output, result.placement,
+        model_name=getattr(model_spec, "name", None) or routing.stats.provenance.model,
+        top_k=model_spec.top_k if model_spec is not None else (routing.stats.top_k or None),
+        topology=topo, solver=result, metrics=metrics,
+    )
+    summary = plan_summary(problem, result, metrics, output)
+    if json_out:
+        print_json(summary)
+    else:
+        sys.stdout.write("\n".join(render_summary(summary)) + "\n")
+
+
+def _load_model(name: str | None) -> Any:
+    if name is None:
+        return None
+    from placer.models import load_model
+
+    return load_model(name)
+
+
+def _load_topology(name: str | None) -> Any:
+    if name is None:
+        return None
+    from placer.topology import load_topology
+
+    return load_topology(name)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``placer plan`` to ``app``."""
+    app.command("plan")(handle_errors(plan))
