@@ -12,7 +12,8 @@ number of slots when the MoE load balancer was on (counts are then per slot).
 placer sums the rank files, makes each iteration a window, and maps slot counts back
 to experts with the load balancer's ``initial_global_assignments`` when the folder
 holds that YAML (any ``*.yaml``/``*.yml`` with ``initial_global_assignments``; copy
-yours next to the statistics).  Pass the ``meta_info.json`` path as the trace.
+yours next to the statistics).  Pass the ``meta_info.json`` path as the trace (detected
+by its name), or the folder with ``--format trtllm``.
 
 The ``.safetensors`` files are parsed here (an 8-byte little-endian header length, a
 JSON header of ``{name: {dtype, shape, data_offsets}}``, then raw bytes), so neither
@@ -114,7 +115,15 @@ def read_load_balancer(path: Path) -> dict[int, np.ndarray]:
 
 
 def read(path: Path, acc: Accumulator) -> None:
-    """Accumulate a statistics folder given by its ``meta_info.json``."""
+    """Accumulate a statistics folder, given as its ``meta_info.json`` or the folder."""
+    if path.is_dir():
+        path = path / META
+        if not path.is_file():
+            raise TraceError(
+                f"no {META} in the folder", where=str(path.parent),
+                hint="pass TensorRT-LLM's EXPERT_STATISTIC_PATH folder"
+                " (rank 0 writes meta_info.json there)",
+            )
     folder = path.parent
     try:
         meta = json.loads(path.read_text())
