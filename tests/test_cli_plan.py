@@ -1,0 +1,172 @@
+"""``placer plan`` end to end: a trace written here, the real command, the file it writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from placer.cli.main import app
+from placer.placement_io import read_placement, schema
+from placer.traces import write_npz_trace
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def skewed_trace(tmp_path: Path) -> Path:
+    """400 tokens x layers 0-3 x top-2 of 8 experts, Mixtral's shape, 8 steps; seeded.
+
+    Expert 0 is picked about 4x as often as expert 3; experts 6, 7 rarely.
+    """
+    rng = np.random.default_rng(0)
+    weights = np.array([8, 4, 2, 1, 1, 1, 0.5, 0.5])
+    weights /= weights.sum()
+    topk = np.array(
+        [[rng.choice(8, 2, replace=False, p=weights) for _ in range(4)] for _ in range(400)]
+    )
+    path = tmp_path / "trace.npz"
+    write_npz_trace(
+        path, topk, layer_ids=[0, 1, 2, 3], step=np.arange(400) // 50,
+        meta={"model": "mixtral-8x7b", "num_experts": 8, "top_k": 2},
+    )
+    return path
+
+
+def _plan(*args: str):
+    return runner.invoke(app, ["plan", *args])
+
+
+def test_plan_eplb_writes_a_valid_placement_and_summary(skewed_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(
+        str(skewed_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "--solver", "eplb",
+        "--redundant", "8", "-o", str(out),
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"placement    {out}"
+    assert lines[1] == "model        mixtral-8x7b: 8 experts, layers 0-3, 8 windows fitted"
+    assert lines[2] == (
+        "cluster      dgx-h100: 8 GPUs on 1 node, 2 slots per GPU (16 physical, 8 redundant)"
+    )
+    assert lines[3].startswith("solver       eplb (HEURISTIC, ")
+    assert lines[4].startswith("hot shard    max/mean GPU load: median 1.0")
+
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, schema())
+    placement = read_placement(out)
+    assert placement.layer_ids.tolist() == [0, 1, 2, 3]
+    assert placement.slots_per_gpu == 2
+    assert doc["model"] == {"name": "mixtral-8x7b", "num_experts": 8, "top_k": 2}
+    assert doc["topology"] == {"name": "dgx-h100", "num_gpus": 8, "num_nodes": 1}
+    assert doc["solver"]["name"] == "eplb"
+    assert doc["solver"]["policy"] == "global"
+    assert set(doc["metrics"]) == {
+        "hot_shard_ratio_median", "hot_shard_ratio_worst", "hottest_gpu_load"
+    }
+    # the hot expert 0 is replicated in every layer
+    assert (placement.replica_counts[:, 0] >= 2).all()
+
+
+def test_plan_json_summary(skewed_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(str(skewed_trace), "-g", "4", "-s", "round_robin", "-o", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["output"] == str(out)
+    assert summary["problem"]["num_physical_experts"] == 8
+    assert summary["solver"]["name"] == "round_robin"
+    assert summary["solver"]["status"] == "HEURISTIC"
+    metrics = json.loads(out.read_text())["metrics"]
+    assert summary["metrics"] == metrics
+    assert metrics["hot_shard_ratio_worst"] >= metrics["hot_shard_ratio_median"] >= 1.0
+
+
+def test_plan_baselines_write_their_layouts(skewed_trace, tmp_path):
+    for solver, row in [
+        ("linear", [0, 1, 2, 3, 4, 5, 6, 7]),
+        ("round_robin", [0, 4, 1, 5, 2, 6, 3, 7]),
+    ]:
+        out = tmp_path / f"{solver}.json"
+        result = _plan(str(skewed_trace), "-g", "4", "-s", solver, "-o", str(out))
+        assert result.exit_code == 0, result.stderr
+        assert read_placement(out).physical_to_logical.tolist() == [row] * 4
+
+
+def test_eplb_beats_linear_on_the_skewed_trace(skewed_trace, tmp_path):
+    ratios = {}
+    for solver in ("linear", "eplb"):
+        out = tmp_path / f"{solver}.json"
+        result = _plan(str(skewed_trace), "-g", "4", "-r", "4", "-s", solver, "-o", str(out))
+        assert result.exit_code == 0, result.stderr
+        ratios[solver] = json.loads(out.read_text())["metrics"]["hot_shard_ratio_worst"]
+    assert ratios["eplb"] < 1.1 < 1.4 < ratios["linear"]
+
+
+def test_plan_fit_uses_the_chosen_windows(skewed_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(str(skewed_trace), "-g", "4", "--fit", "2:4", "-o", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["problem"]["num_windows"] == 2
+
+
+def test_plan_is_deterministic(skewed_trace, tmp_path):
+    docs = []
+    for name in ("a.json", "b.json"):
+        out = tmp_path / name
+        assert _plan(str(skewed_trace), "-g", "4", "-r", "4", "-o", str(out)).exit_code == 0
+        docs.append(json.loads(out.read_text())["layers"])
+    assert docs[0] == docs[1]
+
+
+@pytest.mark.parametrize(
+    "args,code,stderr",
+    [
+        (["-g", "4", "-r", "3"], 2,
+         "error: --redundant: 8 experts + 3 redundant = 11 slots do not split evenly over 4"
+         " GPUs\nhint: engines need equal slots per GPU: try --redundant 0 or 4\n"),
+        (["-g", "4", "-s", "nope"], 2, "error: --solver: unknown solver 'nope'\n"),
+        (["-g", "4", "--fit", "x"], 2,
+         "error: --fit: expected a window range START:STOP, got 'x'\n"),
+        (["-t", "dgx-h100", "-m", "deepseek-v3"], 1,
+         "error: {trace}: the trace has 8 experts per layer but deepseek-v3 has 256\n"
+         "hint: check --model, or the trace's num_experts\n"),
+    ],
+)
+def test_plan_errors(skewed_trace, tmp_path, args, code, stderr):
+    out = tmp_path / "plan.json"
+    result = _plan(str(skewed_trace), *args, "-o", str(out))
+    assert result.exit_code == code
+    assert result.stderr.startswith(stderr.format(trace=skewed_trace))
+    assert not out.exists()
+
+
+def test_plan_beyond_the_memory_budget(skewed_trace, tmp_path):
+    result = _plan(
+        str(skewed_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "-S", "5",
+        "-o", str(tmp_path / "plan.json"),
+    )
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "error: --slots-per-gpu: 5 slots per GPU need 56.4 GB of expert weights per GPU"
+    )
+    assert "hint: use at most --slots-per-gpu 4 (--redundant 24)" in result.stderr
+
+
+def test_installed_placer_plans(skewed_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    placer = Path(sys.executable).parent / "placer"
+    proc = subprocess.run(
+        [str(placer), "plan", str(skewed_trace), "-g", "2", "-r", "2", "-o", str(out)],
+        capture_output=True, text=True, env={"NO_COLOR": "1", "PATH": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"placement    {out}\n")
+    assert read_placement(out).num_physical == 10
