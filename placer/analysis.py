@@ -237,7 +237,7 @@ def summarize(
     n_hot = hot_set_size or max(1, math.ceil(e * constants.DRIFT_HOT_SET_FRACTION))
     n_hot = min(n_hot, e)
     warnings: list[str] = list(stats.warnings)
-    if stats.provenance.synthetic:
+    if stats.provenance.synthetic and not any("synthetic" in w for w in warnings):
         warnings.append("the input declares itself synthetic: figures describe a generator")
 
     total_load = stats.mean_load

@@ -188,18 +188,25 @@ class SynthParams:
         return np.full(len(self.layer_ids), float(self.zipf))
 
     def header(self) -> dict[str, Any]:
-        """Trace metadata: the DESIGN.md header fields plus the generator's parameters."""
-        gen = asdict(self)
-        gen["layer_ids"] = list(self.layer_ids)
-        gen["zipf"] = list(self.zipf) if isinstance(self.zipf, tuple) else self.zipf
-        return {
+        """Trace metadata: the DESIGN.md header fields, then ``synth_*`` generator settings.
+
+        Flat scalars (and the per-layer Zipf list), so both the JSONL header and the
+        NPZ scalar members can hold them.
+        """
+        head: dict[str, Any] = {
             "model": self.model or "synthetic",
             "num_layers": self.num_layers,
             "num_experts": self.num_experts,
             "top_k": self.top_k,
             "synthetic": True,
-            "generator": {"name": "placer.synth", **gen},
+            "generator": "placer.synth",
         }
+        for key, value in asdict(self).items():
+            if key in ("layer_ids", "model", "num_experts", "top_k", "chunk_tokens"):
+                continue
+            head[f"synth_{key}"] = list(value) if isinstance(value, tuple) else value
+        head["synth_chunk_tokens"] = self.chunk_tokens
+        return head
 
 
 def params_for_model(model: Any, **overrides: Any) -> SynthParams:
@@ -375,7 +382,7 @@ def _route(
     if grouped:
         # Step 3: the first m distinct groups, and the draw that completed them.
         group_of = draws // per_group
-        group_first = _first_mask(group_of)
+        group_first = _first_mask(group_of, n_groups)
         seen = np.cumsum(group_first, axis=1)
         groups_found = np.minimum(seen[:, -1], m)
         done_at = np.argmax(seen >= m, axis=1)
@@ -400,7 +407,7 @@ def _route(
             np.put_along_axis(sub, full, True, axis=1)
             allowed[short_groups] = sub
     # Step 4: the first k distinct experts among the valid draws.
-    chosen, found = _first_distinct(draws, k, valid)
+    chosen, found = _first_distinct(draws, k, e, valid)
     # Step 5: tokens short of k experts finish with an exact exponential race.
     short = np.flatnonzero(found < k)
     if short.size:
@@ -409,9 +416,15 @@ def _route(
     return chosen
 
 
-def _first_mask(ids: np.ndarray) -> np.ndarray:
-    """``[N, M]`` bool: True where a row's id appears for the first time (in row order)."""
+def _first_mask(ids: np.ndarray, size: int, valid: np.ndarray | None = None) -> np.ndarray:
+    """``[N, M]`` bool: True where a row's id (in ``0..size-1``) first appears, in row order.
+
+    Draws where ``valid`` is False are ignored (never first, and do not hide later copies).
+    """
     n, m = ids.shape
+    if valid is not None:
+        # Ignored draws get ids no real draw has, one per position.
+        ids = np.where(valid, ids, size + np.arange(m))
     pos_bits = 6
     # Sorting (id, position) pairs puts each id's first occurrence first among its copies.
     packed = (ids.astype(np.int64) << pos_bits) | np.arange(m)
@@ -421,31 +434,27 @@ def _first_mask(ids: np.ndarray) -> np.ndarray:
     first_sorted[:, 1:] = sorted_ids[:, 1:] != sorted_ids[:, :-1]
     first = np.empty((n, m), dtype=bool)
     np.put_along_axis(first, packed & ((1 << pos_bits) - 1), first_sorted, axis=1)
+    if valid is not None:
+        first &= valid
     return first
 
 
 def _first_distinct(
-    draws: np.ndarray, k: int, valid: np.ndarray | None = None
+    draws: np.ndarray, k: int, size: int, valid: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first ``k`` distinct ids of each row of ``draws: [N, M]``, in draw order.
 
     Draws where ``valid`` is False are ignored.  Returns ``chosen [N, k]`` int64
     (-1 padded) and ``found [N]``, how many were found.
     """
-    n, m = draws.shape
-    ids = draws
-    if valid is not None:
-        # Ignored draws get ids no real draw has, one per position.
-        ids = np.where(valid, draws, draws.max(initial=0) + 1 + np.arange(m))
-    first = _first_mask(ids)
-    if valid is not None:
-        first &= valid
-    keep = first & (np.cumsum(first, axis=1) <= k)
-    found = keep.sum(axis=1)
+    n = draws.shape[0]
+    first = _first_mask(draws, size, valid)
+    seen = np.cumsum(first, axis=1)
+    keep = first & (seen <= k)
+    found = np.minimum(seen[:, -1], k)
     chosen = np.full((n, k), -1, dtype=np.int64)
     r_idx, c_idx = np.nonzero(keep)
-    slot = np.cumsum(keep, axis=1)[r_idx, c_idx] - 1
-    chosen[r_idx, slot] = draws[r_idx, c_idx]
+    chosen[r_idx, seen[r_idx, c_idx] - 1] = draws[r_idx, c_idx]
     return chosen, found
 
 
@@ -542,7 +551,10 @@ def write_synth(
     writer = traces.write_npz_trace if fmt == "npz" else traces.write_jsonl_trace
     writer(
         path,
-        ((c.topk_ids, c.step, c.rank, c.topk_weights) for c in chunks()),
+        (
+            {"topk_ids": c.topk_ids, "step": c.step, "rank": c.rank, "topk_weights": c.topk_weights}
+            for c in chunks()
+        ),
         layer_ids=np.asarray(params.layer_ids, dtype=np.int64),
         meta=params.header(),
     )

@@ -174,7 +174,7 @@ def test_header_declares_synthetic():
     h = SynthParams(model="toy").header()
     assert h["synthetic"] is True and h["model"] == "toy"
     assert (h["num_layers"], h["num_experts"], h["top_k"]) == (4, 64, 4)
-    assert h["generator"]["seed"] == 0
+    assert h["generator"] == "placer.synth" and h["synth_seed"] == 0
 
 
 def test_params_for_model_takes_the_preset_shape():

@@ -1,0 +1,334 @@
+"""``placer stats`` and ``placer synth``: describe a routing trace, or make one.
+
+Thin: ``placer.traces`` reads, ``placer.analysis`` computes, ``placer.synth``
+generates; this module parses options and renders tables (``--json`` for machines).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from placer.cli.common import handle_errors, out, print_json
+from placer.errors import PlacerWarning, UsageError
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``placer stats`` and ``placer synth`` to ``app``."""
+    app.command("stats", no_args_is_help=True)(stats)
+    app.command("synth", no_args_is_help=True)(synth)
+
+
+# -- placer stats -------------------------------------------------------------------------
+
+
+@handle_errors
+def stats(
+    traces: list[Path] = typer.Argument(
+        ..., help="Trace or statistics file(s): .jsonl[.gz], .npz, SGLang .pt, TensorRT-LLM dir."
+    ),
+    format: str | None = typer.Option(
+        None, "--format", "-f", help="Input format (default: from the file name and content)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
+    layer: list[int] | None = typer.Option(
+        None, "--layer", "-l", help="Absolute layer id to show (repeatable; default all)."
+    ),
+    window_tokens: int | None = typer.Option(
+        None, "--window-tokens", help="Window = this many consecutive tokens (default: steps)."
+    ),
+    top: int = typer.Option(5, "--top", help="Hot experts and pairs listed per layer."),
+) -> None:
+    """Summarize expert load skew, hot experts, co-activated pairs and drift of a trace."""
+    from placer.analysis import summarize
+    from placer.traces import read_routing
+
+    if top < 1:
+        raise UsageError(f"expected --top >= 1, got {top}", where="--top")
+    if window_tokens is not None and window_tokens < 1:
+        raise UsageError(
+            f"expected --window-tokens >= 1, got {window_tokens}", where="--window-tokens"
+        )
+    source: Any = traces[0] if len(traces) == 1 else traces
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PlacerWarning)
+        routing = read_routing(source, format, window_tokens=window_tokens, coact=True)
+    messages = [str(w.message) for w in caught if issubclass(w.category, PlacerWarning)]
+    for w in caught:
+        if not issubclass(w.category, PlacerWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    layers = None
+    if layer:
+        present = {int(i) for i in routing.stats.layer_ids}
+        missing = [i for i in layer if i not in present]
+        if missing:
+            raise UsageError(
+                f"layer {missing[0]} is not in the trace",
+                where="--layer",
+                hint=f"layers present: {_ranges(sorted(present))}",
+            )
+        layers = list(dict.fromkeys(layer))
+    summary = summarize(routing.stats, top=top, layers=layers)
+    # The reader's warnings and the summary's overlap: say each once.
+    for message in dict.fromkeys(messages + summary["warnings"]):
+        sys.stderr.write(f"warning: {message}\n")
+    if json_out:
+        print_json(summary)
+    else:
+        render_summary(summary)
+
+
+def render_summary(summary: dict[str, Any]) -> None:
+    """Print the tables of ``placer stats`` on stdout."""
+    t = summary["totals"]
+    skipped = ", ".join(f"{n} {why}" for why, n in t["rows_skipped"].items()) or "none"
+    out.print(
+        f"{', '.join(t['sources']) or '-'} ({t['format'] or '?'}"
+        f"{', synthetic' if t['synthetic'] else ''}): model {t['model'] or '?'}, "
+        f"{t['layers']} layers x {t['experts']} experts, top-{t['top_k']}, "
+        f"{t['windows']} window(s)"
+    )
+    out.print(
+        f"tokens {t['tokens']:,}  selections {t['selections']:,}  rows read {t['rows_read']:,}"
+        f"  rows skipped {t['rows_skipped_total']:,} ({skipped})"
+    )
+    out.print()
+    _print_table(_layer_table(summary["layers"]))
+    _print_table(_overall_table(summary["overall"]))
+    if summary["overall"]["affinity"]:
+        _print_table(_affinity_table(summary["overall"]["affinity"]))
+
+
+def _print_table(table: Table) -> None:
+    """Print at the table's natural width, wider than the terminal if need be (no wrapping)."""
+    natural = out.measure(table, options=out.options.update(max_width=10_000)).maximum
+    if natural <= out.width:
+        out.print(table)
+    else:
+        Console(width=natural, highlight=False, soft_wrap=True).print(table)
+
+
+def _table(title: str) -> Table:
+    return Table(
+        title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, expand=False
+    )
+
+
+def _layer_table(layers: list[dict[str, Any]]) -> Table:
+    tab = _table("per layer (load summed over windows)")
+    for name in ("layer", "tokens", "max/mean", "Gini", "entropy"):
+        tab.add_column(name, justify="right")
+    tab.add_column("hottest experts (share)")
+    tab.add_column("top pair (tokens, lift)")
+    for name in ("hot-set J mean/min", "load TV mean/max"):
+        tab.add_column(name, justify="right")
+    for x in layers:
+        hot = " ".join(f"{h['expert']}:{_pct(h['share'])}" for h in x["hottest"][:3])
+        pair = "-"
+        if x["pairs"]:
+            p = x["pairs"][0]
+            pair = f"{p['experts'][0]}+{p['experts'][1]} ({p['count']:,}, {_num(p['lift'])})"
+        d = x["drift"]
+        tab.add_row(
+            str(x["layer"]),
+            f"{x['tokens']:,.0f}",
+            _num(x["max_over_mean"]),
+            _num(x["gini"], 3),
+            _num(x["entropy"], 3),
+            hot,
+            pair,
+            f"{_num(d['hot_set_jaccard_mean'])}/{_num(d['hot_set_jaccard_min'])}" if d else "-",
+            f"{_num(d['load_tv_mean'], 3)}/{_num(d['load_tv_max'], 3)}" if d else "-",
+        )
+    return tab
+
+
+def _overall_table(overall: dict[str, Any]) -> Table:
+    tab = _table("over layers")
+    for name in ("figure", "median", "mean", "min (layer)", "max (layer)"):
+        tab.add_column(name, justify="left" if name == "figure" else "right")
+    rows = [("max/mean load", overall["max_over_mean"], 2),
+            ("Gini", overall["gini"], 3),
+            ("normalized entropy", overall["entropy"], 3)]
+    drift = overall["drift"]
+    if drift:
+        rows += [
+            (f"hot-set Jaccard, mean (top {drift['hot_set_size']})",
+             drift["hot_set_jaccard_mean"], 2),
+            ("hot-set Jaccard, min", drift["hot_set_jaccard_min"], 2),
+            ("load TV, mean", drift["load_tv_mean"], 3),
+            ("load TV, max", drift["load_tv_max"], 3),
+        ]
+    for name, s, digits in rows:
+        tab.add_row(
+            name,
+            _num(s["median"], digits),
+            _num(s["mean"], digits),
+            f"{_num(s['min'], digits)} ({s['min_layer']})" if s["min"] is not None else "-",
+            f"{_num(s['max'], digits)} ({s['max_layer']})" if s["max"] is not None else "-",
+        )
+    hot = ", ".join(
+        f"L{h['layer']}:{h['expert']} ({_pct(h['share'])})" for h in overall["hottest"]
+    )
+    tab.caption = f"hottest experts of any layer: {hot}"
+    tab.caption_justify = "left"
+    return tab
+
+
+def _affinity_table(pairs: list[dict[str, Any]]) -> Table:
+    tab = _table("strongest cross-layer pairs (expert in layer -> expert in next layer)")
+    for name in ("layer", "expert", "next layer", "expert ", "tokens", "lift"):
+        tab.add_column(name, justify="right")
+    for p in pairs:
+        tab.add_row(
+            str(p["layer"]), str(p["experts"][0]), str(p["next_layer"]), str(p["experts"][1]),
+            f"{p['count']:,}", _num(p["lift"]),
+        )
+    return tab
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def _ranges(ids: list[int]) -> str:
+    parts: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+# -- placer synth -------------------------------------------------------------------------
+
+
+@handle_errors
+def synth(
+    output: Path = typer.Argument(..., help="Trace to write: .npz, .jsonl or .jsonl.gz."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model preset or YAML giving layers, experts, top-k, groups."
+    ),
+    tokens: int = typer.Option(100_000, "--tokens", "-n", help="Tokens to generate."),
+    layers: str | None = typer.Option(
+        None, "--layers", help="MoE layers: a count N (ids 0..N-1), or ids like '3-60' or '0,2,4'."
+    ),
+    experts: int | None = typer.Option(None, "--experts", help="Experts per layer."),
+    top_k: int | None = typer.Option(None, "--top-k", help="Experts per token per layer."),
+    groups: int | None = typer.Option(
+        None, "--groups", help="Expert groups for group-limited routing (1: none)."
+    ),
+    top_groups: int | None = typer.Option(
+        None, "--top-groups", help="Groups a token may use (DeepSeek-V3: 4 of 8)."
+    ),
+    zipf: str = typer.Option(
+        "1.0", "--zipf", help="Zipf exponent of expert popularity; one, or one per layer (a,b,..)."
+    ),
+    clusters: int = typer.Option(0, "--clusters", help="Co-activation clusters per layer."),
+    cluster_boost: float = typer.Option(
+        4.0, "--cluster-boost", help="Weight multiplier of a token's own cluster."
+    ),
+    drift: float = typer.Option(0.0, "--drift", help="Popularity ranks rotated per step."),
+    tokens_per_step: int = typer.Option(256, "--tokens-per-step", help="Tokens per step."),
+    ranks: int = typer.Option(1, "--ranks", help="DP source ranks (round-robin per token)."),
+    weights: bool = typer.Option(False, "--weights", help="Also write topk_weights."),
+    seed: int = typer.Option(0, "--seed", help="Random seed: same seed, same file."),
+    format: str | None = typer.Option(
+        None, "--format", "-f", help="npz or jsonl (default: from OUTPUT's name)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Write a synthetic per-token routing trace (skew, clusters, drift, expert groups)."""
+    from placer.synth import SynthParams, params_for_model, write_synth
+
+    if format is not None and format not in ("npz", "jsonl"):
+        raise UsageError(f"unknown output format {format!r}", where="--format",
+                         hint="use npz or jsonl")
+    layer_ids = None if layers is None else parse_layers(layers)
+    zipf_value: float | tuple[float, ...] = _parse_zipf(zipf)
+    explicit: dict[str, Any] = {
+        "layer_ids": layer_ids,
+        "num_experts": experts,
+        "top_k": top_k,
+        "num_groups": groups,
+        "top_groups": top_groups,
+    }
+    common: dict[str, Any] = {
+        "num_tokens": tokens,
+        "zipf": zipf_value,
+        "clusters": clusters,
+        "cluster_boost": cluster_boost,
+        "drift": drift,
+        "tokens_per_step": tokens_per_step,
+        "num_ranks": ranks,
+        "weights": weights,
+        "seed": seed,
+    }
+    if model is not None:
+        from placer.models import load_model
+
+        params = params_for_model(load_model(model), **explicit, **common)
+    else:
+        given = {k: v for k, v in explicit.items() if v is not None}
+        if groups is not None and top_groups is None:
+            given["top_groups"] = groups
+        params = SynthParams(**given, **common)
+    result = write_synth(output, params, format=format)
+    if json_out:
+        print_json(result)
+    else:
+        out.print(
+            f"wrote {result['path']} ({result['format']}): {result['tokens']:,} tokens x "
+            f"{result['layers']} layers x {result['experts']} experts, top-{result['top_k']}, "
+            f"seed {seed}, in {result['seconds']:.1f} s"
+        )
+
+
+def parse_layers(spec: str) -> tuple[int, ...]:
+    """``"58"`` -> ids 0..57; ``"3-60"`` -> 3..60; ``"0,2,5-7"`` -> 0, 2, 5, 6, 7."""
+    text = spec.strip()
+    try:
+        if text.isdigit():
+            return tuple(range(int(text)))
+        ids: list[int] = []
+        for part in text.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            if sep:
+                if int(hi) < int(lo):
+                    raise ValueError(part)
+                ids.extend(range(int(lo), int(hi) + 1))
+            else:
+                ids.append(int(lo))
+        return tuple(ids)
+    except ValueError:
+        raise UsageError(
+            f"cannot read layers {spec!r}",
+            where="--layers",
+            hint="give a count (58), a range (3-60) or a list (0,2,5-7)",
+        ) from None
+
+
+def _parse_zipf(spec: str) -> float | tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in spec.split(","))
+    except ValueError:
+        raise UsageError(
+            f"cannot read Zipf exponent(s) {spec!r}",
+            where="--zipf",
+            hint="give one number (1.2) or one per layer (0.8,1.0,1.2)",
+        ) from None
+    return values[0] if len(values) == 1 else values
