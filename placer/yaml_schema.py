@@ -167,7 +167,9 @@ class Section:
         self._used.add(key)
         if key not in self.value or self.value[key] is None:
             if default is _MISSING:
-                raise self.doc.fail(self.path, f"missing key '{key}'")
+                typos = difflib.get_close_matches(key, [str(k) for k in self.value], n=1)
+                hint = f"found '{typos[0]}': did you mean '{key}'?" if typos else None
+                raise self.doc.fail(self.path, f"missing key '{key}'", hint)
             return default
         return self.value[key]
 

@@ -380,7 +380,7 @@ def test_good_text_loads():
             "gbps: 450",
             "gbs: 450",
             "t.yaml:8: nodes[0].fabric: missing key 'gbps'",
-            None,
+            "found 'gbs': did you mean 'gbps'?",
         ),
         (
             "    nic_gbps: 50\n",

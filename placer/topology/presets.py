@@ -29,10 +29,13 @@ def _preset_dir() -> Any:
 
 
 def preset_names() -> list[str]:
-    """Names of the built-in topologies, sorted."""
+    """Names of the built-in topologies, sorted (empty if the folder was not packaged)."""
+    folder = _preset_dir()
+    if not folder.is_dir():
+        return []
     return sorted(
         entry.name.removesuffix(".yaml")
-        for entry in _preset_dir().iterdir()
+        for entry in folder.iterdir()
         if entry.name.endswith(".yaml")
     )
 
