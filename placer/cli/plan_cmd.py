@@ -149,8 +149,21 @@ def plan(
     ),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Layers solved in parallel."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    export: list[str] = typer.Option(
+        [], "--export", "-x", metavar="FORMAT:FILE",
+        help="Also write the placement for a serving engine (repeatable), e.g. sglang:plan.json;"
+        " needs --model.",
+    ),
 ) -> None:
     """Plan an expert placement from a routing trace and write it as placement JSON."""
+    from placer.cli.engines_cmd import export_to, parse_export_spec, render_export
+
+    exports = [parse_export_spec(spec) for spec in export]
+    if exports and model is None:
+        raise UsageError(
+            "engine files need the model's layer layout", where="--export",
+            hint="pass --model with the served model",
+        )
     names = solver_names()
     if solver not in names:
         raise UsageError(
@@ -178,10 +191,16 @@ def plan(
         topology=topo, solver=result, metrics=metrics,
     )
     summary = plan_summary(problem, result, metrics, output)
+    exported = [export_to(result.placement, fmt, path, model_spec) for fmt, path in exports]
+    if exported:
+        summary["exports"] = exported
     if json_out:
         print_json(summary)
     else:
-        sys.stdout.write("\n".join(render_summary(summary)) + "\n")
+        lines = render_summary(summary)
+        for item in exported:
+            lines += ["", *render_export(item)]
+        sys.stdout.write("\n".join(lines) + "\n")
 
 
 def _load_model(name: str | None) -> Any:
