@@ -158,3 +158,46 @@ def test_installed_command_exports(maverick_plan: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == f"wrote {out}\n"
     assert out.read_text().startswith("num_slots: 136\ninitial_global_assignments:\n")
+
+
+@pytest.fixture
+def mixtral_trace(tmp_path: Path) -> Path:
+    """200 tokens of Mixtral 8x7B routing (32 MoE layers, 8 experts, top-2), skewed to expert 0."""
+    rng = np.random.default_rng(7)
+    p = np.array([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])
+    topk = np.array([[rng.choice(8, 2, replace=False, p=p) for _ in range(32)]
+                     for _ in range(200)], dtype=np.int32)
+    path = tmp_path / "mixtral.npz"
+    np.savez(path, topk_ids=topk, layer_ids=np.arange(32))
+    return path
+
+
+def test_plan_exports_engine_files(mixtral_trace: Path, tmp_path: Path) -> None:
+    sglang_file, trtllm_file = tmp_path / "s.json", tmp_path / "t.yaml"
+    result = runner.invoke(app, [
+        "plan", str(mixtral_trace), "-m", "mixtral-8x7b", "-g", "4", "-r", "4",
+        "-o", str(tmp_path / "plan.json"),
+        "--export", f"sglang:{sglang_file}", "-x", f"trtllm:{trtllm_file}",
+    ])
+    assert result.exit_code == 0, result.output
+    assert f"--init-expert-location {sglang_file} --ep-num-redundant-experts 4 --ep-size 4" \
+        in result.stdout.splitlines()
+    assert f"  load_balancer: {trtllm_file}" in result.stdout.splitlines()
+    planned = read_placement(tmp_path / "plan.json")
+    back = runner.invoke(app, ["import", str(trtllm_file), "-m", "mixtral-8x7b", "-g", "4",
+                               "-o", str(tmp_path / "back.json")])
+    assert back.exit_code == 0, back.output
+    assert read_placement(tmp_path / "back.json") == planned
+
+
+def test_plan_export_needs_a_model_and_a_valid_spec(mixtral_trace: Path, tmp_path: Path) -> None:
+    base = ["plan", str(mixtral_trace), "-g", "4", "-o", str(tmp_path / "plan.json")]
+    result = runner.invoke(app, [*base, "--export", "sglang:s.json"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        "error: --export: engine files need the model's layer layout"
+    )
+    result = runner.invoke(app, [*base, "-m", "mixtral-8x7b", "--export", "s.json"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == "error: --export: expected FORMAT:FILE, got 's.json'"
+    assert not (tmp_path / "plan.json").exists()
