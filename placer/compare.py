@@ -119,6 +119,8 @@ class CompareSettings:
     time_limit_s: solver time limit per layer, seconds; None = ``SolveParams`` default.
     seed: seed of solvers and of the evaluator's sampling.
     batch_tokens: tokens per evaluated batch; None = evaluator default.
+    num_batches: batches the evaluator samples when the trace has no per-token
+        routing (aggregated loads); None = evaluator default.
     holdout: judge placements on held-out windows (True) or on all the data (False).
     """
 
@@ -130,6 +132,7 @@ class CompareSettings:
     time_limit_s: float | None = None
     seed: int = 0
     batch_tokens: int | None = None
+    num_batches: int | None = None
     holdout: bool = True
 
     def __post_init__(self) -> None:
@@ -148,6 +151,9 @@ class CompareSettings:
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise UsageError(f"batch tokens must be at least 1, got {self.batch_tokens}",
                              where="--batch-tokens")
+        if self.num_batches is not None and self.num_batches < 1:
+            raise UsageError(f"number of batches must be at least 1, got {self.num_batches}",
+                             where="--num-batches")
 
 
 # -- rows -----------------------------------------------------------------------------------
@@ -274,9 +280,23 @@ def table_cells(row: CompareRow) -> list[str]:
 
 
 def format_table(rows: Sequence[CompareRow]) -> str:
-    """The comparison as an aligned plain-text table (text left, numbers right)."""
+    """The comparison as an aligned plain-text table (text left, numbers right).
+
+    A row that did not run shows ``does not fit [n]`` or ``error [n]`` in its status
+    cell; the reasons follow the table as numbered notes (identical reasons share a
+    number), so the table stays as wide as its figures.
+    """
     header = [c.header for c in TABLE_COLUMNS]
-    body = [table_cells(r) for r in rows]
+    notes: list[str] = []
+    body = []
+    for row in rows:
+        cells = table_cells(row)
+        if not row.ok:
+            kind, _, reason = row.status.partition(": ")
+            if reason not in notes:
+                notes.append(reason)
+            cells[-1] = f"{kind} [{notes.index(reason) + 1}]"
+        body.append(cells)
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(header)]
     left = {0, len(header) - 1, len(header) - 3}  # scenario, status, solver status
@@ -287,7 +307,11 @@ def format_table(rows: Sequence[CompareRow]) -> str:
         return "  ".join(parts).rstrip()
 
     sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), sep, *(line(b) for b in body)]) + "\n"
+    lines = [line(header), sep, *(line(b) for b in body)]
+    if notes:
+        lines.append("")
+        lines.extend(f"[{i}] {reason}" for i, reason in enumerate(notes, 1))
+    return "\n".join(lines) + "\n"
 
 
 def row_fields() -> list[str]:
@@ -415,6 +439,8 @@ def run_scenario(
                                        "windows": split.judge}
         if settings.batch_tokens is not None:
             eval_kwargs["batch_tokens"] = settings.batch_tokens
+        if settings.num_batches is not None:
+            eval_kwargs["num_batches"] = settings.num_batches
         evaluation = evaluate(result.placement, split.routing, topology, model,
                               EvalParams(**eval_kwargs))
     except InfeasibleError as e:
@@ -569,7 +595,7 @@ class Study:
 #: Keys of a scenario file, in the order docs/compare.md documents them.
 STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "solvers", "scenarios",
               "policy", "mode", "kv_reserve_gb", "time_limit_s", "seed", "batch_tokens",
-              "holdout")
+              "num_batches", "holdout")
 
 
 _PATH_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".gz", ".npz", ".csv", ".npy")
@@ -595,6 +621,7 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         time_limit_s: 5
         seed: 0
         batch_tokens: 4096
+        num_batches: 32                  # sampled batches (aggregated traces only)
         holdout: true
 
     Unknown keys, wrong types and unknown choices raise UsageError with
@@ -633,9 +660,10 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
     if limit is not None:
         settings_kwargs["time_limit_s"] = limit
     settings_kwargs["seed"] = root.integer("seed", 0, minimum=0)
-    batch = root.integer("batch_tokens", None)
-    if batch is not None:
-        settings_kwargs["batch_tokens"] = batch
+    for key in ("batch_tokens", "num_batches"):
+        count = root.integer(key, None)
+        if count is not None:
+            settings_kwargs[key] = count
     settings_kwargs["holdout"] = root.boolean("holdout", True)
 
     topologies = [resolve(_yaml_string(root, p, v, "topology"))

@@ -99,7 +99,8 @@ def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str
         "evaluated_on": description,
         "settings": {"dtype": s.dtype, "policy": s.policy, "mode": s.mode,
                      "kv_reserve_gb": s.kv_reserve_gb, "time_limit_s": s.time_limit_s,
-                     "seed": s.seed, "batch_tokens": s.batch_tokens, "holdout": s.holdout},
+                     "seed": s.seed, "batch_tokens": s.batch_tokens,
+                     "num_batches": s.num_batches, "holdout": s.holdout},
         "rows": [o.row.as_dict() for o in outcomes],
     }
 
@@ -208,6 +209,10 @@ def compare(
         None, "--batch-tokens", help="Tokens per evaluated batch (default: the trace's steps).",
         show_default=False,
     ),
+    num_batches: int | None = typer.Option(
+        None, "--num-batches", help="Batches sampled when the trace has only aggregated loads"
+        " (default 32).", show_default=False,
+    ),
     holdout: bool | None = typer.Option(
         None, "--holdout/--no-holdout", help="Judge on held-out windows (default) or on all.",
         show_default=False,
@@ -232,7 +237,7 @@ def compare(
                          hint="choose one")
     overrides = {"model": model, "dtype": dtype, "policy": policy, "mode": mode,
                  "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit, "seed": seed,
-                 "batch_tokens": batch_tokens, "holdout": holdout}
+                 "batch_tokens": batch_tokens, "num_batches": num_batches, "holdout": holdout}
     study = build_study(scenarios, list(trace or []), topology, redundant, solver, overrides)
     if not study.trace:
         raise UsageError("no trace to compare on", where="TRACE",
