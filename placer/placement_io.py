@@ -189,7 +189,7 @@ def _solver_dict(solver: Any) -> dict[str, Any] | None:
         "status": solver.status,
         "objective": solver.objective,
         "bound": solver.bound,
-        "seconds": solver.seconds,
+        "seconds": round(float(solver.seconds), 4),
     }
     for key, value in solver.details.items():
         if key not in out and isinstance(value, str | int | float | bool | np.generic):
