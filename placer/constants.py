@@ -103,3 +103,40 @@ BINCOUNT_BLOCK = 1 << 22
 #: Inputs at least this large (bytes, all files together) show a progress bar with
 #: progress=True.
 PROGRESS_MIN_BYTES = 64 << 20
+
+# -- the CP-SAT planner (placer.solvers.cpsat) ----------------------------------------------
+
+#: Slots a large-neighbourhood sub-model frees at once (GPUs freed = this / S, at least 2).
+CPSAT_NEIGHBOURHOOD_SLOTS = 15
+
+#: Sub-models per layer for the balance pass and for the traffic/migration pass.
+CPSAT_BALANCE_ITERATIONS = 40
+CPSAT_COST_ITERATIONS = 40
+
+#: A pass stops after this many sub-models in a row that did not improve it.
+CPSAT_PATIENCE = 12
+
+#: Deterministic-time limit of one sub-model (CP-SAT's "deterministic seconds").
+CPSAT_SUBMODEL_DTIME = 0.05
+
+#: Largest full model solved in one piece (z variables: experts x GPUs x replica counts).
+CPSAT_FULL_MODEL_MAX_VARS = 1500
+
+#: Relative gap to the balance lower bound at which the balance pass stops.
+CPSAT_BALANCE_GAP = 5e-4
+
+#: Co-activation pairs kept: the heaviest pairs carrying this share of the pair mass ...
+CPSAT_PAIR_MASS = 0.95
+#: ... and at most this many pairs per expert of the layer.
+CPSAT_PAIRS_PER_EXPERT = 8
+
+#: Cost of a copy across nodes relative to one inside a node when no topology gives
+#: bandwidths (DeepSeek-V3: 160 GB/s NVLink vs 50 GB/s InfiniBand per GPU).
+CPSAT_INTER_NODE_COST = 3.0
+
+#: Integer scale of the traffic/migration objective's coefficients.
+CPSAT_COST_SCALE = 1_000_000
+
+#: Worst-case rounding error of a GPU's scaled load, relative to the mean GPU load,
+#: above which a ScalingWarning is raised.
+CPSAT_SCALING_RTOL = 1e-4

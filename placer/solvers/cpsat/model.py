@@ -1,0 +1,346 @@
+"""The CP-SAT model of one layer, built over a neighbourhood of GPUs.
+
+A placement of one layer is ``X: [E, G]`` bool.  A model frees the GPUs ``K`` (all
+GPUs for the full model, a few for a large-neighbourhood step): every slot of a GPU
+in ``K`` is re-decided, every other slot keeps its expert.  The experts that held a
+slot in ``K`` are the free experts ``F``; they may also change their replica count,
+which changes their load on GPUs outside ``K`` too, so those loads are modelled.
+
+Variables (names carry their indices, as ``x_{e}_{g}``):
+
+- ``x[e, g]``  expert ``e`` in ``F`` has a replica on GPU ``g`` in ``K``;
+- ``y[e, c]``  expert ``e`` has ``c`` replicas (only when it has several choices);
+- ``z[e, g, c] = x[e, g] AND y[e, c]``, so that a GPU's load
+  ``sum_e sum_c load[w, e] / c * z[e, g, c]`` is linear;
+- ``T``        the hottest GPU's load over windows (balance objective);
+- ``s[i, j, g]``, ``n[i, k]``, ``t[i, j, k]``  pair ``(i, j)`` shares GPU ``g``;
+  expert ``i`` is on node ``k``; pair shares node ``k`` (traffic objective).
+
+Loads are window shares scaled to integers (``layer.load_scale``): a GPU's integer
+load is its hot-shard ratio times ``scale / G``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from placer import constants
+from placer.solvers.cpsat.layer import LayerData
+
+BALANCE = "balance"
+COST = "cost"
+
+
+@dataclass(frozen=True)
+class SubResult:
+    """What one CP-SAT solve returned.
+
+    Attributes
+    ----------
+    x: ``[E, G]`` bool, the whole layer with the neighbourhood re-decided, or None
+        when CP-SAT found no solution.
+    status: CP-SAT's status name (``OPTIMAL``, ``FEASIBLE``, ``UNKNOWN``, ...).
+    objective, bound: CP-SAT's objective value and best bound (model units).
+    dtime: deterministic time spent.
+    """
+
+    x: np.ndarray | None
+    status: str
+    objective: float
+    bound: float
+    dtime: float
+
+
+class LayerModel:
+    """CP-SAT model of one layer with the GPUs ``gpus`` free.
+
+    Parameters
+    ----------
+    data: the layer.
+    x: ``[E, G]`` bool, the placement to start from (also the hint).
+    gpus: GPUs whose slots are re-decided (sorted, distinct).
+    mode: ``"balance"`` (minimize the hottest GPU) or ``"cost"`` (minimize traffic and
+        moves with every GPU's load at most ``cap``).
+    scale: integer scale of the loads.
+    cap: hot-shard ratio the cost mode may not exceed.
+    traffic_weight, migration_weight: weights of the cost mode.
+    free_counts: whether free experts may change their replica count.
+    symmetry: order identical GPUs of a node by load (full model, no current placement).
+    """
+
+    def __init__(
+        self,
+        data: LayerData,
+        x: np.ndarray,
+        gpus: np.ndarray,
+        *,
+        mode: str,
+        scale: float,
+        cap: float | None = None,
+        traffic_weight: float = 1.0,
+        migration_weight: float = 1.0,
+        free_counts: bool = True,
+        symmetry: bool = False,
+    ) -> None:
+        self.data = data
+        self.start = x
+        self.gpus = np.asarray(gpus, dtype=np.int64)
+        self.mode = mode
+        self.scale = scale
+        self.unit = scale / data.num_gpus  # integer load of a GPU at ratio 1.0
+        self.model = cp_model.CpModel()
+        self.x: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.y: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.z: dict[tuple[int, int, int], cp_model.IntVar] = {}
+        self.counts: dict[int, list[int]] = {}
+        self.loads: dict[tuple[int, int], cp_model.LinearExprT] = {}
+        self.constant_load = 0
+        self.hottest: cp_model.IntVar | None = None
+
+        self._select_free_experts(free_counts)
+        self._add_slot_constraints()
+        self._add_replica_constraints()
+        self._add_load_expressions()
+        if mode == BALANCE:
+            self._add_load_objective()
+        else:
+            assert cap is not None  # internal: the search always passes a cap in cost mode
+            self._add_load_cap(cap)
+            terms = self._add_colocation_terms(traffic_weight) + self._add_move_terms(
+                migration_weight
+            )
+            self.model.minimize(sum(terms) if terms else 0)
+        if symmetry:
+            self._add_symmetry_breaking()
+        self._add_hint()
+
+    # -- building steps ----------------------------------------------------------------
+    def _select_free_experts(self, free_counts: bool) -> None:
+        """Free experts: those holding a slot in K; their allowed replica counts."""
+        data, x = self.data, self.start
+        in_k = np.zeros(data.num_gpus, dtype=bool)
+        in_k[self.gpus] = True
+        self.in_k = in_k
+        self.free = np.flatnonzero(x[:, in_k].any(axis=1))
+        self.fixed = x & ~in_k[None, :]  # replicas that stay where they are
+        for e in self.free.tolist():
+            outside = int(self.fixed[e].sum())
+            now = int(x[e].sum())
+            if free_counts:
+                low, high = (int(v) for v in data.replica_range[e])
+                low = max(low, outside, 1)
+                high = min(high, outside + self.gpus.size)
+                options = set(range(low, high + 1)) | {now}
+            else:
+                options = {now}
+            self.counts[e] = sorted(options)
+
+    def _add_slot_constraints(self) -> None:
+        """Every freed GPU holds exactly S replicas, at most one per expert."""
+        for e in self.free.tolist():
+            for g in self.gpus.tolist():
+                self.x[e, g] = self.model.new_bool_var(f"x_{e}_{g}")
+        for g in self.gpus.tolist():
+            self.model.add(sum(self.x[e, g] for e in self.free.tolist()) == self.data.slots_per_gpu)
+
+    def _add_replica_constraints(self) -> None:
+        """Each free expert has one replica count; its replicas in K make up the difference."""
+        m = self.model
+        for e in self.free.tolist():
+            outside = int(self.fixed[e].sum())
+            in_k = sum(self.x[e, g] for g in self.gpus.tolist())
+            options = self.counts[e]
+            if len(options) == 1:
+                m.add(in_k == options[0] - outside)
+                continue
+            for c in options:
+                self.y[e, c] = m.new_bool_var(f"y_{e}_{c}")
+            m.add_exactly_one(self.y[e, c] for c in options)
+            m.add(in_k == sum((c - outside) * self.y[e, c] for c in options))
+            for c in options:
+                for g in self.gpus.tolist():
+                    self.z[e, g, c] = m.new_bool_var(f"z_{e}_{g}_{c}")
+                    m.add_implication(self.z[e, g, c], self.y[e, c])
+                # z links x and y: with c replicas, c - outside of them are in K
+                m.add(
+                    sum(self.z[e, g, c] for g in self.gpus.tolist())
+                    == (c - outside) * self.y[e, c]
+                )
+            for g in self.gpus.tolist():
+                m.add(sum(self.z[e, g, c] for c in options) == self.x[e, g])
+
+    def _coefficient(self, w: int, e: int, c: int) -> int:
+        return round(self.data.shares[w, e] / c * self.scale)
+
+    def _add_load_expressions(self) -> None:
+        """Integer load of every GPU in every window that the model can change."""
+        data, x = self.data, self.start
+        current_counts = x.sum(axis=1)
+        free_set = set(self.free.tolist())
+        multi = {e for e in free_set if len(self.counts[e]) > 1}
+        constant_max = 0
+        for w in range(data.num_windows):
+            for g in range(data.num_gpus):
+                terms: list[cp_model.LinearExprT] = []
+                constant = 0
+                if self.in_k[g]:
+                    for e in self.free.tolist():
+                        if e in multi:
+                            terms += [
+                                self._coefficient(w, e, c) * self.z[e, g, c]
+                                for c in self.counts[e]
+                            ]
+                        else:
+                            terms.append(self._coefficient(w, e, self.counts[e][0]) * self.x[e, g])
+                else:
+                    for e in np.flatnonzero(x[:, g]).tolist():
+                        if e in multi:
+                            terms += [
+                                self._coefficient(w, e, c) * self.y[e, c] for c in self.counts[e]
+                            ]
+                        elif e in free_set:
+                            constant += self._coefficient(w, e, self.counts[e][0])
+                        else:
+                            constant += self._coefficient(w, e, int(current_counts[e]))
+                if terms:
+                    self.loads[w, g] = sum(terms) + constant
+                else:
+                    constant_max = max(constant_max, constant)
+        self.constant_load = constant_max
+
+    def _add_load_objective(self) -> None:
+        """Minimize T, the hottest GPU's load over every window."""
+        top = int(self.unit * self.data.num_gpus * 2 + self.constant_load + 1)
+        self.hottest = self.model.new_int_var(self.constant_load, top, "T")
+        for expr in self.loads.values():
+            self.model.add(self.hottest >= expr)
+        self.model.minimize(self.hottest)
+
+    def _add_load_cap(self, cap: float) -> None:
+        """No GPU may exceed the balance cap in any window (rounding slack: S / 2)."""
+        limit = int(np.floor(cap * self.unit)) + (self.data.slots_per_gpu + 1) // 2
+        for expr in self.loads.values():
+            self.model.add(expr <= limit)
+
+    def _add_colocation_terms(self, weight: float) -> list[cp_model.LinearExprT]:
+        """Reward pairs of co-activated experts on one GPU and, across nodes, on one node.
+
+        Coefficients use the replica counts of the starting placement (exact when
+        counts do not change; the search re-scores every candidate exactly).
+        """
+        data = self.data
+        reference = data.traffic_reference()
+        if weight <= 0 or reference <= 0 or data.pairs.size == 0:
+            return []
+        m = self.model
+        counts = self.start.sum(axis=1).astype(np.float64)
+        free_set = set(self.free.tolist())
+        factor = weight * constants.CPSAT_COST_SCALE / reference
+        terms: list[cp_model.LinearExprT] = []
+        multi_node = data.num_nodes > 1
+        node_gpus = {
+            k: [g for g in self.gpus.tolist() if data.node_of_gpu[g] == k]
+            for k in range(data.num_nodes)
+        }
+        node_vars: dict[tuple[int, int], cp_model.IntVar] = {}
+
+        def on_node(e: int, k: int) -> cp_model.IntVar:
+            if (e, k) not in node_vars:
+                var = m.new_bool_var(f"n_{e}_{k}")
+                m.add(var <= sum(self.x[e, g] for g in node_gpus[k]))
+                node_vars[e, k] = var
+            return node_vars[e, k]
+
+        for (i, j), rate in zip(data.pairs.tolist(), data.pair_rate.tolist(), strict=True):
+            fi, fj = i in free_set, j in free_set
+            if not (fi or fj):
+                continue
+            base = factor * rate / (counts[i] * counts[j])
+            gpu_coef = round(base * data.gpu_cost)
+            if fi and fj and gpu_coef > 0:
+                for g in self.gpus.tolist():
+                    s = m.new_bool_var(f"s_{i}_{j}_{g}")
+                    m.add_implication(s, self.x[i, g])
+                    m.add_implication(s, self.x[j, g])
+                    terms.append(-gpu_coef * s)
+            node_coef = base * data.node_cost
+            if not multi_node or node_coef <= 0:
+                continue
+            for k, members in node_gpus.items():
+                if not members:
+                    continue
+                fixed_i = int(self.fixed[i, data.node_of_gpu == k].sum())
+                fixed_j = int(self.fixed[j, data.node_of_gpu == k].sum())
+                # a_i a_j = (fixed_i + X_i)(fixed_j + X_j): the cross terms are linear
+                if fi and fixed_j:
+                    coef = round(node_coef * fixed_j)
+                    terms += [-coef * self.x[i, g] for g in members]
+                if fj and fixed_i:
+                    coef = round(node_coef * fixed_i)
+                    terms += [-coef * self.x[j, g] for g in members]
+                if fi and fj and round(node_coef) > 0:
+                    t = m.new_bool_var(f"t_{i}_{j}_{k}")
+                    m.add_implication(t, on_node(i, k))
+                    m.add_implication(t, on_node(j, k))
+                    terms.append(-round(node_coef) * t)
+        return terms
+
+    def _add_move_terms(self, weight: float) -> list[cp_model.LinearExprT]:
+        """Charge every replica placed on a GPU that does not hold that expert now."""
+        current = self.data.current
+        if current is None or weight <= 0:
+            return []
+        coef = round(weight * constants.CPSAT_COST_SCALE / self.data.num_physical)
+        return [
+            coef * self.x[e, g]
+            for e in self.free.tolist()
+            for g in self.gpus.tolist()
+            if not current[e, g]
+        ]
+
+    def _add_symmetry_breaking(self) -> None:
+        """Identical GPUs of one node hold non-increasing summed loads in rank order."""
+        node = self.data.node_of_gpu
+        gpus = self.gpus.tolist()
+        for a, b in itertools.pairwise(gpus):
+            if node[a] != node[b]:
+                continue
+            total_a = sum(self.loads[w, a] for w in range(self.data.num_windows))
+            total_b = sum(self.loads[w, b] for w in range(self.data.num_windows))
+            self.model.add(total_a >= total_b)
+
+    def _add_hint(self) -> None:
+        """Start the search from the given placement."""
+        x = self.start
+        for (e, g), var in self.x.items():
+            self.model.add_hint(var, bool(x[e, g]))
+        counts = x.sum(axis=1)
+        for (e, c), var in self.y.items():
+            self.model.add_hint(var, int(counts[e]) == c)
+        for (e, g, c), var in self.z.items():
+            self.model.add_hint(var, bool(x[e, g]) and int(counts[e]) == c)
+
+    # -- solving ---------------------------------------------------------------------------
+    def solve(self, dtime: float, wall: float, seed: int) -> SubResult:
+        """Solve with one worker and a fixed seed (reproducible under the dtime limit)."""
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = seed
+        solver.parameters.max_deterministic_time = max(dtime, 1e-3)
+        solver.parameters.max_time_in_seconds = max(wall, 1e-3)
+        status = solver.solve(self.model)
+        name = solver.status_name(status)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return SubResult(None, name, float("nan"), float("nan"), solver.deterministic_time)
+        x = self.start.copy()
+        x[:, self.in_k] = False
+        for (e, g), var in self.x.items():
+            x[e, g] = bool(solver.value(var))
+        return SubResult(
+            x, name, solver.objective_value, solver.best_objective_bound,
+            solver.deterministic_time,
+        )

@@ -1,0 +1,286 @@
+"""The ``cpsat`` solver: per-layer CP-SAT planning, EPLB as hint and fallback.
+
+Reads from :class:`placer.problem.SolveParams`: ``time_limit_s`` (wall-clock cap
+per layer), ``seed``, ``jobs`` (layers solved in parallel processes),
+``balance_tolerance``, ``traffic_weight``, ``migration_weight``, ``robust``, and
+``options`` (see :class:`CpsatOptions`).
+
+The answer's ``objective`` is objective 1 averaged over layers: the robust hot-shard
+ratio (hottest GPU over mean GPU, worst window when ``robust="max"``); ``bound`` is
+the average of the per-layer lower bounds.  Per-layer reports, traffic, moves and
+which method won are in ``details``.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from placer import constants
+from placer.errors import UsageError
+from placer.placement import Placement
+from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver, solve
+from placer.solvers.cpsat.layer import LayerData, load_scale
+from placer.solvers.cpsat.replicas import replica_range
+from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
+from placer.solvers.cpsat.traffic import identical_gpus, link_costs, select_pairs
+
+__all__ = ["CpsatOptions", "layer_data", "solve_cpsat", "to_mask"]
+
+
+@dataclass(frozen=True)
+class CpsatOptions:
+    """CP-SAT-specific knobs, read from ``SolveParams.options`` (CLI: ``--option KEY=VALUE``).
+
+    Attributes
+    ----------
+    hint: solver whose placement seeds the search and is kept when CP-SAT does not
+        beat it (default ``"eplb"``).
+    neighbourhood_slots: slots freed per large-neighbourhood step.
+    balance_iterations, cost_iterations: most steps of each pass per layer.
+    patience: a pass stops after this many steps in a row without improvement.
+    submodel_dtime: CP-SAT deterministic-time limit of one step.
+    full_model_max_vars: layers whose full model is at most this big are solved in
+        one model (exact status and bound) instead of by neighbourhoods.
+    full_model_dtime: deterministic-time limit of a full model.
+    pair_mass, pairs_per_expert: co-activation pairs kept (``traffic.select_pairs``).
+    """
+
+    hint: str = "eplb"
+    neighbourhood_slots: int = constants.CPSAT_NEIGHBOURHOOD_SLOTS
+    balance_iterations: int = constants.CPSAT_BALANCE_ITERATIONS
+    cost_iterations: int = constants.CPSAT_COST_ITERATIONS
+    patience: int = constants.CPSAT_PATIENCE
+    submodel_dtime: float = constants.CPSAT_SUBMODEL_DTIME
+    full_model_max_vars: int = constants.CPSAT_FULL_MODEL_MAX_VARS
+    full_model_dtime: float = 2.0
+    pair_mass: float = constants.CPSAT_PAIR_MASS
+    pairs_per_expert: int = constants.CPSAT_PAIRS_PER_EXPERT
+
+    def __post_init__(self) -> None:
+        for name in ("neighbourhood_slots", "patience", "pairs_per_expert"):
+            if int(getattr(self, name)) < 1:
+                raise UsageError(f"expected {name} >= 1", where=f"--option {name}")
+        for name in ("balance_iterations", "cost_iterations", "full_model_max_vars"):
+            if int(getattr(self, name)) < 0:
+                raise UsageError(f"expected {name} >= 0", where=f"--option {name}")
+        for name in ("submodel_dtime", "full_model_dtime"):
+            if not float(getattr(self, name)) > 0:
+                raise UsageError(f"expected {name} > 0", where=f"--option {name}")
+        if not 0 < self.pair_mass <= 1:
+            raise UsageError("expected pair_mass in (0, 1]", where="--option pair_mass")
+        if self.hint == "cpsat":
+            raise UsageError("the hint cannot be cpsat itself", where="--option hint")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> CpsatOptions:
+        """Build from a dict of strings or values; unknown keys are an error."""
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, raw in options.items():
+            if key not in known:
+                raise UsageError(
+                    f"unknown cpsat option {key!r}", where="--option",
+                    hint=f"cpsat options: {', '.join(sorted(known))}",
+                )
+            kind = type(getattr(cls(), key))
+            try:
+                values[key] = kind(raw)
+            except (TypeError, ValueError):
+                raise UsageError(
+                    f"option {key} expects a {kind.__name__}, got {raw!r}", where="--option"
+                ) from None
+        return cls(**values)
+
+
+def to_mask(placement: Placement) -> np.ndarray:
+    """``[layers, E, G]`` bool: whether GPU ``g`` holds expert ``e`` in each layer."""
+    return placement.expert_gpu_mask
+
+
+def _mask_to_row(mask: np.ndarray, slots_per_gpu: int, before: np.ndarray | None) -> np.ndarray:
+    """``[P]`` physical_to_logical of one layer from ``mask [E, G]``.
+
+    Experts that stay on a GPU keep their slot of ``before`` (``[P]`` or None); the
+    others fill the free slots in increasing expert order.
+    """
+    num_gpus = mask.shape[1]
+    row = np.empty(num_gpus * slots_per_gpu, dtype=np.int64)
+    for g in range(num_gpus):
+        experts = np.flatnonzero(mask[:, g]).tolist()
+        slots: list[int | None] = [None] * slots_per_gpu
+        if before is not None:
+            for k, e in enumerate(before[g * slots_per_gpu : (g + 1) * slots_per_gpu].tolist()):
+                if e in experts and slots[k] is None:
+                    slots[k] = e
+        rest = iter(e for e in experts if e not in slots)
+        row[g * slots_per_gpu : (g + 1) * slots_per_gpu] = [
+            e if e is not None else next(rest) for e in slots
+        ]
+    return row
+
+
+def layer_data(
+    problem: PlacementProblem, row: int, hint_counts: np.ndarray, robust: str,
+    options: CpsatOptions | None = None,
+) -> LayerData:
+    """The planning data of layer row ``row`` of ``problem`` (pure).
+
+    ``hint_counts: [E]`` replica counts of the hint, kept inside the allowed range.
+    """
+    options = options or CpsatOptions()
+    stats = problem.stats
+    layer_id = int(stats.layer_ids[row])
+    load = stats.load[:, row, :].astype(np.float64)  # [W, E]
+    totals = load.sum(axis=1)
+    if robust == "max" and (totals > 0).sum() >= 1:
+        windows = load[totals > 0]
+        shares = windows / windows.sum(axis=1, keepdims=True)
+    else:
+        summed = load.sum(axis=0, keepdims=True)
+        shares = summed / max(float(summed.sum()), 1.0)
+    if not shares.any():
+        shares = np.full((1, stats.num_experts), 1.0 / stats.num_experts)
+    mean = load.sum(axis=0)
+    mean_share = mean / max(float(mean.sum()), 1.0)
+    # tokens as the evaluator counts them (each token once per window), for the same rates
+    tokens = float(stats.total_tokens) or float(mean.sum()) / max(stats.top_k, 1)
+    coact = None if stats.coact is None else stats.coact[row]
+    pairs, rate = select_pairs(coact, tokens, options.pair_mass, options.pairs_per_expert)
+    gpu_cost, node_cost = link_costs(problem.topology, problem.node_of_gpu)
+    current = None
+    fixed = [hint_counts]
+    if problem.current is not None:
+        current = problem.current.expert_gpu_mask[problem.current.layer_row(layer_id)]
+        fixed.append(current.sum(axis=1))
+    return LayerData(
+        layer_id=layer_id,
+        shares=shares,
+        mean_share=mean_share,
+        num_gpus=problem.num_gpus,
+        slots_per_gpu=problem.slots_per_gpu,
+        node_of_gpu=problem.node_of_gpu,
+        pairs=pairs,
+        pair_rate=rate,
+        gpu_cost=gpu_cost,
+        node_cost=node_cost,
+        current=current,
+        replica_range=replica_range(shares, problem.num_gpus, problem.num_physical, fixed),
+        scale=load_scale(shares, problem.num_gpus, problem.slots_per_gpu, layer_id),
+        identical_gpus=identical_gpus(problem.topology, problem.node_of_gpu),
+    )
+
+
+def _solve_one(task: tuple[LayerData, np.ndarray, SearchParams]) -> LayerOutcome:
+    return solve_layer(*task)
+
+
+@register_solver("cpsat")
+def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
+    """Plan every layer with CP-SAT; see the module docstring for what is read and returned."""
+    started = time.perf_counter()
+    options = CpsatOptions.from_options(params.options)
+    hint_result = solve(problem, options.hint, params)
+    hint = hint_result.placement
+    hint_mask = to_mask(hint)
+    stats = problem.stats
+    search = SearchParams(
+        seed=params.seed,
+        time_limit_s=params.time_limit_s,
+        balance_tolerance=params.balance_tolerance,
+        traffic_weight=params.traffic_weight,
+        migration_weight=params.migration_weight,
+        neighbourhood_slots=options.neighbourhood_slots,
+        balance_iterations=options.balance_iterations,
+        cost_iterations=options.cost_iterations,
+        patience=options.patience,
+        submodel_dtime=options.submodel_dtime,
+        full_model_max_vars=options.full_model_max_vars,
+        full_model_dtime=options.full_model_dtime,
+    )
+    tasks = []
+    for row in range(stats.num_layers):
+        hint_row = hint.layer_row(int(stats.layer_ids[row]))
+        data = layer_data(problem, row, hint_mask[hint_row].sum(axis=1), params.robust, options)
+        tasks.append((data, hint_mask[hint_row], search))
+
+    if params.jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(max_workers=min(params.jobs, len(tasks))) as pool:
+            outcomes = list(pool.map(_solve_one, tasks))
+    else:
+        outcomes = [_solve_one(task) for task in tasks]
+
+    current = problem.current
+    rows = []
+    for row, outcome in enumerate(outcomes):
+        before = None
+        if current is not None:
+            before = current.physical_to_logical[current.layer_row(int(stats.layer_ids[row]))]
+        rows.append(_mask_to_row(outcome.x, problem.slots_per_gpu, before))
+    placement = Placement(
+        physical_to_logical=np.stack(rows),
+        layer_ids=stats.layer_ids,
+        num_experts=stats.num_experts,
+        num_gpus=problem.num_gpus,
+        meta=dict(hint.meta),
+    )
+    return _result(placement, outcomes, hint_result, time.perf_counter() - started, params)
+
+
+def _result(
+    placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
+    seconds: float, params: SolveParams,
+) -> SolveResult:
+    statuses = {o.status for o in outcomes}
+    if statuses == {"FALLBACK"}:
+        status = "FALLBACK"
+    elif statuses <= {"OPTIMAL"}:
+        status = "OPTIMAL"
+    else:
+        status = "FEASIBLE"
+    winners = [o.winner for o in outcomes]
+    per_layer = [
+        {
+            "layer": int(lid),
+            "status": o.status,
+            "winner": o.winner,
+            "method": o.method,
+            "balance": o.balance,
+            "eplb_balance": o.hint_balance,
+            "bound": o.bound,
+            "traffic": o.traffic,
+            "eplb_traffic": o.hint_traffic,
+            "moves": o.moves,
+            "eplb_moves": o.hint_moves,
+            "steps": o.steps,
+            "seconds": o.seconds,
+            "hit_wall_limit": o.hit_wall_limit,
+        }
+        for lid, o in zip(placement.layer_ids.tolist(), outcomes, strict=True)
+    ]
+    details: dict[str, Any] = {
+        "objective": "mean over layers of the robust hot-shard ratio"
+        f" ({'worst window' if params.robust == 'max' else 'summed load'})",
+        "hint": hint_result.solver,
+        "winners": {name: winners.count(name) for name in ("cpsat", "eplb")},
+        "eplb_objective": float(np.mean([o.hint_balance for o in outcomes])),
+        "traffic": float(np.mean([o.traffic for o in outcomes])),
+        "eplb_traffic": float(np.mean([o.hint_traffic for o in outcomes])),
+        "moves": int(sum(o.moves for o in outcomes)),
+        "eplb_moves": int(sum(o.hint_moves for o in outcomes)),
+        "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
+        "layers": per_layer,
+    }
+    return SolveResult(
+        placement=placement,
+        solver="cpsat",
+        status=status,
+        objective=float(np.mean([o.balance for o in outcomes])),
+        bound=float(np.mean([o.bound for o in outcomes])),
+        seconds=seconds,
+        details=details,
+    )
