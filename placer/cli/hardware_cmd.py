@@ -15,7 +15,7 @@ import typer
 
 from placer.capacity import plan_capacity
 from placer.cli.common import handle_errors, print_json
-from placer.constants import GB, RUNTIME_OVERHEAD_GB
+from placer.constants import DEFAULT_KV_RESERVE_FRACTION, GB, RUNTIME_OVERHEAD_GB
 from placer.errors import TopologyError
 from placer.models import load_model, model_names, model_to_dict
 from placer.topology import (
@@ -335,7 +335,8 @@ def capacity(
     kv_reserve_fraction: float | None = typer.Option(
         None,
         "--kv-reserve-fraction",
-        help="Part of each GPU's memory kept for the KV cache (default 0.25).",
+        help="Part of each GPU's memory kept for the KV cache"
+        f" (default {DEFAULT_KV_RESERVE_FRACTION:g}).",
     ),
     overhead_gb: float = typer.Option(
         RUNTIME_OVERHEAD_GB, "--overhead-gb", help="Runtime memory per GPU besides weights, GB."
