@@ -195,3 +195,14 @@ def test_installed_placer_runs_capacity():
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["slots_per_gpu"] == 4
+
+
+def test_model_list_json_and_unknown_topology():
+    data = json.loads(_run("model", "list", "--json").stdout)
+    assert [d["name"] for d in data][:2] == ["deepseek-v3", "kimi-k2"]
+    assert data[0]["bytes"]["fp8"]["slot"] == 58 * 44_050_944
+    result = _run("topology", "show", "dgx-h1OO")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        "error: topology: unknown topology 'dgx-h1OO': not a preset and no such file"
+    )
