@@ -140,7 +140,8 @@ def test_trtllm_statistics_sum_ranks_and_window_by_iteration(trtllm_dir: Path) -
     assert stats.window_starts.tolist() == [100, 101, 102]
     assert stats.top_k == 2
     np.testing.assert_array_equal(stats.load, _expected_trtllm())
-    folder = read_routing(trtllm_dir, format="trtllm").stats
+    assert detect_format(trtllm_dir).name == "trtllm"
+    folder = read_routing(trtllm_dir).stats
     np.testing.assert_array_equal(folder.load, stats.load)
 
 

@@ -95,7 +95,7 @@ def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
     return [
         f"--init-expert-location {{path}} --ep-num-redundant-experts {placement.num_redundant}"
         f" --ep-size {placement.num_gpus}",
-        "  (SGLang then dispatches statically: --ep-dispatch-algorithm static is implied)",
+        "# SGLang then dispatches statically (--ep-dispatch-algorithm static is implied)",
     ]
 
 

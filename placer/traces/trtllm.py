@@ -12,8 +12,7 @@ number of slots when the MoE load balancer was on (counts are then per slot).
 placer sums the rank files, makes each iteration a window, and maps slot counts back
 to experts with the load balancer's ``initial_global_assignments`` when the folder
 holds that YAML (any ``*.yaml``/``*.yml`` with ``initial_global_assignments``; copy
-yours next to the statistics).  Pass the ``meta_info.json`` path as the trace (detected
-by its name), or the folder with ``--format trtllm``.
+yours next to the statistics).  Pass the folder (or its ``meta_info.json``) as the trace.
 
 The ``.safetensors`` files are parsed here (an 8-byte little-endian header length, a
 JSON header of ``{name: {dtype, shape, data_offsets}}``, then raw bytes), so neither
@@ -223,6 +222,11 @@ def _slots_to_experts(
 
 
 def sniff(path: Path, head: bytes) -> bool:
+    """The ``meta_info.json`` of a statistics folder, or a folder that holds one."""
+    if path.is_dir():
+        return (path / META).is_file() and any(
+            _RANK_FILE.match(p.name) for p in path.iterdir()
+        )
     return path.name == META and b"num_experts_per_token" in head
 
 
@@ -231,6 +235,6 @@ register_format(
     extensions=(META,),
     sniff=sniff,
     read=read,
-    description="TensorRT-LLM expert statistics folder (pass its meta_info.json)",
+    description="TensorRT-LLM expert statistics folder (EXPERT_STATISTIC_PATH)",
 )
 
