@@ -70,12 +70,19 @@ def _plain(node: yaml.Node, path: str, lines: dict[str, int], loader: yaml.SafeL
     """Turn a composed YAML node into plain values, recording each path's line."""
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        # YAML merge keys (<<: *anchor) bring inherited pairs first; own keys override them.
+        num_own = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
+        loader.flatten_mapping(node)
+        num_inherited = len(node.value) - num_own
         result: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
+        own: set[Any] = set()
+        for index, (key_node, value_node) in enumerate(node.value):
             key = loader.construct_object(key_node, deep=True)
             sub = _join(path, str(key))
-            if key in result:
-                raise _DuplicateKey(sub, key_node.start_mark.line + 1, lines.get(sub))
+            if index >= num_inherited:
+                if key in own:
+                    raise _DuplicateKey(sub, key_node.start_mark.line + 1, lines.get(sub))
+                own.add(key)
             lines[sub] = key_node.start_mark.line + 1
             result[key] = _plain(value_node, sub, lines, loader)
         return result

@@ -497,3 +497,23 @@ def test_missing_file(tmp_path):
     with pytest.raises(TopologyError) as e:
         load_topology(tmp_path / "nope.yaml")
     assert str(e.value) == f"{tmp_path / 'nope.yaml'}: file not found"
+
+
+def test_yaml_anchors_and_merge_keys():
+    """The first node is reused with <<: *anchor; own keys override inherited ones."""
+    text = """\
+name: merged
+gpu_types:
+  h100: {memory_gb: 80, hbm_gbps: 3350, bf16_tflops: 989, fp8_tflops: 1979}
+nodes:
+  - &dgx {name: a, gpus: 8, gpu_type: h100, fabric: {kind: nvswitch, gbps: 450}, nic_gbps: 50}
+  - {<<: *dgx, name: b, gpus: 4}
+network: {kind: infiniband}
+"""
+    topo = topology_from_text(text, "t.yaml")
+    assert topo.node_names == ("a", "b")
+    assert topo.gpus_per_node.tolist() == [8, 4]
+    error = _error(text.replace("name: b, gpus: 4", "name: b, gpus: 4, gpus: 2"))
+    assert (
+        str(error) == "t.yaml:6: nodes[1].gpus: duplicate key nodes[1].gpus (first given on line 6)"
+    )
