@@ -79,19 +79,17 @@ def balanced_packing(
         held: list[set[int]] = [set() for _ in range(num_packs)]
         for item in np.argsort(-weight[row], kind="stable"):
             room = pack_items < per_pack
+            label = -1 if labels is None else int(labels[row, item])
             if labels is not None:
-                label = int(labels[row, item])
                 free = room & np.array([label not in h for h in held])
                 if free.any():
                     room = free
-                held_label = label
             pack = int(np.argmin(np.where(room, pack_weight, np.inf)))
             pack_index[row, item] = pack
             rank_in_pack[row, item] = pack_items[pack]
             pack_weight[pack] += weight[row, item]
             pack_items[pack] += 1
-            if labels is not None:
-                held[pack].add(held_label)
+            held[pack].add(label)
     return pack_index, rank_in_pack
 
 
