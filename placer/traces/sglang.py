@@ -117,20 +117,23 @@ def _read_per_token(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
     # MoE layers are those where some token selected an expert; dense rows stay -1.
     moe = np.flatnonzero(np.any([(t >= 0).any(axis=(1, 2)) for _, _, t in chunks], axis=0))
     width = max(int((t[moe] >= 0).sum(axis=2).max()) for _, _, t in chunks)
+    ids, steps, ranks = [], [], []
     for i, record, topk in chunks:
         where = f"{path}: records[{i}]"
         phys = topk[moe][:, :, :width]  # [layers, tokens, k]
         logical = np.where(phys >= 0, p2l[moe[:, None, None], np.maximum(phys, 0)], -1)
         tokens = logical.shape[1]
-        acc.add_tokens(
-            TokenChunk(
-                topk_ids=np.ascontiguousarray(logical.transpose(1, 0, 2)),
-                step=np.full(tokens, _int_field(record, "forward_pass_id", where), np.int64),
-                rank=np.full(tokens, _int_field(record, "rank", where), np.int64),
-            ),
-            moe,
-            array=f"records[{i}].topk_ids_of_layer",
-        )
+        ids.append(logical.transpose(1, 0, 2))
+        steps.append(np.full(tokens, _int_field(record, "forward_pass_id", where), np.int64))
+        ranks.append(np.full(tokens, _int_field(record, "rank", where), np.int64))
+    # One chunk per file: the accumulator's per-call cost is paid once.
+    acc.add_tokens(
+        TokenChunk(
+            topk_ids=np.concatenate(ids), step=np.concatenate(steps), rank=np.concatenate(ranks)
+        ),
+        moe,
+        array="records[*].topk_ids_of_layer",
+    )
 
 
 def _record_topk(record: Any, where: str, num_layers: int, num_physical: int) -> np.ndarray:
