@@ -73,21 +73,30 @@ def balanced_packing(
 
     pack_index = np.full(weight.shape, -1, dtype=np.int64)
     rank_in_pack = np.full(weight.shape, -1, dtype=np.int64)
+    packs = range(num_packs)
     for row in range(num_rows):
-        pack_weight = np.zeros(num_packs, dtype=np.float64)
-        pack_items = np.zeros(num_packs, dtype=np.int64)
-        held: list[set[int]] = [set() for _ in range(num_packs)]
-        for item in np.argsort(-weight[row], kind="stable"):
-            room = pack_items < per_pack
-            label = -1 if labels is None else int(labels[row, item])
-            if labels is not None:
-                free = room & np.array([label not in h for h in held])
-                if free.any():
-                    room = free
-            pack = int(np.argmin(np.where(room, pack_weight, np.inf)))
+        values = weight[row].tolist()
+        row_labels = [0] * num_items if labels is None else [int(x) for x in labels[row]]
+        pack_weight = [0.0] * num_packs
+        pack_items = [0] * num_packs
+        held: list[set[int]] = [set() for _ in packs]
+        for item in np.argsort(-weight[row], kind="stable").tolist():
+            label = row_labels[item]
+            # lightest pack with room (first on ties); preferring packs without the label
+            best, best_free = -1, -1
+            for p in packs:
+                if pack_items[p] == per_pack:
+                    continue
+                if best < 0 or pack_weight[p] < pack_weight[best]:
+                    best = p
+                if labels is not None and label not in held[p] and (
+                    best_free < 0 or pack_weight[p] < pack_weight[best_free]
+                ):
+                    best_free = p
+            pack = best_free if best_free >= 0 else best
             pack_index[row, item] = pack
             rank_in_pack[row, item] = pack_items[pack]
-            pack_weight[pack] += weight[row, item]
+            pack_weight[pack] += values[item]
             pack_items[pack] += 1
             held[pack].add(label)
     return pack_index, rank_in_pack
