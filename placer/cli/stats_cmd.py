@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +288,7 @@ def synth(
         if groups is not None and top_groups is None:
             given["top_groups"] = groups
         params = SynthParams(**given, **common)
-    result = write_synth(output, params, format=format)
+    result = write_synth(output, params, format=format, progress=_progress_line())
     if json_out:
         print_json(result)
     else:
@@ -296,6 +297,19 @@ def synth(
             f"{result['layers']} layers x {result['experts']} experts, top-{result['top_k']}, "
             f"seed {seed}, in {result['seconds']:.1f} s"
         )
+
+
+def _progress_line() -> Callable[[int, int], None] | None:
+    """A progress callback that rewrites one stderr line, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        end = "\n" if done >= total else ""
+        sys.stderr.write(f"\rsynth: {done:,} / {total:,} tokens ({100 * done / total:.0f}%){end}")
+        sys.stderr.flush()
+
+    return show
 
 
 def parse_layers(spec: str) -> tuple[int, ...]:
