@@ -396,10 +396,8 @@ def _route(
         if short_groups.size:
             # Rare: the draws held fewer than m groups; finish the groups by a race.
             group_w = w[dist[short_groups]].reshape(-1, n_groups, per_group).sum(axis=2)
-            have = np.full((short_groups.size, m), -1, dtype=np.int64)
-            for i, r in enumerate(short_groups):
-                g = np.flatnonzero(allowed[r])
-                have[i, : g.size] = g
+            # The groups found so far come first (ascending id); the rest is ignored.
+            have = np.argsort(~allowed[short_groups], axis=1, kind="stable")[:, :m]
             full = _finish_race(
                 group_w, np.ones_like(group_w, dtype=bool), have, groups_found[short_groups], rng
             )
