@@ -129,7 +129,9 @@ def _read_per_token(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
     # One chunk per file: the accumulator's per-call cost is paid once.
     acc.add_tokens(
         TokenChunk(
-            topk_ids=np.concatenate(ids), step=np.concatenate(steps), rank=np.concatenate(ranks)
+            topk_ids=np.ascontiguousarray(np.concatenate(ids)),
+            step=np.concatenate(steps),
+            rank=np.concatenate(ranks),
         ),
         moe,
         array="records[*].topk_ids_of_layer",
