@@ -5,7 +5,9 @@ The command is thin: read the trace, the model and the topology, build the probl
 write the placement (:func:`placer.placement_io.write_placement`), and print a
 summary.  The summary is a plain dict (:func:`plan_summary`, printed as is with
 ``--json``) rendered to text by :func:`render_summary`; both are small so that
-other solvers can add sections (a side-by-side against EPLB, for instance).
+other solvers can add sections.  Any solver other than ``eplb`` gets a side-by-side
+against EPLB on the same problem (:func:`versus_eplb`): hot-shard ratio, remote copies
+per token (GPU and node), weight moves from ``--current``, solve time and gap.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ import numpy as np
 import typer
 
 from placer.cli.common import handle_errors, print_json
-from placer.errors import UsageError
+from placer.errors import DataError, UsageError
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
-from placer.placement_io import write_placement
+from placer.placement_io import read_placement, write_placement
 from placer.planning import build_problem
 from placer.problem import PlacementProblem, SolveParams, SolveResult, solve, solver_names
 from placer.stats import ExpertStats, _ranges
 
 #: Solver used when ``--solver`` is not given.
-DEFAULT_SOLVER = "eplb"
+DEFAULT_SOLVER = "cpsat"
 
 
 def basic_metrics(placement: Placement, stats: ExpertStats) -> dict[str, float]:
@@ -103,6 +105,87 @@ def render_summary(summary: dict[str, Any]) -> list[str]:
     ]
 
 
+def _side_metrics(
+    problem: PlacementProblem, result: SolveResult, gap: float | None
+) -> dict[str, float | None]:
+    """One column of the side-by-side: figures of ``result`` on ``problem``'s statistics."""
+    from types import SimpleNamespace
+
+    from placer.evaluate import expected_remote_copies
+
+    basic = basic_metrics(result.placement, problem.stats)
+    remote_gpu = remote_node = None
+    if problem.stats.coact is not None:
+        topology = problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
+        try:
+            remote = expected_remote_copies(
+                result.placement, problem.stats, topology  # type: ignore[arg-type]
+            )
+        except DataError:
+            remote = None
+        if remote is not None:
+            remote_gpu = float(remote[:, 0].mean())
+            remote_node = float(remote[:, 1].mean()) if problem.num_nodes > 1 else None
+    moves = None
+    if problem.current is not None:
+        moves = float(result.placement.moves_from(problem.current))
+    return {
+        "hot_shard_ratio_median": basic["hot_shard_ratio_median"],
+        "hot_shard_ratio_worst": basic["hot_shard_ratio_worst"],
+        "remote_gpus_per_token": remote_gpu,
+        "remote_nodes_per_token": remote_node,
+        "moves": moves,
+        "seconds": round(result.seconds, 3),
+        "gap": gap,
+    }
+
+
+def versus_eplb(
+    problem: PlacementProblem, result: SolveResult, baseline: SolveResult
+) -> dict[str, Any]:
+    """Side-by-side of ``result`` and EPLB's ``baseline`` on the same problem.
+
+    Remote copies are the evaluator's closed form (``expected_remote_copies``: normal
+    mode, uniform source rank, mean over layers); None without co-activation counts.
+    ``winners`` counts the layers where the planner's search beat its EPLB hint.
+    """
+    winners = result.details.get("winners") if isinstance(result.details, dict) else None
+    return {
+        "columns": [result.solver, baseline.solver],
+        result.solver: _side_metrics(problem, result, result.gap),
+        baseline.solver: _side_metrics(problem, baseline, None),
+        "winners": winners,
+    }
+
+
+def render_versus(versus: dict[str, Any]) -> list[str]:
+    """Text table of :func:`versus_eplb` (``-`` where a figure does not apply)."""
+    mine, theirs = versus["columns"]
+    rows = [
+        ("hot shard, median layer", "hot_shard_ratio_median", "{:.4f}"),
+        ("hot shard, worst layer", "hot_shard_ratio_worst", "{:.4f}"),
+        ("remote GPUs per token", "remote_gpus_per_token", "{:.3f}"),
+        ("remote nodes per token", "remote_nodes_per_token", "{:.3f}"),
+        ("weight moves", "moves", "{:.0f}"),
+        ("solve time, s", "seconds", "{:.2f}"),
+        ("gap to bound", "gap", "{:.2%}"),
+    ]
+    lines = [f"{'':24}{mine:>12}{theirs:>12}"]
+    for label, key, fmt in rows:
+        cells = []
+        for name in (mine, theirs):
+            value = versus[name][key]
+            cells.append("-" if value is None else fmt.format(value))
+        lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
+    winners = versus.get("winners")
+    if winners:
+        lines.append(
+            f"layers won: {mine} {winners.get('cpsat', 0)}, kept {theirs}'s plan"
+            f" {winners.get('eplb', 0)}"
+        )
+    return lines
+
+
 def plan(
     trace: list[Path] = typer.Argument(
         ..., help="Routing trace or load statistics file(s), read by placer.traces.",
@@ -148,6 +231,26 @@ def plan(
         10.0, "--time-limit", help="Seconds per layer for search-based solvers."
     ),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Layers solved in parallel."),
+    current: Path | None = typer.Option(
+        None, "--current", help="Deployed placement JSON: plan few weight moves from it."
+    ),
+    balance_tolerance: float = typer.Option(
+        0.005, "--balance-tolerance",
+        help="Hot-shard slack (over a perfect split) that traffic and moves may use.",
+    ),
+    traffic_weight: float = typer.Option(
+        1.0, "--traffic-weight", help="Weight of remote copies (co-location) in the second pass."
+    ),
+    migration_weight: float = typer.Option(
+        1.0, "--migration-weight", help="Weight of weight moves from --current."
+    ),
+    robust: str = typer.Option(
+        "max", "--robust", help="Balance the worst window (max) or the summed load (mean)."
+    ),
+    option: list[str] = typer.Option(
+        [], "--option", metavar="KEY=VALUE",
+        help="Solver-specific setting (repeatable), e.g. cpsat's patience=20.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     export: list[str] = typer.Option(
         [], "--export", "-x", metavar="FORMAT:FILE",
@@ -170,7 +273,11 @@ def plan(
             f"unknown solver {solver!r}", where="--solver",
             hint=f"choose one of: {', '.join(names)}",
         )
-    params = SolveParams(time_limit_s=time_limit, seed=seed, jobs=jobs)
+    params = SolveParams(
+        time_limit_s=time_limit, seed=seed, jobs=jobs, balance_tolerance=balance_tolerance,
+        traffic_weight=traffic_weight, migration_weight=migration_weight, robust=robust,
+        options=_parse_options(option),
+    )
 
     from placer.traces import read_routing
 
@@ -181,6 +288,7 @@ def plan(
         routing, model=model_spec, topology=topo, num_gpus=num_gpus,
         slots_per_gpu=slots_per_gpu, redundant=redundant, dtype=dtype,
         kv_reserve_gb=kv_reserve_gb, fit=fit,
+        current=read_placement(current) if current is not None else None,
     )
     result = solve(problem, solver, params)
     metrics = basic_metrics(result.placement, problem.stats)
@@ -191,6 +299,8 @@ def plan(
         topology=topo, solver=result, metrics=metrics,
     )
     summary = plan_summary(problem, result, metrics, output)
+    if solver != "eplb":
+        summary["versus"] = versus_eplb(problem, result, solve(problem, "eplb", params))
     exported = [export_to(result.placement, fmt, path, model_spec) for fmt, path in exports]
     if exported:
         summary["exports"] = exported
@@ -198,9 +308,25 @@ def plan(
         print_json(summary)
     else:
         lines = render_summary(summary)
+        if "versus" in summary:
+            lines += ["", *render_versus(summary["versus"])]
         for item in exported:
             lines += ["", *render_export(item)]
         sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _parse_options(items: list[str]) -> dict[str, str]:
+    """``["patience=20", ...]`` -> ``{"patience": "20"}``; the solver checks keys and values."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(
+                f"expected KEY=VALUE, got {item!r}", where="--option",
+                hint="for example --option patience=20",
+            )
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _load_model(name: str | None) -> Any:

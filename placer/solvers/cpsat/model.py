@@ -325,10 +325,16 @@ class LayerModel:
             self.model.add_hint(var, bool(x[e, g]) and int(counts[e]) == c)
 
     # -- solving ---------------------------------------------------------------------------
-    def solve(self, dtime: float, wall: float, seed: int) -> SubResult:
-        """Solve with one worker and a fixed seed (reproducible under the dtime limit)."""
+    def solve(self, dtime: float, wall: float, seed: int, lns: bool = False) -> SubResult:
+        """Solve with one worker and a fixed seed (reproducible under the dtime limit).
+
+        ``lns``: a neighbourhood step; the LP relaxation is switched off there, as
+        these small models are solved faster by search alone.
+        """
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
+        if lns:
+            solver.parameters.linearization_level = 0
         solver.parameters.random_seed = seed
         solver.parameters.max_deterministic_time = max(dtime, 1e-3)
         solver.parameters.max_time_in_seconds = max(wall, 1e-3)

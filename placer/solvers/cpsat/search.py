@@ -27,6 +27,10 @@ from placer.solvers.cpsat.layer import LayerData
 from placer.solvers.cpsat.model import BALANCE, COST, LayerModel
 
 
+#: Steps without improvement after which a neighbourhood grows by one GPU.
+STALL_GROWTH = 3
+
+
 @dataclass(frozen=True)
 class SearchParams:
     """Knobs of one layer's search (see ``CpsatOptions`` for their meaning)."""
@@ -59,6 +63,8 @@ class LayerOutcome:
         hint kept unchanged).
     winner: ``"cpsat"`` or ``"eplb"`` (the hint).
     method: ``"full"`` (one model) or ``"lns"``.
+    balance_first, cap: objective 1 after the balance pass, and the cap the second
+        pass kept it under.
     steps: sub-models solved and accepted, per pass.
     seconds: wall time; hit_wall_limit: the wall-clock limit stopped a pass.
     """
@@ -74,6 +80,8 @@ class LayerOutcome:
     status: str
     winner: str
     method: str
+    balance_first: float = 0.0
+    cap: float = 0.0
     steps: dict[str, list[int]] = field(default_factory=dict)
     seconds: float = 0.0
     hit_wall_limit: bool = False
@@ -117,11 +125,12 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
 
     # Pass 2: traffic and migration under the balance cap.
     x = x1
+    cap = balance1
     has_cost = (data.pairs.size and params.traffic_weight > 0) or (
         data.current is not None and params.migration_weight > 0
     )
     if has_cost:
-        cap = min((1.0 + params.balance_tolerance) * balance1, hint_balance)
+        cap = balance_cap(balance1, hint_balance, bound, params.balance_tolerance)
         x2 = _relabel_to_current(data, x1) if data.current is not None else x1
         current = data.current
         if (
@@ -155,10 +164,22 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
         status=status,
         winner=winner,
         method="full" if full else "lns",
+        balance_first=balance1,
+        cap=cap,
         steps=steps,
         seconds=time.perf_counter() - clock.start,
         hit_wall_limit=clock.left() <= 0,
     )
+
+
+def balance_cap(first: float, hint: float, bound: float, tolerance: float) -> float:
+    """Hot-shard ratio the second pass may reach: ``min(hint, max((1 + tol) * bound, first))``.
+
+    The tolerance is measured from the balance lower bound (about 1.0, a perfectly even
+    split), so the default 0.005 promises a hot shard within 0.5% of the mean GPU load
+    whenever the balance pass got there; it never exceeds the hint's (EPLB's) hot shard.
+    """
+    return min(hint, max((1.0 + tolerance) * bound, first))
 
 
 # -- full model ---------------------------------------------------------------------------
@@ -202,9 +223,12 @@ def _full_cost(
 
 
 # -- large-neighbourhood search -----------------------------------------------------------
-def _neighbourhood_size(data: LayerData, params: SearchParams) -> int:
-    size = round(params.neighbourhood_slots / data.slots_per_gpu)
-    return int(np.clip(size, 2, data.num_gpus))
+def _neighbourhood_size(data: LayerData, params: SearchParams, stall: int) -> int:
+    """GPUs to free: ``neighbourhood_slots / S`` (at least 2), one more GPU for every
+    ``STALL_GROWTH`` steps without improvement, up to twice the base size."""
+    base = max(2, round(params.neighbourhood_slots / data.slots_per_gpu))
+    size = min(base + stall // STALL_GROWTH, 2 * base)
+    return int(min(size, data.num_gpus))
 
 
 def _lns_balance(
@@ -212,17 +236,17 @@ def _lns_balance(
     rng: np.random.Generator, clock: _Clock, bound: float,
 ) -> tuple[np.ndarray, int, int]:
     """Pass 1 by neighbourhoods: the hottest GPU plus GPUs drawn toward the coldest."""
-    size = _neighbourhood_size(data, params)
     key = data.balance_key(x)
     tried = kept = stall = 0
     while tried < params.balance_iterations and stall < params.patience and clock.left() > 0:
         if key[0] <= bound * (1 + constants.CPSAT_BALANCE_GAP):
             break
+        size = _neighbourhood_size(data, params, stall)
         worst = data.gpu_ratio(x).max(axis=0)  # [G]
         hottest = int(np.argmax(worst))
         gpus = _draw(rng, hottest, worst.max() - worst + 1e-9, size)
         model = LayerModel(data, x, gpus, mode=BALANCE, scale=scale)
-        result = model.solve(params.submodel_dtime, clock.left(), params.seed + tried)
+        result = model.solve(params.submodel_dtime, clock.left(), params.seed + tried, lns=True)
         tried += 1
         if result.x is not None and (new := data.balance_key(result.x)) < key:
             x, key = result.x, new
@@ -238,16 +262,16 @@ def _lns_cost(
     rng: np.random.Generator, clock: _Clock,
 ) -> tuple[np.ndarray, int, int]:
     """Pass 2 by neighbourhoods: around a heavy pair that is split, or at random."""
-    size = _neighbourhood_size(data, params)
     tried = kept = stall = 0
     while tried < params.cost_iterations and stall < params.patience and clock.left() > 0:
+        size = _neighbourhood_size(data, params, stall)
         gpus = _cost_neighbourhood(data, x, rng, size, tried)
         model = LayerModel(
             data, x, gpus, mode=COST, scale=scale, cap=cap,
             traffic_weight=params.traffic_weight, migration_weight=params.migration_weight,
             free_counts=data.current is not None,
         )
-        result = model.solve(params.submodel_dtime, clock.left(), params.seed + tried)
+        result = model.solve(params.submodel_dtime, clock.left(), params.seed + tried, lns=True)
         tried += 1
         if result.x is not None and _better_cost(data, result.x, x, cap, params):
             x = result.x

@@ -252,6 +252,8 @@ def _result(
             "balance": o.balance,
             "eplb_balance": o.hint_balance,
             "bound": o.bound,
+            "balance_first_pass": o.balance_first,
+            "balance_cap": o.cap,
             "traffic": o.traffic,
             "eplb_traffic": o.hint_traffic,
             "moves": o.moves,
