@@ -512,8 +512,21 @@ def prepare(
 ) -> _Context:
     """Load the model and every topology once and split the data; name errors stop here."""
     from placer.models import load_model
-    from placer.problem import solver_names
     from placer.topology import load_topology
+
+    check_names(scenarios, settings)
+    model = load_model(settings.model)
+    topologies = {}
+    for s in scenarios:
+        if s.topology not in topologies:
+            topologies[s.topology] = load_topology(s.topology)
+    split = split_routing(routing, settings.holdout)
+    return _Context(split, model, topologies, settings, keep_details)
+
+
+def check_names(scenarios: Sequence[Scenario], settings: CompareSettings) -> None:
+    """Raise UsageError for an unknown solver or a missing model (cheap; before reading data)."""
+    from placer.problem import solver_names
 
     known = solver_names()
     for s in scenarios:
@@ -524,13 +537,6 @@ def prepare(
         raise UsageError("no model to plan for", where="--model",
                          hint="give --model NAME (see `placer model list`) or 'model:' in the"
                               " scenario file")
-    model = load_model(settings.model)
-    topologies = {}
-    for s in scenarios:
-        if s.topology not in topologies:
-            topologies[s.topology] = load_topology(s.topology)
-    split = split_routing(routing, settings.holdout)
-    return _Context(split, model, topologies, settings, keep_details)
 
 
 def _run_safely(context: _Context, scenario: Scenario) -> ScenarioOutcome:

@@ -18,6 +18,9 @@ CPSAT_LOAD_SCALE_MAX = 1_000_000
 #: Resolution of pictures embedded in HTML reports and written with --png-dir, dots per inch.
 REPORT_DPI = 100
 
+#: Range --dpi accepts, dots per inch.
+REPORT_DPI_RANGE = (20, 400)
+
 #: Placement maps write each slot's expert id in its cell up to this many slots per layer.
 PLACEMENT_MAP_MAX_LABELS = 320
 

@@ -16,11 +16,13 @@ from typing import Any
 
 import typer
 
+from placer import constants
 from placer.cli.common import err, handle_errors, print_json, to_jsonable
 from placer.compare import (
     CompareSettings,
     ScenarioOutcome,
     Study,
+    check_names,
     expand_scenarios,
     format_table,
     read_study,
@@ -115,6 +117,13 @@ def compare_csv(outcomes: list[ScenarioOutcome]) -> str:
         values = to_jsonable(o.row.as_dict())
         writer.writerow(["" if values[n] is None else values[n] for n in names])
     return buf.getvalue()
+
+
+def check_dpi(dpi: int) -> None:
+    """Raise UsageError unless ``dpi`` is within ``constants.REPORT_DPI_RANGE``."""
+    low, high = constants.REPORT_DPI_RANGE
+    if not low <= dpi <= high:
+        raise UsageError(f"expected --dpi between {low} and {high}, got {dpi}", where="--dpi")
 
 
 def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path) -> None:
@@ -230,6 +239,9 @@ def compare(
         None, "--png-dir", help="Write each picture of the report as PNG in this folder.",
         show_default=False,
     ),
+    dpi: int = typer.Option(
+        constants.REPORT_DPI, "--dpi", help="Resolution of the pictures, dots per inch."
+    ),
 ) -> None:
     """Compare what-if scenarios (topology x redundant experts x solver) on one trace."""
     if json_out and csv_out:
@@ -242,6 +254,8 @@ def compare(
     if not study.trace:
         raise UsageError("no trace to compare on", where="TRACE",
                          hint="give the trace file, or 'trace:' in the scenario file")
+    check_names(study.scenarios, study.settings)
+    check_dpi(dpi)
     if report is not None or png_dir is not None:
         from placer.report import require_matplotlib
 
@@ -266,7 +280,7 @@ def compare(
     else:
         sys.stdout.write(format_table([o.row for o in outcomes]))
     if report is not None or png_dir is not None:
-        _write_report(study, outcomes, routing, description, report, png_dir)
+        _write_report(study, outcomes, routing, description, report, png_dir, dpi)
 
 
 def _write_report(
@@ -276,6 +290,7 @@ def _write_report(
     description: str,
     report: Path | None,
     png_dir: Path | None,
+    dpi: int,
 ) -> None:
     from placer import __version__
     from placer.analysis import summarize
@@ -290,7 +305,8 @@ def _write_report(
             nodes[s.topology] = load_topology(s.topology).node_of_gpu
     subtitle = f"{', '.join(study.trace)} · model {study.settings.model}"
     built = compare_report(outcomes, split.judge_stats, summarize(routing.stats),
-                           description=description, node_of_gpu=nodes, subtitle=subtitle)
+                           description=description, node_of_gpu=nodes, subtitle=subtitle,
+                           dpi=dpi)
     if report is not None:
         write_text_atomic(report, built.html(footer=f"placer {__version__}"))
         sys.stderr.write(f"wrote {report}\n")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import typer
 
+from placer import constants
 from placer.cli.common import handle_errors
+from placer.cli.compare_cmd import check_dpi
 from placer.errors import UsageError
 
 
@@ -60,11 +62,15 @@ def report(
         None, "--png-dir", help="Also write each picture as PNG in this folder.",
         show_default=False,
     ),
+    dpi: int = typer.Option(
+        constants.REPORT_DPI, "--dpi", help="Resolution of the pictures, dots per inch."
+    ),
 ) -> None:
     """Write an HTML report: trace statistics, placements side by side, and pictures."""
     from placer.report import require_matplotlib
 
     require_matplotlib()
+    check_dpi(dpi)
     if name and len(name) != len(placement):
         raise UsageError(f"{len(name)} --name for {len(placement)} --placement", where="--name",
                          hint="give one --name per --placement, or none")
@@ -101,7 +107,7 @@ def report(
                 f" {topo.name} · {policy} dispatch, {mode} mode")
     built = placement_report(routing.stats, summarize(routing.stats), labels, placements,
                              evaluations, node_of_gpu=topo.node_of_gpu, layer=layer,
-                             subtitle=subtitle)
+                             subtitle=subtitle, dpi=dpi)
     write_text_atomic(output, built.html(footer=f"placer {__version__}"))
     sys.stderr.write(f"wrote {output}\n")
     if png_dir is not None:

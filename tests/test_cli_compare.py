@@ -1,0 +1,159 @@
+"""``placer compare`` end to end: table, JSON and CSV agree; scenario files; the report."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from placer.cli.main import app
+from placer.compare import CompareRow, format_table, row_fields, table_cells
+
+runner = CliRunner()
+
+BUNDLED = Path(__file__).resolve().parent.parent / "traces" / "synthetic-small.jsonl.gz"
+
+#: Two presets x two redundancy levels on the bundled trace (gpt-oss-20b's shape); with
+#: 71 GB per GPU kept for the KV cache, dgx-h100 holds 4 slots: R=16 (6 slots) does not fit.
+FOUR = [str(BUNDLED), "--model", "gpt-oss-20b", "-t", "dgx-h100", "-t", "2x-dgx-h100",
+        "--redundant", "0,16", "--kv-reserve-gb", "71"]
+
+
+def _compare(*args: str):
+    return runner.invoke(app, ["compare", *args])
+
+
+@pytest.fixture(scope="module")
+def json_rows() -> list[dict]:
+    """The four rows as ``--json`` prints them."""
+    result = _compare(*FOUR, "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["format"], doc["version"], doc["model"]) == ("placer-compare", 1, "gpt-oss-20b")
+    assert doc["evaluated_on"] == "fitted on windows 0:24, judged on held-out windows 24:32"
+    return doc["rows"]
+
+
+def test_json_rows_are_the_expected_scenarios(json_rows):
+    assert [r["scenario"] for r in json_rows] == [
+        "dgx-h100 R=0 eplb", "dgx-h100 R=16 eplb", "2x-dgx-h100 R=0 eplb",
+        "2x-dgx-h100 R=16 eplb"]
+    assert [r["status"].split(":")[0] for r in json_rows] == ["ok", "does not fit", "ok", "ok"]
+    assert [r["slots_per_gpu"] for r in json_rows] == [4, None, 2, 3]
+
+
+def test_csv_parses_and_agrees_with_json(json_rows):
+    result = _compare(*FOUR, "--csv")
+    assert result.exit_code == 0, result.stderr
+    records = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert list(records[0]) == row_fields()
+    assert len(records) == len(json_rows)
+    for rec, row in zip(records, json_rows, strict=True):
+        for key, value in row.items():
+            if value is None:
+                assert rec[key] == ""
+            elif isinstance(value, float) and key != "solve_seconds":
+                assert float(rec[key]) == pytest.approx(value), key
+            elif key != "solve_seconds":
+                assert rec[key] == str(value), key
+
+
+def test_table_agrees_with_json(json_rows):
+    result = _compare(*FOUR)
+    assert result.exit_code == 0, result.stderr
+    rows = [CompareRow(**{**r, "solve_seconds": None}) for r in json_rows]
+    expected = format_table(rows).splitlines()
+    got = result.stdout.splitlines()
+    assert len(got) == len(expected)
+    solve_col = 15  # "solve s" differs between runs: compare every other cell
+    for line_got, row in zip(got[2:6], rows, strict=True):
+        cells = table_cells(row)
+        parts = re.split(r"\s{2,}", line_got.strip())
+        assert parts[0] == row.scenario
+        if row.ok:
+            assert parts[1:solve_col] == cells[1:solve_col]
+            assert parts[-1] == "ok"
+        else:
+            assert parts[-1] == "does not fit [1]"
+    assert got[-1].startswith("[1] 6 slots per GPU need 1.9 GB of expert weights per GPU")
+    assert "4 scenario(s), fitted on windows 0:24" in result.stderr
+    assert "[2/4] dgx-h100 R=16 eplb: does not fit: 6 slots" in result.stderr
+
+
+STUDY = """\
+trace: {trace}
+model: gpt-oss-20b
+scenarios:
+  - {{name: two nodes, topology: 2x-dgx-h100, redundant: 0, solver: linear}}
+  - {{name: one node, topology: dgx-h100, redundant: 0, solver: eplb}}
+num_batches: 2
+"""
+
+
+def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY.format(trace=BUNDLED))
+    report = tmp_path / "out" / "compare.html"
+    pngs = tmp_path / "png"
+    result = _compare("--scenarios", str(study), "--json", "--report", str(report),
+                      "--png-dir", str(pngs), "--num-batches", "3", "--dpi", "30")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [r["scenario"] for r in doc["rows"]] == ["two nodes", "one node"]
+    assert doc["rows"][1]["moe_layer_p99_us"] < doc["rows"][0]["moe_layer_p99_us"]
+    assert [r["status"] for r in doc["rows"]] == ["ok", "ok"]
+    assert doc["settings"]["num_batches"] == 3  # flags override the file
+    page = report.read_text()
+    without_images = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)
+    assert not re.search(r"(https?:)?//[a-z0-9]", without_images, re.IGNORECASE)
+    for title in ("Scenarios", "Trace summary", "Placements", "Placement maps",
+                  "Co-activation and GPU boundaries", "Per-GPU load", "Per-batch hot shard"):
+        assert f"<h2>{title}</h2>" in page, title
+    assert "<h3>baseline: two nodes</h3>" in page and "<h3>lowest p99: one node</h3>" in page
+    # what-if, expert load, 2 maps, 2 co-activation maps, per-GPU load, tail
+    assert page.count("data:image/png;base64,") == len(list(pngs.glob("*.png"))) == 8
+    assert (pngs / "what-if.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "gpt-oss-20b", "-t", "dgx-h100"],
+         "error: TRACE: no trace to compare on"),
+        ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--json", "--csv"],
+         "error: --csv: --json and --csv are two answers to one question"),
+        ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-r", "0,x"],
+         "error: --redundant: expected integers separated by commas, got '0,x'"),
+        ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-s", "eplb,nope"],
+         "error: --solver: unknown solver 'nope'"),
+        ([str(BUNDLED), "-t", "dgx-h100"], "error: --model: no model to plan for"),
+        ([str(BUNDLED), "-m", "gpt-oss-20b", "--scenarios", "s.yaml", "-t", "dgx-h100"],
+         "error: --scenarios: scenarios come either from --scenarios or from"
+         " --topology/--redundant/--solver"),
+    ],
+)
+def test_usage_errors_exit_2_with_message(args, message):
+    result = _compare(*args)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == message
+    assert result.stdout == ""
+
+
+def test_installed_command_prints_json(tmp_path):
+    placer = Path(sys.executable).parent / "placer"
+    proc = subprocess.run(
+        [str(placer), "compare", str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100",
+         "--json", "--no-holdout", "--jobs", "1"],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["status"] for r in doc["rows"]] == ["ok"]
+    assert doc["evaluated_on"].startswith("fitted and judged on all 32 window(s)")
