@@ -170,6 +170,12 @@ def sniff_engine(path: str | Path) -> str:
     return hits[0]
 
 
+def read_head(path: Path, size: int = 4096) -> str:
+    """The first ``size`` characters of a text file, for ``sniff`` functions."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return f.read(size)
+
+
 def _safe_sniff(fmt: EngineFormat, path: Path) -> bool:
     try:
         return fmt.sniff(path)

@@ -27,6 +27,7 @@ from placer.engines.registry import (
     check_num_gpus,
     check_slot_row,
     int_list,
+    read_head,
     read_json,
     register_engine,
     write_json,
@@ -106,7 +107,7 @@ def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
 def sniff(path: Path) -> bool:
     if path.suffix != ".json":
         return False
-    head = path.read_text()[:200]
+    head = read_head(path, 200)
     return f'"{KEY}"' in head
 
 

@@ -32,6 +32,7 @@ from placer.engines.registry import (
     check_num_gpus,
     check_slot_row,
     int_list,
+    read_head,
     register_engine,
 )
 from placer.errors import EngineFormatError, PlacerWarning
@@ -165,7 +166,7 @@ def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
 
 
 def sniff(path: Path) -> bool:
-    return path.suffix in (".yaml", ".yml") and "initial_global_assignments" in path.read_text()
+    return path.suffix in (".yaml", ".yml") and "initial_global_assignments" in read_head(path)
 
 
 FORMAT = register_engine(

@@ -24,6 +24,7 @@ from placer.engines.registry import (
     check_num_gpus,
     check_slot_row,
     int_list,
+    read_head,
     read_json,
     register_engine,
     write_json,
@@ -84,7 +85,7 @@ def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
 
 
 def sniff(path: Path) -> bool:
-    return path.suffix == ".json" and path.read_text()[:1] == "["
+    return path.suffix == ".json" and read_head(path, 64).lstrip()[:1] == "["
 
 
 FORMAT = register_engine(

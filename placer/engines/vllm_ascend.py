@@ -27,6 +27,7 @@ from placer.engines.registry import (
     check_exact_keys,
     check_slot_row,
     int_list,
+    read_head,
     read_json,
     register_engine,
     write_json,
@@ -150,7 +151,7 @@ def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
 
 
 def sniff(path: Path) -> bool:
-    return path.suffix == ".json" and '"moe_layer_count"' in path.read_text()[:200]
+    return path.suffix == ".json" and '"moe_layer_count"' in read_head(path, 200)
 
 
 FORMAT = register_engine(
