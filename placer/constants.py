@@ -143,3 +143,22 @@ CPSAT_COST_SCALE = 1_000_000
 #: Worst-case rounding error of a GPU's scaled load, relative to the mean GPU load,
 #: above which a ScalingWarning is raised.
 CPSAT_SCALING_RTOL = 1e-4
+
+# -- evaluator (placer.evaluate) -------------------------------------------------------------
+
+#: Tokens per batch the evaluator uses when the trace has no steps and --batch-tokens is
+#: not given: 128 decode tokens on each of 32 attention data-parallel ranks.
+DEFAULT_BATCH_TOKENS = 4096
+
+#: Batches the evaluator samples from aggregated statistics when --num-batches is not given.
+DEFAULT_SAMPLED_BATCHES = 16
+
+#: Bytes per hidden value returned by the combine phase (BF16).
+COMBINE_BYTES_PER_VALUE = 2
+
+#: Flops of one token through one expert FFN per (hidden x ffn): three matrices (gate, up,
+#: down), two flops per multiply-add.
+EXPERT_FFN_FLOPS_FACTOR = 6
+
+#: Rejected draws per pick before the sampler falls back (see placer.evaluate.sampling).
+SAMPLING_MAX_ROUNDS = 8

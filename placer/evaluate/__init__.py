@@ -1,0 +1,36 @@
+"""The evaluator: the specification of what a placement costs.
+
+``evaluate(placement, routing, topology, model, params) -> Evaluation`` replays
+per-token routing (or batches sampled from aggregated statistics) through a dispatch
+policy and a communication mode, and reports hot-shard load, traffic and time with the
+engines' own metric definitions.  ``window_hot_shard`` and ``expected_remote_copies``
+are the exact closed forms planners optimise.  The model is documented in
+``docs/evaluate.md``.
+"""
+
+from placer.evaluate.core import METRIC_KEYS, EvalParams, Evaluation, evaluate
+from placer.evaluate.dispatch import POLICIES, static_dispatch_table
+from placer.evaluate.static import expected_remote_copies, window_hot_shard
+from placer.evaluate.traffic import MODES
+from placer.evaluate.windows import (
+    default_split,
+    evaluation_parts,
+    parse_window_range,
+    resolve_window_range,
+)
+
+__all__ = [
+    "METRIC_KEYS",
+    "MODES",
+    "POLICIES",
+    "EvalParams",
+    "Evaluation",
+    "default_split",
+    "evaluate",
+    "evaluation_parts",
+    "expected_remote_copies",
+    "parse_window_range",
+    "resolve_window_range",
+    "static_dispatch_table",
+    "window_hot_shard",
+]

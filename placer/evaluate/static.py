@@ -1,0 +1,111 @@
+"""Exact figures of a placement on aggregated statistics (no batches, no sampling).
+
+These are the closed forms planners optimise; the evaluator reports them too, so a
+solver's objective can be checked against the specification for the same placement.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from placer.errors import DataError, PlacementError
+from placer.placement import Placement, gpu_loads
+from placer.stats import ExpertStats, _ranges
+
+if TYPE_CHECKING:
+    from placer.topology import Topology
+
+
+def stats_rows(placement: Placement, stats: ExpertStats) -> np.ndarray:
+    """``[placement layers]`` int64 row of ``stats`` holding each placement layer.
+
+    Raises PlacementError when the expert counts differ or a layer is missing.
+    """
+    if placement.num_experts != stats.num_experts:
+        raise PlacementError(
+            f"the placement is for {placement.num_experts} experts per layer, the routing"
+            f" data has {stats.num_experts}",
+            hint="use a placement planned for this model",
+        )
+    index = {int(layer): row for row, layer in enumerate(stats.layer_ids.tolist())}
+    missing = [int(i) for i in placement.layer_ids if int(i) not in index]
+    if missing:
+        raise PlacementError(
+            f"the routing data has no layer {_ranges(np.array(missing))} of the placement",
+            hint=f"layers in the routing data: {_ranges(stats.layer_ids)}",
+        )
+    return np.array([index[int(i)] for i in placement.layer_ids], dtype=np.int64)
+
+
+def window_hot_shard(placement: Placement, stats: ExpertStats) -> np.ndarray:
+    """Hottest GPU's load per window and layer, each expert's load split evenly over
+    its replicas.
+
+    Returns
+    -------
+    ``[windows, layers]`` float64, tokens: ``max over GPUs of gpu_loads(placement,
+    stats.load[w])``, layer columns in the placement's order.  The robust balance
+    objective of the planners is ``max`` (or ``mean``) of this over windows, per layer.
+    """
+    rows = stats_rows(placement, stats)
+    load = stats.load[:, rows]
+    out: np.ndarray = gpu_loads(placement, load).max(axis=2)
+    return out
+
+
+def expected_remote_copies(
+    placement: Placement, stats: ExpertStats, topology: Topology
+) -> np.ndarray:
+    """Expected deliveries per token off the source GPU and off the source node, in the
+    ``normal`` communication mode, from loads and co-activation.
+
+    Assumptions: the source rank is uniform over the GPUs and independent of routing;
+    each selection picks one of its expert's replicas uniformly and independently (the
+    ``random`` policy; ``round_robin`` in expectation).  With ``f[e, g] = 1 / r_e`` when
+    GPU g holds a replica of expert e (``r_e`` replicas), ``F[e, n] = sum of f[e, g]
+    over GPUs g of node n``, ``G_n`` GPUs in node n and ``T`` tokens::
+
+        gpu  = [(1 - 1/G) * (sum_e load_e  -  sum_{i<j} coact_ij * sum_g f_ig f_jg)] / T
+        node = [sum_e load_e sum_n F_en w_n  -  sum_{i<j} coact_ij sum_n F_in F_jn w_n] / T
+        w_n  = 1 - G_n / G
+
+    That is inclusion-exclusion truncated after pairs: exact when a token selects at
+    most two experts per layer (``top_k <= 2``), a lower bound otherwise (Bonferroni),
+    close when three experts of one token rarely share a GPU.  Loads and co-activation
+    are taken over all windows.
+
+    Returns
+    -------
+    ``[layers, 2]`` float64: column 0 remote GPUs per token, column 1 remote nodes per
+    token, layers in the placement's order.
+
+    Raises DataError when the statistics carry no co-activation.
+    """
+    rows = stats_rows(placement, stats)
+    if stats.coact is None:
+        raise DataError(
+            "the routing data has no co-activation counts",
+            hint="read a per-token trace (co-activation is counted by default)",
+        )
+    tokens = max(stats.total_tokens, 1)
+    num_gpus = placement.num_gpus
+    load = stats.mean_load[rows].astype(np.float64)  # [L, E]
+    coact = stats.coact[rows].astype(np.float64)  # [L, E, E]
+    f = placement.expert_gpu_mask / placement.replica_counts[:, :, None]  # [L, E, G]
+    node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
+    num_nodes = int(node_of_gpu.max()) + 1
+    onehot = np.eye(num_nodes)[node_of_gpu]  # [G, N]
+    f_node = f @ onehot  # [L, E, N]
+    w = 1.0 - onehot.sum(axis=0) / num_gpus  # [N]
+
+    shared_gpu = np.einsum("lig,ljg->lij", f, f)
+    pairs_gpu = 0.5 * (coact * shared_gpu).sum(axis=(1, 2))
+    gpu = (1.0 - 1.0 / num_gpus) * (load.sum(axis=1) - pairs_gpu) / tokens
+
+    singles_node = (load * (f_node @ w)).sum(axis=1)
+    shared_node = np.einsum("lin,ljn,n->lij", f_node, f_node, w)
+    pairs_node = 0.5 * (coact * shared_node).sum(axis=(1, 2))
+    node = (singles_node - pairs_node) / tokens
+    return np.stack([gpu, node], axis=1)

@@ -1,0 +1,89 @@
+"""Time of one layer's all-to-all phases and expert FFNs, per batch and GPU.
+
+Communication (one phase: dispatch, or combine with the transposed copies)::
+
+    bytes[g, h]  = copies[g, h] * payload
+    send_c[g]    = sum of bytes[g, h] over peers h whose link class is c (1 intra, 2 inter)
+    recv_c[g]    = sum of bytes[h, g] over the same peers
+    link[g]      = max over c of max(send_c[g], recv_c[g]) / injection_gbps[g, c]
+    pair[g]      = max over h of max(bytes[g, h], bytes[h, g]) / bandwidth_gbps[g, h]
+    latency[g]   = max over peers h exchanging at least one copy with g of latency_us[g, h]
+    comm_us[g]   = max(link[g], pair[g]) / 1e3 + latency[g]
+
+Link classes run in parallel (NVLink and the NIC are separate links), sending and
+receiving use separate directions, and messages to all peers are in flight at once, so
+the slowest of these bounds sets the time and one latency is paid per phase.
+
+Compute: a GPU runs each of its slots that received tokens; one expert FFN costs
+``max(expert_bytes / hbm_bandwidth, 6 * hidden * ffn * tokens / peak_flops)``
+(weights read once; three matrices of ``hidden x ffn``, two flops per multiply-add).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from placer.evaluate.traffic import Fabric
+
+#: bytes / (GB/s) -> microseconds.
+_BYTES_PER_GBPS_US = 1e3
+#: flops / TFLOPS -> microseconds.
+_FLOPS_PER_TFLOPS_US = 1e6
+#: Link classes that cross a link: ``LinkClass.INTRA_NODE`` and ``LinkClass.INTER_NODE``.
+INTRA_NODE, INTER_NODE = 1, 2
+
+
+def comm_time_us(copies: np.ndarray, payload_bytes: float, fabric: Fabric) -> np.ndarray:
+    """``[batches, G]`` float64 time of one all-to-all phase, microseconds.
+
+    Parameters
+    ----------
+    copies: ``[batches, G, G]`` copies sent from g to h in this phase (diagonal ignored).
+    payload_bytes: bytes per copy.
+    """
+    num_gpus = fabric.num_gpus
+    copies = copies.copy()
+    diag = np.arange(num_gpus)
+    copies[:, diag, diag] = 0
+    sent_bytes = copies.astype(np.float64) * float(payload_bytes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(sent_bytes > 0, sent_bytes / fabric.bandwidth_gbps[None], 0.0)
+    busiest = np.maximum(ratio.max(axis=2), ratio.max(axis=1))  # [B, G] bytes / GB/s
+    for link_class in (INTRA_NODE, INTER_NODE):
+        mask = (fabric.link_class == link_class).astype(np.float64)
+        send = (sent_bytes * mask[None]).sum(axis=2)
+        recv = (sent_bytes * mask[None]).sum(axis=1)
+        volume = np.maximum(send, recv)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(volume > 0, volume / fabric.injection_gbps[None, :, link_class], 0.0)
+        busiest = np.maximum(busiest, t)
+    active = (copies > 0) | (copies.transpose(0, 2, 1) > 0)
+    latency = np.where(active, fabric.latency_us[None], 0.0).max(axis=2)
+    result: np.ndarray = busiest / _BYTES_PER_GBPS_US + latency
+    return result
+
+
+def compute_time_us(
+    slot_load: np.ndarray,
+    slots_per_gpu: int,
+    expert_bytes: float,
+    flops_per_token: float,
+    hbm_gbps: np.ndarray,
+    tflops: np.ndarray,
+) -> np.ndarray:
+    """``[batches, G]`` float64 expert FFN time of each GPU, microseconds.
+
+    Parameters
+    ----------
+    slot_load: ``[batches, P]`` tokens processed by each slot.
+    expert_bytes: weight bytes of one expert (one layer).
+    flops_per_token: ``6 * hidden * ffn``, flops of one token through one expert.
+    hbm_gbps: ``[G]`` HBM bandwidth, GB/s.  tflops: ``[G]`` peak dense TFLOPS for the dtype.
+    """
+    num_batches, num_slots = slot_load.shape
+    gpu = np.arange(num_slots) // slots_per_gpu
+    weight_us = expert_bytes / (hbm_gbps[gpu] * _BYTES_PER_GBPS_US)
+    token_us = flops_per_token / (tflops[gpu] * _FLOPS_PER_TFLOPS_US)
+    cost = np.where(slot_load > 0, np.maximum(weight_us[None], slot_load * token_us[None]), 0.0)
+    out: np.ndarray = cost.reshape(num_batches, -1, slots_per_gpu).sum(axis=2)
+    return out

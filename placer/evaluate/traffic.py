@@ -1,0 +1,261 @@
+"""Traffic of one layer: the copies each token's dispatch sends, and over which links.
+
+Communication modes (DeepEP)
+----------------------------
+``normal`` (prefill / high-throughput kernels)
+    a token is sent once per distinct destination GPU: several of its experts on one
+    GPU cost one copy.  To another node it travels once per distinct destination node:
+    one inter-node copy from the source GPU to the *relay* GPU of that node (the GPU
+    with the source's local index, rail-aligned as DeepEP does; local index modulo the
+    node's size when nodes differ), then one NVLink copy from the relay to each other
+    destination GPU in that node.  Destinations in the source's own node get one
+    intra-node copy each.  The source GPU itself costs nothing.
+``low_latency`` (decode kernels)
+    one copy per (token, expert) selection straight from the source GPU to the GPU
+    holding the chosen replica, no deduplication, no relay; selections served by the
+    source GPU cost nothing.
+
+Combine returns exactly the dispatch copies in the opposite direction (relays reduce
+before sending on), so one copy matrix describes both phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from placer.topology import Topology
+
+MODES = ("normal", "low_latency")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The arrays of a topology the evaluator uses, with node bookkeeping.
+
+    Attributes
+    ----------
+    node_of_gpu: ``[G]`` int64 node of each GPU.
+    node_start: ``[N]`` int64 lowest rank of each node (ranks are node-major).
+    node_size: ``[N]`` int64 GPUs per node.
+    local_index: ``[G]`` int64 index of each GPU within its node.
+    link_class: ``[G, G]`` int8 LinkClass of each pair.
+    bandwidth_gbps: ``[G, G]`` float64 path bandwidth, GB/s per direction.
+    latency_us: ``[G, G]`` float64 path latency, microseconds.
+    injection_gbps: ``[G, 3]`` float64 bandwidth of each GPU's links per link class.
+    gpu_of_node_index: ``[N, max GPUs per node]`` int64, the i-th GPU of each node (-1 pad).
+    """
+
+    node_of_gpu: np.ndarray
+    node_start: np.ndarray
+    node_size: np.ndarray
+    local_index: np.ndarray
+    link_class: np.ndarray
+    bandwidth_gbps: np.ndarray
+    latency_us: np.ndarray
+    injection_gbps: np.ndarray
+    gpu_of_node_index: np.ndarray
+
+    @property
+    def num_gpus(self) -> int:
+        return int(self.node_of_gpu.size)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_start.size)
+
+    @classmethod
+    def from_topology(cls, topology: Topology) -> Fabric:
+        node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
+        num_nodes = int(node_of_gpu.max()) + 1
+        node_size = np.bincount(node_of_gpu, minlength=num_nodes).astype(np.int64)
+        node_start = np.zeros(num_nodes, dtype=np.int64)
+        local_index = np.zeros(node_of_gpu.size, dtype=np.int64)
+        gpu_of_node_index = np.full((num_nodes, max(1, int(node_size.max()))), -1, np.int64)
+        for n in range(num_nodes):
+            members = np.flatnonzero(node_of_gpu == n)
+            local_index[members] = np.arange(members.size)
+            gpu_of_node_index[n, : members.size] = members
+            node_start[n] = members[0] if members.size else 0
+        return cls(
+            node_of_gpu=node_of_gpu,
+            node_start=node_start,
+            node_size=node_size,
+            local_index=local_index,
+            link_class=np.asarray(topology.link_class, dtype=np.int64),
+            bandwidth_gbps=np.asarray(topology.bandwidth_gbps, dtype=np.float64),
+            latency_us=np.asarray(topology.latency_us, dtype=np.float64),
+            injection_gbps=np.asarray(topology.injection_gbps, dtype=np.float64),
+            gpu_of_node_index=gpu_of_node_index,
+        )
+
+    def relay(self, source: np.ndarray, node: np.ndarray) -> np.ndarray:
+        """GPU of ``node`` that receives a token from ``source``: the one with the source's
+        local index (rail-aligned), modulo the node's size."""
+        return self.gpu_of_node_index[node, self.local_index[source] % self.node_size[node]]
+
+    @cached_property
+    def relay_table(self) -> np.ndarray:
+        """``[G, N]`` int64 relay GPU of node n for tokens from GPU g."""
+        g = np.arange(self.num_gpus)[:, None]
+        n = np.arange(self.num_nodes)[None, :]
+        return self.relay(np.broadcast_to(g, (self.num_gpus, self.num_nodes)),
+                          np.broadcast_to(n, (self.num_gpus, self.num_nodes)))
+
+    @cached_property
+    def relay_of_dest(self) -> np.ndarray:
+        """``[G, G]`` int64 relay GPU a token from g passes through to reach h."""
+        return self.relay_table[:, self.node_of_gpu]
+
+    @cached_property
+    def same_node(self) -> np.ndarray:
+        """``[G, G]`` bool: h is another GPU of g's node."""
+        same = self.node_of_gpu[:, None] == self.node_of_gpu[None, :]
+        np.fill_diagonal(same, False)
+        return same
+
+    @cached_property
+    def off_node(self) -> np.ndarray:
+        """``[G, G]`` bool: h is in another node than g."""
+        return self.node_of_gpu[:, None] != self.node_of_gpu[None, :]
+
+    @cached_property
+    def forwarded(self) -> np.ndarray:
+        """``[G, G]`` bool: a token from g reaches h through a relay other than h."""
+        return self.off_node & (self.relay_of_dest != np.arange(self.num_gpus)[None, :])
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Runs of tokens with the same (batch, source rank); tokens are sorted by both.
+
+    Attributes
+    ----------
+    of_token: ``[tokens]`` int64 run of each token.
+    batch: ``[segments]`` int64 batch of each run (relative to the block).
+    source: ``[segments]`` int64 source rank of each run.
+    num_batches: batches in the block.
+    """
+
+    of_token: np.ndarray
+    batch: np.ndarray
+    source: np.ndarray
+    num_batches: int
+
+    @classmethod
+    def of(cls, batch: np.ndarray, source: np.ndarray, num_batches: int) -> Segments:
+        """Runs of ``batch`` / ``source`` arrays already sorted by (batch, source)."""
+        if batch.size == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, empty, num_batches)
+        change = np.r_[True, (batch[1:] != batch[:-1]) | (source[1:] != source[:-1])]
+        starts = np.flatnonzero(change)
+        of_token = np.cumsum(change) - 1
+        return cls(of_token.astype(np.int64), batch[starts], source[starts], num_batches)
+
+    @property
+    def num_segments(self) -> int:
+        return int(self.batch.size)
+
+
+@dataclass(frozen=True)
+class LayerTraffic:
+    """Loads and copies of one layer for a block of batches.
+
+    Attributes
+    ----------
+    gpu_load: ``[batches, G]`` int64 selections served by each GPU (tokens processed).
+    copies: ``[batches, G, G]`` int64 dispatch copies over links from GPU g to GPU h
+        (relay forwards included); diagonal zero.  Combine sends the transpose.
+    local: ``[batches]`` int64 copies that stay on the source GPU.
+    remote_gpu: ``[batches]`` int64 deliveries to a GPU other than the source: distinct
+        (token, GPU) pairs in normal mode, (token, expert) selections in low-latency mode.
+    remote_node: ``[batches]`` int64 the same counted by node: distinct (token, node)
+        pairs off the source's node, or selections served off the source's node.
+    """
+
+    gpu_load: np.ndarray
+    copies: np.ndarray
+    local: np.ndarray
+    remote_gpu: np.ndarray
+    remote_node: np.ndarray
+
+
+def layer_traffic(
+    token: np.ndarray,
+    gpu: np.ndarray,
+    num_tokens: int,
+    segments: Segments,
+    fabric: Fabric,
+    mode: str,
+) -> LayerTraffic:
+    """Loads and copies of one layer's dispatch.
+
+    Parameters
+    ----------
+    token: ``[selections]`` int64 token (index in the block) of each selection.
+    gpu: ``[selections]`` int64 GPU serving each selection.
+    num_tokens: tokens in the block.
+    segments: the (batch, source) runs of the block's tokens.
+    mode: ``"normal"`` or ``"low_latency"`` (see the module docstring).
+    """
+    num_gpus, num_nodes = fabric.num_gpus, fabric.num_nodes
+    nb, num_seg = segments.num_batches, segments.num_segments
+    sb, ss = segments.batch, segments.source
+    seg_rows = np.arange(num_seg)
+
+    def per_segment(seg: np.ndarray, col: np.ndarray, width: int) -> np.ndarray:
+        out = np.bincount(seg * width + col, minlength=num_seg * width)
+        return out.reshape(num_seg, width)
+
+    def per_batch(per_seg: np.ndarray) -> np.ndarray:
+        return np.bincount(sb, weights=per_seg, minlength=nb).astype(np.int64)
+
+    served = per_segment(segments.of_token[token], gpu, num_gpus)  # selections [S, G]
+    gpu_load = np.zeros((nb, num_gpus), dtype=np.int64)
+    np.add.at(gpu_load, sb, served)
+    copies = np.zeros((nb, num_gpus, num_gpus), dtype=np.int64)
+
+    if mode == "low_latency":
+        local = served[seg_rows, ss].copy()
+        remote = served.copy()
+        remote[seg_rows, ss] = 0
+        copies[sb, ss] += remote
+        return LayerTraffic(
+            gpu_load, copies, per_batch(local), per_batch(remote.sum(axis=1)),
+            per_batch((remote * fabric.off_node[ss]).sum(axis=1)),
+        )
+    if mode != "normal":
+        raise ValueError(f"unknown mode {mode!r}")
+
+    # distinct (token, GPU) and (token, node) pairs
+    pair = np.flatnonzero(np.bincount(token * num_gpus + gpu, minlength=num_tokens * num_gpus))
+    pair_token, pair_gpu = pair // num_gpus, pair % num_gpus
+    dest = per_segment(segments.of_token[pair_token], pair_gpu, num_gpus)  # tokens [S, G]
+    node_pair = np.flatnonzero(np.bincount(
+        pair_token * num_nodes + fabric.node_of_gpu[pair_gpu], minlength=num_tokens * num_nodes
+    ))
+    dest_node = per_segment(
+        segments.of_token[node_pair // num_nodes], node_pair % num_nodes, num_nodes
+    )  # tokens [S, N]
+    local = dest[seg_rows, ss].copy()
+    dest[seg_rows, ss] = 0
+    dest_node[seg_rows, fabric.node_of_gpu[ss]] = 0
+
+    # intra-node: source -> each destination GPU of its own node
+    copies[sb, ss] += dest * fabric.same_node[ss]
+    # inter-node: source -> the relay of each destination node
+    np.add.at(copies, (sb[:, None], ss[:, None], fabric.relay_table[ss]), dest_node)
+    # forwards: relay -> each other destination GPU of that node
+    forward = dest * fabric.forwarded[ss]
+    np.add.at(
+        copies, (sb[:, None], fabric.relay_of_dest[ss], np.arange(num_gpus)[None, :]), forward
+    )
+    return LayerTraffic(
+        gpu_load, copies, per_batch(local), per_batch(dest.sum(axis=1)),
+        per_batch(dest_node.sum(axis=1)),
+    )
