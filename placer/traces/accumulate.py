@@ -424,9 +424,10 @@ class Accumulator:
                 self._window_of(win_key_new), minlength=self._w_count
             )
         w_rows = self._window_of(table.wkey[local])
-        self._add_load(w_rows, rows, experts)
+        by_layer = np.argsort(rows, kind="stable")  # cache locality of the bincounts
+        self._add_load(w_rows[by_layer], rows[by_layer], experts[by_layer])
         if self.options.coact:
-            self._add_coact(rows, experts)
+            self._add_coact(rows[by_layer], experts[by_layer])
             self._add_row_affinity(local, chunk.layer, experts)
         self._track_runs(rows, experts, lambda i: where(i))
         self.rows_read += experts.shape[0]
@@ -514,18 +515,21 @@ class Accumulator:
         counted = present.any(axis=1)
         self._tokens_w += np.bincount(tok_win[counted], minlength=self._w_count)
         self.skip("token with no expert in any layer", int((~counted).sum()))
-        w_rows = np.repeat(tok_win, lid.size)
-        r_rows = np.tile(rows, t)
-        flat = experts.reshape(-1, k)
-        keep_rows = present.ravel()
+        # layer-major order: each bincount then touches one layer's bins at a time
+        lm = np.ascontiguousarray(experts.transpose(1, 0, 2))  # [L, t, k]
+        flat = lm.reshape(-1, k)
+        w_rows = np.tile(tok_win, lid.size)
+        r_rows = np.repeat(rows, t)
+        keep_rows = present.T.ravel()
         if not keep_rows.all():
             flat, w_rows, r_rows = flat[keep_rows], w_rows[keep_rows], r_rows[keep_rows]
         self._add_load(w_rows, r_rows, flat)
         if self.options.coact:
             self._add_coact(r_rows, flat)
             if lid.size > 1:
-                self._add_token_affinity(experts, lid)
-        self._track_token_runs(experts, rows, lid, token_offset, array)
+                self._add_token_affinity(lm, lid)
+        self._track_runs(r_rows, flat, lambda i: self._token_where(i, t, lid.size, token_offset,
+                                                                   array, keep_rows))
         self.rows_read += int(present.sum())
         if self._keep is not None:
             tok_idx = np.repeat(glob, lid.size)[keep_rows]
@@ -877,52 +881,63 @@ class Accumulator:
         self._load += np.bincount(codes, minlength=w * nl * e).reshape(w, nl, e)
 
     def _add_coact(self, rows: np.ndarray, experts: np.ndarray) -> None:
+        """Same-row expert pairs ``(a < b)`` into the upper triangle; ``rows`` sorted."""
         k = experts.shape[1]
         if k < 2:
             return
-        nl, e, _ = self._coact.shape
-        iu, ju = np.triu_indices(k, 1)
-        for s in _blocks(rows.size, iu.size, nl * e * e):
-            # sorted ids make every pair (a, b) have a < b: the upper triangle
-            srt = np.sort(experts[s], axis=1)
-            a, b = srt[:, iu], srt[:, ju]
-            codes = (rows[s, None] * e + a) * e + b
+        e = self._coact.shape[1]
+
+        def codes(a: int, b: int) -> np.ndarray:
+            srt = np.sort(experts[a:b], axis=1)
+            out = np.concatenate(
+                [(srt[:, i] * e)[:, None] + srt[:, i + 1 :] for i in range(k - 1)], axis=1
+            )  # pair code lo * e + hi
             if srt[:, 0].min() < 0:
-                codes = codes[a >= 0]
-            self._coact += np.bincount(codes.ravel(), minlength=nl * e * e).reshape(nl, e, e)
+                lo = np.concatenate(
+                    [np.repeat(srt[:, i : i + 1], k - 1 - i, axis=1) for i in range(k - 1)],
+                    axis=1,
+                )
+                out[lo < 0] = e * e  # spare bin for pairs with a missing expert
+            return out
+
+        _segment_counts(self._coact, rows, codes, k * (k - 1) // 2, e * e)
 
     def _pair_index(self, a: int, b: int) -> int:
         p = self._aff_pairs.get((a, b))
         if p is None:
             p = len(self._aff_pairs)
             self._aff_pairs[(a, b)] = p
-            e = self._num_e
-            self._aff = _grow(self._aff, (p + 1, e, e))
+            if p >= self._aff.shape[0]:
+                e = self._num_e
+                self._aff = _grow(self._aff, (max(8, 2 * (p + 1)), e, e))
         return p
 
     def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
-        """Affinity counts for rows ``(pair index, experts in a [n, k], experts in b [n, k])``."""
+        """Affinity counts for rows ``(pair index, experts in a [n, k], experts in b [n, k])``,
+        ``pidx`` sorted."""
         if pidx.size == 0:
             return
-        p, e, _ = self._aff.shape
-        for s in _blocks(pidx.size, ea.shape[1] * eb.shape[1], p * e * e):
-            pa, xa, xb = pidx[s], ea[s], eb[s]
-            codes = ((pa[:, None, None] * e + xa[:, :, None]) * e) + xb[:, None, :]
-            if xa.min() < 0 or xb.min() < 0:
-                ok = (xa[:, :, None] >= 0) & (xb[:, None, :] >= 0)
-                codes = codes[ok]
-            self._aff += np.bincount(codes.ravel(), minlength=p * e * e).reshape(p, e, e)
+        e = self._aff.shape[1]
 
-    def _add_token_affinity(self, experts: np.ndarray, lid: np.ndarray) -> None:
-        t, nl, k = experts.shape
+        def codes(a: int, b: int) -> np.ndarray:
+            xa, xb = ea[a:b], eb[a:b]
+            out = (xa * e)[:, :, None] + xb[:, None, :]  # pair code i * e + j
+            if xa.min() < 0 or xb.min() < 0:
+                out[(xa[:, :, None] < 0) | (xb[:, None, :] < 0)] = e * e
+            return out
+
+        _segment_counts(self._aff, pidx, codes, ea.shape[1] * eb.shape[1], e * e)
+
+    def _add_token_affinity(self, lm: np.ndarray, lid: np.ndarray) -> None:
+        """Pairs between adjacent columns of layer-major experts ``lm [L, t, k]``."""
+        nl, t, k = lm.shape
         pidx_cols = np.array(
             [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(nl - 1)],
             dtype=np.int64,
         )
-        ea = experts[:, :-1, :].reshape(-1, k)
-        eb = experts[:, 1:, :].reshape(-1, k)
-        pidx = np.tile(pidx_cols, t)
-        self._add_pairs(pidx, ea, eb)
+        ea = lm[:-1].reshape(-1, k)
+        eb = lm[1:].reshape(-1, k)
+        self._add_pairs(np.repeat(pidx_cols, t), ea, eb)
 
     def _add_row_affinity(self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray) -> None:
         """Pairs between each token's consecutive observed layers (ascending layer ids)."""
@@ -951,7 +966,9 @@ class Accumulator:
             pmap = np.array(
                 [self._pair_index(int(u >> 20), int(u & 0xFFFFF)) for u in uniq], dtype=np.int64
             )
-            self._add_pairs(pmap[inv.ravel()], a_exp, b_exp)
+            pidx = pmap[inv.ravel()]
+            by_pair = np.argsort(pidx, kind="stable")
+            self._add_pairs(pidx[by_pair], a_exp[by_pair], b_exp[by_pair])
         # remember each token's last (highest) row
         last = np.ones(lo.size, dtype=bool)
         last[:-1] = ~same
@@ -991,17 +1008,13 @@ class Accumulator:
                 where(int(order[best])),
             )
 
-    def _track_token_runs(
-        self, experts: np.ndarray, rows: np.ndarray, lid: np.ndarray, offset: int, array: str
-    ) -> None:
-        t, nl, k = experts.shape
-        flat_rows = np.tile(rows, t)
-        flat = experts.reshape(-1, k)
-
-        def where(i: int) -> str:
-            return f"{self.source}: {array}[{offset + i // nl}, {i % nl}]"
-
-        self._track_runs(flat_rows, flat, where)
+    def _token_where(
+        self, i: int, t: int, nl: int, offset: int, array: str, kept: np.ndarray
+    ) -> str:
+        """``file: topk_ids[token, column]`` of row ``i`` of the layer-major kept rows."""
+        flat = int(np.flatnonzero(kept)[i])
+        col, tok = divmod(flat, t)
+        return f"{self.source}: {array}[{offset + tok}, {col}]"
 
     # -- internals: results --------------------------------------------------------
     def _finish_meta(self) -> tuple[int, int]:
@@ -1182,14 +1195,34 @@ def _top_k_from_coact(load: np.ndarray, coact: np.ndarray | None) -> int | None:
     return None
 
 
-def _blocks(rows: int, per_row: int, bins: int) -> list[slice]:
-    """Row blocks for bincounts: about ``max(bins, BINCOUNT_BLOCK)`` codes per call.
+def _segment_counts(
+    out: np.ndarray,
+    group: np.ndarray,
+    codes: Callable[[int, int], np.ndarray],
+    per_row: int,
+    bins: int,
+) -> None:
+    """``out[g].flat += bincount(codes of the rows of group g)`` for each group.
 
-    Fewer codes than bins per call would spend the time on allocating and adding the
-    ``bins``-long result; many more would hold large temporaries.
+    ``group [n]`` sorted; ``codes(a, b)`` gives ``[b - a, per_row]`` codes of rows
+    ``a:b`` in ``0..bins`` (``bins`` is a spare bin, dropped).  Working one group (and
+    at most ``SEGMENT_CODES`` codes) at a time keeps the temporaries and the count array
+    in cache, which matters more than anything else on a busy machine.
     """
-    size = max(1, max(bins, constants.BINCOUNT_BLOCK) // max(per_row, 1))
-    return [slice(s, s + size) for s in range(0, rows, size)]
+    cuts = np.flatnonzero(group[1:] != group[:-1]) + 1
+    starts = np.concatenate([[0], cuts]).tolist()
+    ends = np.concatenate([cuts, [group.size]]).tolist()
+    shape = out.shape[1:]
+    step = max(1, _SEGMENT_CODES // max(per_row, 1))
+    for a, b in zip(starts, ends, strict=True):
+        g = int(group[a])
+        for lo in range(a, b, step):
+            c = codes(lo, min(b, lo + step))
+            out[g] += np.bincount(c.ravel(), minlength=bins + 1)[:bins].reshape(shape)
+
+
+#: Codes per bincount call of :func:`_segment_counts` (8 MB of int64).
+_SEGMENT_CODES = 1 << 20
 
 
 def _take_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:

@@ -17,9 +17,8 @@ Token identity: rows with a ``token`` id belong to token ``(file, request, token
 rows without one are numbered by order: the n-th row of a layer (within a request) is
 the n-th token.
 
-Parsing is vectorized (:mod:`placer.traces.jsonl_fast` idea, here in ``_FastPath``):
-lines that have the same keys in the same order as the block's first routing row, with
-one plain token per value, are cut into numbers with numpy; every other line goes
+Parsing is vectorized (:mod:`placer.traces.jsonscan`): lines with the same layout as the
+block's first routing row are cut into numbers with numpy; every other line goes
 through ``json.loads``.  Both give the same rows.
 """
 
@@ -37,6 +36,7 @@ import numpy as np
 from placer import constants
 from placer.errors import TraceError, UsageError
 from placer.traces.accumulate import Accumulator, RowChunk, TokenChunk
+from placer.traces.jsonscan import Scan, Template, scan_block
 from placer.traces.registry import register_format
 
 __all__ = ["ALIASES", "HEADER_FORMAT", "write_jsonl_trace"]
@@ -60,6 +60,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
 BLOCK_BYTES = constants.CHUNK_ROWS * 96
 
 _ROUTE_TYPES = ("route",)
+
+#: Lines of a block tried as the template of the fast path.
+_TEMPLATE_TRIES = 8
 
 
 def _sniff(path: Path, head: bytes) -> bool:
@@ -141,8 +144,8 @@ class _Reader:
     def __init__(self, path: Path, acc: Accumulator) -> None:
         self.path = path
         self.acc = acc
-        self.header_seen = False
-        self.first_object = True
+        self.first_content_line: int | None = None
+        self.template: Template | None = None
         self.k: int | None = None
         self.request_ids: dict[Any, int] = {}
         self.no_request = acc.request_id(None)
@@ -157,12 +160,8 @@ class _Reader:
         any_content = False
         with raw:
             for block in _blocks(stream, BLOCK_BYTES):
-                lines = block.split(b"\n")
-                if lines and lines[-1] == b"":
-                    lines.pop()
                 any_content = any_content or bool(block.strip())
-                self._block(lines, line_no)
-                line_no += len(lines)
+                line_no = self._block(block, line_no)
                 now = raw.tell()
                 self.acc.advance(now - pos)
                 pos = now
@@ -174,11 +173,78 @@ class _Reader:
             )
 
     # -- one block ---------------------------------------------------------------------
-    def _block(self, lines: list[bytes], first_line: int) -> None:
+    def _block(self, data: bytes, first_line: int) -> int:
+        """Parse a block of whole lines numbered from ``first_line + 1``; returns the last."""
+        scan = scan_block(data)
+        n = scan.num_lines
+        if self.first_content_line is None:
+            content = np.flatnonzero((scan.num_tok > 0) | (scan.num_struct > 0))
+            if content.size:
+                self.first_content_line = first_line + int(content[0]) + 1
+        tpl = self._template(data, scan)
+        good, values = (
+            tpl.parse(scan, weights=self.acc.options.keep_tokens)
+            if tpl is not None
+            else (np.zeros(n, dtype=bool), {})
+        )
+        fast_idx = np.flatnonzero(good)
+        if tpl is not None and fast_idx.size:
+            if self.k is None:
+                self.k = tpl.k
+            elif tpl.k != self.k:
+                raise TraceError(
+                    f"row has {tpl.k} experts but earlier rows have {self.k}",
+                    where=self.where(first_line + int(fast_idx[0]) + 1),
+                    hint="all rows must select the same number of experts (top_k); pad with -1",
+                )
         cols = _Columns()
-        for i, line in enumerate(lines):
-            self._line(line, first_line + i + 1, cols)
-        self._flush(cols)
+        starts, ends = scan.line_start, scan.line_end
+        for i in np.flatnonzero(~good).tolist():
+            self._line(data[starts[i] : ends[i]], first_line + i + 1, cols)
+        fast: dict[str, Any] = {}
+        if tpl is not None and fast_idx.size:
+            fast = values
+            fast["lines"] = first_line + fast_idx + 1
+            if "request" in fast:
+                uniq, inv = np.unique(fast["request"], return_inverse=True)
+                ids = np.array(
+                    [self._request(u.decode("utf-8", "replace"), "") for u in uniq.tolist()],
+                    dtype=np.int64,
+                )
+                fast["request"] = ids[inv.ravel()]
+            fast["has_weights"] = "weights" in tpl.fields
+        self._flush(cols, fast)
+        return first_line + n
+
+    def _template(self, data: bytes, scan: Scan) -> Template | None:
+        """The layout of most lines of the block (the previous block's when it still fits)."""
+        if self.template is not None:
+            tpl = self.template
+            fits = (scan.num_tok == tpl.num_tok) & (scan.num_struct == tpl.num_struct)
+            if fits.size and fits.mean() >= 0.5:
+                return tpl
+        tried = 0
+        for i in range(scan.num_lines):
+            if scan.num_tok[i] == 0:
+                continue
+            tried += 1
+            if tried > _TEMPLATE_TRIES:
+                break
+            try:
+                obj = json.loads(data[scan.line_start[i] : scan.line_end[i]])
+            except ValueError:
+                continue
+            if (
+                not isinstance(obj, dict)
+                or obj.get("format") == HEADER_FORMAT
+                or obj.get("type", "route") not in _ROUTE_TYPES
+            ):
+                continue
+            found = Template.from_line(obj, scan, i, ALIASES)
+            if found is not None:
+                self.template = found
+                return found
+        return None
 
     def _line(self, line: bytes, line_no: int, cols: _Columns) -> None:
         if not line.strip():
@@ -200,10 +266,8 @@ class _Reader:
                 where=self.where(line_no),
                 hint="each line must be one JSON object: {\"layer\": ..., \"experts\": [...]}",
             )
-        first = self.first_object
-        self.first_object = False
         if obj.get("format") == HEADER_FORMAT:
-            self._header(obj, line_no, first)
+            self._header(obj, line_no, line_no == self.first_content_line)
             return
         kind = obj.get("type")
         if kind is not None and kind not in _ROUTE_TYPES:
@@ -314,26 +378,75 @@ class _Reader:
             self.request_ids[key] = rid
         return rid
 
-    def _flush(self, cols: _Columns) -> None:
-        if not cols.layer:
+    def _flush(self, cols: _Columns, fast: dict[str, Any]) -> None:
+        """Rows of the slow and fast paths, merged in line order, to the accumulator."""
+        n_slow = len(cols.layer)
+        n_fast = int(fast["layer"].size) if fast else 0
+        if n_slow + n_fast == 0:
             return
-        n = len(cols.layer)
         k = self.k or 0
-        experts = np.array(cols.experts, dtype=np.int64).reshape(n, k)
-        weights = (
-            np.array(cols.weights, dtype=np.float32).reshape(n, k) if cols.has_weights else None
-        )
+        keep = self.acc.options.keep_tokens
+
+        def merged(name: str, slow: list[Any], present: bool) -> np.ndarray | None:
+            has_fast = name in fast
+            if not (present or has_fast):
+                return None
+            out = np.full(n_slow + n_fast, -1, dtype=np.int64)
+            out[:n_slow] = slow
+            if has_fast:
+                out[n_slow:] = fast[name]
+            return out
+
+        experts = np.empty((n_slow + n_fast, k), dtype=np.int64)
+        experts[:n_slow] = np.array(cols.experts, dtype=np.int64).reshape(n_slow, k)
+        if n_fast:
+            experts[n_slow:] = fast["experts"]
+        layer = merged("layer", cols.layer, True)
+        request = merged("request", cols.request, True)
+        if n_fast and "request" not in fast:
+            assert request is not None
+            request[n_slow:] = self.no_request
+        lines = merged("lines", cols.lines, True)
+        token = merged("token", cols.token, True)
+        weights = None
+        if keep and (n_slow == 0 or cols.has_weights) and (
+            n_fast == 0 or fast.get("has_weights", False)
+        ):
+            weights = np.empty((n_slow + n_fast, k), dtype=np.float32)
+            weights[:n_slow] = np.array(cols.weights, dtype=np.float32).reshape(n_slow, k)
+            if n_fast:
+                weights[n_slow:] = fast["weights"]
         chunk = RowChunk(
-            layer=np.array(cols.layer, dtype=np.int64),
+            layer=layer,  # type: ignore[arg-type]
             experts=experts,
-            request=np.array(cols.request, dtype=np.int64),
-            token=np.array(cols.token, dtype=np.int64),
-            lines=np.array(cols.lines, dtype=np.int64),
-            step=np.array(cols.step, dtype=np.int64) if cols.has_step else None,
-            rank=np.array(cols.rank, dtype=np.int64) if cols.has_rank else None,
+            request=request,  # type: ignore[arg-type]
+            token=token,  # type: ignore[arg-type]
+            lines=lines,  # type: ignore[arg-type]
+            step=merged("step", cols.step, cols.has_step),
+            rank=merged("rank", cols.rank, cols.has_rank),
             weights=weights,
         )
+        if n_slow and n_fast:
+            assert lines is not None
+            order = np.argsort(lines, kind="stable")
+            chunk = _reorder(chunk, order)
         self.acc.add_rows(chunk)
+
+
+def _reorder(chunk: RowChunk, order: np.ndarray) -> RowChunk:
+    def sel(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[order]
+
+    return RowChunk(
+        layer=chunk.layer[order],
+        experts=chunk.experts[order],
+        request=chunk.request[order],
+        token=chunk.token[order],
+        lines=chunk.lines[order],
+        step=sel(chunk.step),
+        rank=sel(chunk.rank),
+        weights=sel(chunk.weights),
+    )
 
 
 def _is_int(v: Any) -> bool:
