@@ -10,12 +10,15 @@ import base64
 import re
 import sys
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from placer.cli.main import app
 from placer.errors import PlacerError, UsageError
 from placer.report import (
     Picture,
@@ -254,3 +257,68 @@ def test_picture_and_table_validate_themselves():
         Picture(b"GIF89a", "not a png")
     with pytest.raises(ValueError, match="row 0 has 1 cells for 2 columns"):
         Table(("a", "b"), (("1",),))
+
+
+# -- placer report end to end -----------------------------------------------------------------
+BUNDLED = Path(__file__).resolve().parent.parent / "traces" / "synthetic-small.jsonl.gz"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def two_plans(tmp_path_factory) -> tuple[Path, Path]:
+    """EPLB with 8 redundant experts and the linear baseline on dgx-h100 (bundled trace)."""
+    folder = tmp_path_factory.mktemp("plans")
+    paths = (folder / "eplb.json", folder / "linear.json")
+    for path, solver, redundant in zip(paths, ("eplb", "linear"), ("8", "0"), strict=True):
+        result = runner.invoke(app, ["plan", str(BUNDLED), "-t", "dgx-h100", "-m", "gpt-oss-20b",
+                                     "--solver", solver, "--redundant", redundant,
+                                     "-o", str(path)])
+        assert result.exit_code == 0, result.stderr
+    return paths
+
+
+def test_placer_report_writes_every_section(two_plans, tmp_path):
+    out, pngs = tmp_path / "report.html", tmp_path / "png"
+    result = runner.invoke(app, [
+        "report", str(BUNDLED), "-p", str(two_plans[0]), "-p", str(two_plans[1]),
+        "-t", "dgx-h100", "-m", "gpt-oss-20b", "-o", str(out), "--png-dir", str(pngs),
+        "--dpi", "30", "--layer", "2"])
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {out}" in result.stderr
+    page = out.read_text()
+    for title in ("Trace summary", "Placements", "Placement maps",
+                  "Co-activation and GPU boundaries", "Per-GPU load", "Per-batch hot shard"):
+        assert f"<h2>{title}</h2>" in page, title
+    assert "<th>eplb</th><th>linear</th>" in page
+    assert "Layer 2 (the hottest layer of eplb unless --layer is given)." in page
+    assert "<td>redundant experts per layer</td><td class=\"num\">8</td>" in page
+    without_images = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)
+    assert not re.search(r"(https?:)?//[a-z0-9]", without_images, re.IGNORECASE)
+    # expert load, 2 maps, 2 co-activation maps, per-GPU load, tail
+    files = sorted(p.name for p in pngs.glob("*.png"))
+    assert page.count("data:image/png;base64,") == len(files) == 7
+    assert "placement-map-eplb-layer2.png" in files
+
+
+def test_placer_report_usage_errors(two_plans, tmp_path):
+    base = ["report", str(BUNDLED), "-p", str(two_plans[0]), "-t", "dgx-h100",
+            "-m", "gpt-oss-20b", "-o", str(tmp_path / "r.html")]
+    result = runner.invoke(app, [*base, "--name", "a", "--name", "b"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == "error: --name: 2 --name for 1 --placement"
+    result = runner.invoke(app, [*base, "--dpi", "5"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == "error: --dpi: expected --dpi between 20 and 400, got 5"
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_placer_report_without_matplotlib_says_how_to_install(two_plans, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = runner.invoke(app, ["report", str(BUNDLED), "-p", str(two_plans[0]),
+                                 "-t", "dgx-h100", "-m", "gpt-oss-20b",
+                                 "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: pictures need matplotlib, which is not installed",
+        "hint: pip install 'placer[plots]'",
+    ]
