@@ -1,0 +1,261 @@
+"""``placer evaluate``: judge placements on a routing trace, side by side.
+
+Thin: read the trace (keeping per-token routing), the model, the topology and each
+placement; cut the trace's windows into the fitted and held-out parts
+(:func:`placer.evaluate.evaluation_parts`); call :func:`placer.evaluate.evaluate` per
+placement and part; print one table per part with a column per placement (or JSON).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.table import Table
+
+from placer.cli.common import err, handle_errors, out, print_json
+from placer.errors import PlacerError, UsageError
+from placer.evaluate import (
+    METRIC_KEYS,
+    MODES,
+    POLICIES,
+    EvalParams,
+    Evaluation,
+    evaluate,
+    evaluation_parts,
+    parse_window_range,
+)
+
+#: Unit and number format of each metric in the table (JSON carries full precision).
+METRIC_FORMATS: dict[str, tuple[str, str]] = {
+    "hot_shard_ratio_median": ("max/mean", ".4f"),
+    "hot_shard_ratio_worst": ("max/mean", ".4f"),
+    "batch_hot_shard_p50": ("max/mean", ".4f"),
+    "batch_hot_shard_p99": ("max/mean", ".4f"),
+    "static_hot_shard_ratio_median": ("max/mean", ".4f"),
+    "static_hot_shard_ratio_worst": ("max/mean", ".4f"),
+    "window_hot_shard_ratio_median": ("max/mean", ".4f"),
+    "window_hot_shard_ratio_worst": ("max/mean", ".4f"),
+    "vllm_balancedness": ("mean/max", ".4f"),
+    "sglang_balancedness": ("mean/max", ".4f"),
+    "trtllm_imbalance": ("max/mean-1", ".4f"),
+    "remote_copies_per_token_gpu": ("per token", ".3f"),
+    "remote_copies_per_token_node": ("per token", ".3f"),
+    "copies_per_token_intra": ("per token", ".3f"),
+    "copies_per_token_inter": ("per token", ".3f"),
+    "bytes_per_token_intra": ("B/token", ".0f"),
+    "bytes_per_token_inter": ("B/token", ".0f"),
+    "all_to_all_us": ("us", ".2f"),
+    "compute_us": ("us", ".2f"),
+    "moe_layer_p50_us": ("us", ".2f"),
+    "moe_layer_p99_us": ("us", ".2f"),
+    "p99_over_p50": ("ratio", ".3f"),
+    "step_p50_us": ("us", ".1f"),
+    "step_p99_us": ("us", ".1f"),
+    "expert_memory_gb": ("GB/GPU", ".2f"),
+    "kv_left_gb": ("GB/GPU", ".2f"),
+    "num_tokens": ("tokens", ".0f"),
+    "num_batches": ("batches", ".0f"),
+    "num_layers": ("layers", ".0f"),
+}
+
+
+def format_metric(key: str, value: float | None) -> str:
+    """The table's text for one metric value (``-`` for NaN / missing)."""
+    if value is None or value != value:
+        return "-"
+    return format(value, METRIC_FORMATS.get(key, ("", ".6g"))[1])
+
+
+def column_names(paths: list[Path]) -> list[str]:
+    """File stems, made unique with the parent folder or an index when they repeat."""
+    names = [p.stem for p in paths]
+    for i, name in enumerate(names):
+        if names.count(name) > 1:
+            names[i] = f"{paths[i].parent.name}/{paths[i].stem}" if paths[i].parent.name else name
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            seen[name] += 1
+            names[i] = f"{name}#{seen[name]}"
+        else:
+            seen[name] = 1
+    return names
+
+
+def evaluation_report(
+    parts: list[dict[str, Any]], *, trace: list[str], model: str, topology: str,
+    params: EvalParams,
+) -> dict[str, Any]:
+    """The JSON document of ``placer evaluate --json``."""
+    return {
+        "trace": trace,
+        "model": model,
+        "topology": topology,
+        "params": {
+            "policy": params.policy, "mode": params.mode, "batch_tokens": params.batch_tokens,
+            "num_batches": params.num_batches, "seed": params.seed, "dtype": params.dtype,
+            "sample": params.sample,
+        },
+        "parts": parts,
+    }
+
+
+def render_part(part: dict[str, Any]) -> Table:
+    """One table: metric rows, a column per placement."""
+    start, stop = part["windows"]
+    table = Table(
+        title=f"{part['name']}: windows {start}:{stop} ({part['source']})",
+        box=box.SIMPLE_HEAD, title_justify="left",
+    )
+    table.add_column("metric", no_wrap=True)
+    table.add_column("unit", no_wrap=True)
+    for column in part["placements"]:
+        table.add_column(column["name"], justify="right", no_wrap=True)
+    for key in METRIC_KEYS:
+        unit = METRIC_FORMATS.get(key, ("", ""))[0]
+        table.add_row(key, unit, *(format_metric(key, c["metrics"].get(key))
+                                   for c in part["placements"]))
+    return table
+
+
+def evaluate_cmd(
+    trace: list[Path] = typer.Argument(
+        ..., help="Routing trace file(s) (per-token or aggregated statistics)."
+    ),
+    placement: list[Path] = typer.Option(
+        ..., "--placement", "-p", help="Placement JSON (repeatable: one column each)."
+    ),
+    topology: str | None = typer.Option(
+        None, "--topology", "-t",
+        help="Topology preset or YAML file (default: the placement's topology name).",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model preset or YAML file (default: the placement's model)."
+    ),
+    policy: str = typer.Option(
+        "round_robin", "--policy", help=f"Dispatch policy: {', '.join(POLICIES)}."
+    ),
+    mode: str = typer.Option("normal", "--mode", help=f"Communication mode: {', '.join(MODES)}."),
+    batch_tokens: int | None = typer.Option(
+        None, "--batch-tokens",
+        help="Tokens per batch (default: the trace's steps, else 4096; sampled batches: 4096).",
+    ),
+    num_batches: int = typer.Option(
+        16, "--num-batches", help="Batches sampled when the trace has only aggregated loads."
+    ),
+    fit: str | None = typer.Option(
+        None, "--fit", help="Windows the placements were fitted on, START:STOP."
+    ),
+    held_out: str | None = typer.Option(
+        None, "--eval", help="Windows to judge on, START:STOP (default: the held-out part)."
+    ),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="Expert dtype: bf16, fp8, mxfp4 (default: the model's)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the random policies."),
+    sample: bool = typer.Option(
+        False, "--sample", help="Sample batches from the statistics even with per-token data."
+    ),
+    window_tokens: int | None = typer.Option(
+        None, "--window-tokens", help="Cut the trace into windows of this many tokens."
+    ),
+    trace_format: str | None = typer.Option(
+        None, "--format", "-f", help="Trace format (default: detected)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Evaluate placements on a routing trace: hot shard, traffic and time, side by side."""
+    base = EvalParams(policy=policy, mode=mode, batch_tokens=batch_tokens,
+                      num_batches=num_batches, seed=seed, dtype=dtype, sample=sample)
+    fit_range = parse_window_range(fit, option="--fit") if fit is not None else None
+    eval_range = parse_window_range(held_out, option="--eval") if held_out is not None else None
+
+    from placer.models import load_model
+    from placer.placement_io import read_placement
+    from placer.topology import load_topology
+    from placer.traces import read_routing
+
+    placements = []
+    for path in placement:
+        try:
+            placements.append(read_placement(path))
+        except PlacerError as e:
+            e.where = e.where or str(path)
+            raise
+    model_name = model or _meta_name(placements, "model", "--model")
+    topology_name = topology or _meta_name(placements, "topology", "--topology")
+    model_spec = load_model(model_name)
+    topo = load_topology(topology_name)
+    routing = read_routing(
+        [str(p) for p in trace] if len(trace) > 1 else trace[0], trace_format,
+        window_tokens=window_tokens, keep_tokens=True,
+        num_experts=model_spec.num_experts, top_k=model_spec.top_k,
+    )
+    parts = evaluation_parts(routing.stats.num_windows, fit_range, eval_range)
+    names = column_names(placement)
+    report_parts = []
+    for part_name, windows in parts:
+        columns = []
+        for path, name, pl in zip(placement, names, placements, strict=True):
+            err.print(f"evaluating {path} on {part_name} windows {windows[0]}:{windows[1]}")
+            params = EvalParams(**{**base.__dict__, "windows": windows})
+            try:
+                evaluation = evaluate(pl, routing, topo, model_spec, params)
+            except PlacerError as e:
+                e.where = e.where or str(path)
+                raise
+            columns.append(_column(name, path, evaluation))
+        report_parts.append({
+            "name": part_name, "windows": list(windows),
+            "source": columns[0]["source"] if columns else "trace",
+            "placements": columns,
+        })
+    report = evaluation_report(
+        report_parts, trace=[str(p) for p in trace], model=model_spec.name,
+        topology=topo.name, params=EvalParams(**{**base.__dict__,
+                                                 "dtype": dtype or model_spec.default_dtype}),
+    )
+    if json_out:
+        print_json(report)
+        return
+    for i, part in enumerate(report_parts):
+        if i:
+            sys.stdout.write("\n")
+        table = render_part(part)
+        out.print(table, width=max(100, 34 + 14 * len(part["placements"])))
+
+
+def _column(name: str, path: Path, evaluation: Evaluation) -> dict[str, Any]:
+    return {
+        "name": name,
+        "path": str(path),
+        "source": evaluation.source,
+        "metrics": evaluation.metrics,
+        "per_layer": {key: values for key, values in evaluation.per_layer.items()},
+    }
+
+
+def _meta_name(placements: list[Any], key: str, option: str) -> str:
+    """The model or topology name recorded in the placements, when they agree."""
+    names = set()
+    for pl in placements:
+        value = pl.meta.get(key)
+        name = value.get("name") if isinstance(value, dict) else value
+        if name:
+            names.add(str(name))
+    if len(names) != 1:
+        what = "no" if not names else "different"
+        raise UsageError(
+            f"the placements record {what} {key} names", where=option,
+            hint=f"pass {option} NAME_OR_FILE",
+        )
+    return names.pop()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``placer evaluate`` to ``app``."""
+    app.command("evaluate")(handle_errors(evaluate_cmd))
