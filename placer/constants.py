@@ -110,20 +110,23 @@ PROGRESS_MIN_BYTES = 64 << 20
 # -- the CP-SAT planner (placer.solvers.cpsat) ----------------------------------------------
 
 #: Slots a large-neighbourhood sub-model frees at once (GPUs freed = this / S, at least 2).
-CPSAT_NEIGHBOURHOOD_SLOTS = 15
+CPSAT_NEIGHBOURHOOD_SLOTS = 10
 
 #: Sub-models per layer for the balance pass and for the traffic/migration pass.
-CPSAT_BALANCE_ITERATIONS = 40
-CPSAT_COST_ITERATIONS = 40
+CPSAT_BALANCE_ITERATIONS = 30
+CPSAT_COST_ITERATIONS = 30
 
 #: A pass stops after this many sub-models in a row that did not improve it.
-CPSAT_PATIENCE = 12
+CPSAT_PATIENCE = 10
 
 #: Deterministic-time limit of one sub-model (CP-SAT's "deterministic seconds").
 CPSAT_SUBMODEL_DTIME = 0.05
 
 #: Largest full model solved in one piece (z variables: experts x GPUs x replica counts).
-CPSAT_FULL_MODEL_MAX_VARS = 1500
+CPSAT_FULL_MODEL_MAX_VARS = 600
+
+#: Deterministic-time limit of a full model (one per pass).
+CPSAT_FULL_MODEL_DTIME = 0.5
 
 #: Relative gap to the balance lower bound at which the balance pass stops.
 CPSAT_BALANCE_GAP = 5e-4

@@ -26,7 +26,6 @@ from placer import constants
 from placer.solvers.cpsat.layer import LayerData
 from placer.solvers.cpsat.model import BALANCE, COST, LayerModel
 
-
 #: Steps without improvement after which a neighbourhood grows by one GPU.
 STALL_GROWTH = 3
 
@@ -46,7 +45,7 @@ class SearchParams:
     patience: int = constants.CPSAT_PATIENCE
     submodel_dtime: float = constants.CPSAT_SUBMODEL_DTIME
     full_model_max_vars: int = constants.CPSAT_FULL_MODEL_MAX_VARS
-    full_model_dtime: float = 2.0
+    full_model_dtime: float = constants.CPSAT_FULL_MODEL_DTIME
 
 
 @dataclass

@@ -57,7 +57,7 @@ class CpsatOptions:
     patience: int = constants.CPSAT_PATIENCE
     submodel_dtime: float = constants.CPSAT_SUBMODEL_DTIME
     full_model_max_vars: int = constants.CPSAT_FULL_MODEL_MAX_VARS
-    full_model_dtime: float = 2.0
+    full_model_dtime: float = constants.CPSAT_FULL_MODEL_DTIME
     pair_mass: float = constants.CPSAT_PAIR_MASS
     pairs_per_expert: int = constants.CPSAT_PAIRS_PER_EXPERT
 

@@ -1,0 +1,46 @@
+"""``make demo``: plan the bundled Qwen3-30B-A3B statistics on two DGX H100 nodes.
+
+Runs the real command::
+
+    placer plan traces/qwen3-30b-a3b.npz --topology 2x-dgx-h100 --model qwen3-30b-a3b \\
+        --redundant 16 --jobs 2 --output out/demo/qwen3-30b-a3b-2x-dgx-h100.json
+
+with the default solver (``cpsat``), which writes the placement and prints the summary
+with its side-by-side against DeepSeek EPLB.  ``python -m placer.demo [EXTRA OPTIONS]``
+passes extra options to ``placer plan`` (for example ``--time-limit 2``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from placer.cli.main import app
+
+#: The bundled statistics (MIT, see traces/README.md), relative to the repository root.
+TRACE = Path("traces") / "qwen3-30b-a3b.npz"
+OUTPUT = Path("out") / "demo" / "qwen3-30b-a3b-2x-dgx-h100.json"
+
+
+def demo_args(root: Path, extra: list[str]) -> list[str]:
+    """Arguments of the ``placer plan`` command the demo runs."""
+    return [
+        "plan", str(root / TRACE),
+        "--topology", "2x-dgx-h100", "--model", "qwen3-30b-a3b",
+        "--redundant", "16", "--jobs", "2",
+        "--output", str(root / OUTPUT),
+        *extra,
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    root = Path.cwd()
+    if not (root / TRACE).exists():
+        root = Path(__file__).resolve().parent.parent
+    args = demo_args(root, list(sys.argv[1:] if argv is None else argv))
+    sys.stderr.write("$ placer " + " ".join(args) + "\n")
+    app(args, prog_name="placer")
+
+
+if __name__ == "__main__":
+    main()

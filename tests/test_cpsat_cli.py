@@ -1,0 +1,123 @@
+"""``placer plan`` with the CP-SAT planner end to end: the side-by-side against EPLB,
+``--current``, options, the memory budget error, and the installed command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from placer.cli.main import app
+from placer.placement_io import read_placement
+from placer.traces import write_npz_trace
+
+runner = CliRunner()
+
+#: Short searches: the CLI is under test here, not the search.
+FAST = ["--time-limit", "1", "--option", "patience=2", "--option", "balance_iterations=4",
+        "--option", "cost_iterations=4"]
+
+
+@pytest.fixture
+def clustered_trace(tmp_path: Path) -> Path:
+    """300 tokens x 2 layers x top-2 of 8 experts in 4 steps; experts pair up (0,1), (2,3)...
+    so co-location pays; expert 0 is the most popular."""
+    rng = np.random.default_rng(1)
+    first = rng.choice(8, size=(300, 2), p=np.array([4, 2, 2, 1, 1, 1, 1, 1]) / 13)
+    topk = np.stack([first, first ^ 1], axis=2)  # partner of e is e xor 1
+    path = tmp_path / "trace.npz"
+    write_npz_trace(
+        path, topk, layer_ids=[0, 1], step=np.arange(300) // 75,
+        meta={"model": "mixtral-8x7b", "num_experts": 8, "top_k": 2},
+    )
+    return path
+
+
+def _plan(*args: str):
+    return runner.invoke(app, ["plan", *args])
+
+
+def test_default_solver_is_cpsat_with_side_by_side(clustered_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(str(clustered_trace), "-g", "4", "-r", "4", "-o", str(out), *FAST)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[3].startswith("solver       cpsat (")
+    header = lines.index(f"{'':24}{'cpsat':>12}{'eplb':>12}")
+    labels = [line[:24].strip() for line in lines[header + 1 : header + 8]]
+    assert labels == [
+        "hot shard, median layer", "hot shard, worst layer", "remote GPUs per token",
+        "remote nodes per token", "weight moves", "solve time, s", "gap to bound",
+    ]
+    assert lines[header + 8].startswith("layers won: cpsat ")
+    doc = json.loads(out.read_text())
+    assert doc["solver"]["name"] == "cpsat"
+    assert read_placement(out).num_physical == 12
+
+
+def test_json_summary_carries_both_columns(clustered_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(str(clustered_trace), "-g", "4", "-r", "4", "-o", str(out), "--json", *FAST)
+    assert result.exit_code == 0, result.stderr
+    versus = json.loads(result.stdout)["versus"]
+    assert versus["columns"] == ["cpsat", "eplb"]
+    mine, theirs = versus["cpsat"], versus["eplb"]
+    assert mine["hot_shard_ratio_worst"] <= theirs["hot_shard_ratio_worst"] + 1e-9
+    assert mine["remote_gpus_per_token"] <= theirs["remote_gpus_per_token"] + 1e-9
+    assert theirs["gap"] is None and mine["moves"] is None
+
+
+def test_replan_with_current_counts_moves(clustered_trace, tmp_path):
+    first = tmp_path / "first.json"
+    assert _plan(str(clustered_trace), "-g", "4", "-r", "4", "--fit", "0:2", "-o", str(first),
+                 *FAST).exit_code == 0
+    second = tmp_path / "second.json"
+    result = _plan(str(clustered_trace), "-g", "4", "-r", "4", "--fit", "2:4", "--current",
+                   str(first), "-o", str(second), "--json", *FAST)
+    assert result.exit_code == 0, result.stderr
+    versus = json.loads(result.stdout)["versus"]
+    assert versus["cpsat"]["moves"] == read_placement(second).moves_from(read_placement(first))
+    assert versus["cpsat"]["moves"] <= versus["eplb"]["moves"]
+
+
+@pytest.mark.parametrize(
+    "args,stderr",
+    [
+        (["--option", "patience"], "error: --option: expected KEY=VALUE, got 'patience'\n"),
+        (["--option", "bogus=1"], "error: --option: unknown cpsat option 'bogus'\n"),
+        (["--robust", "median"], "error: --robust: robust must be 'max' or 'mean'\n"),
+    ],
+)
+def test_bad_solver_settings_are_usage_errors(clustered_trace, tmp_path, args, stderr):
+    out = tmp_path / "plan.json"
+    result = _plan(str(clustered_trace), "-g", "4", *args, "-o", str(out))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(stderr)
+    assert not out.exists()
+
+
+def test_infeasible_memory_budget_names_the_budget(clustered_trace, tmp_path):
+    result = _plan(str(clustered_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "-S", "5",
+                   "-o", str(tmp_path / "plan.json"))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "error: --slots-per-gpu: 5 slots per GPU need 56.4 GB of expert weights per GPU"
+    )
+
+
+def test_installed_placer_plans_with_cpsat(clustered_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    placer = Path(sys.executable).parent / "placer"
+    proc = subprocess.run(
+        [str(placer), "plan", str(clustered_trace), "-g", "2", "-r", "2", "-o", str(out),
+         "--seed", "3", *FAST],
+        capture_output=True, text=True, env={"NO_COLOR": "1", "PATH": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "layers won: cpsat" in proc.stdout
+    assert read_placement(out).num_physical == 10
