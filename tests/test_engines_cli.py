@@ -175,7 +175,7 @@ def mixtral_trace(tmp_path: Path) -> Path:
 def test_plan_exports_engine_files(mixtral_trace: Path, tmp_path: Path) -> None:
     sglang_file, trtllm_file = tmp_path / "s.json", tmp_path / "t.yaml"
     result = runner.invoke(app, [
-        "plan", str(mixtral_trace), "-m", "mixtral-8x7b", "-g", "4", "-r", "4",
+        "plan", str(mixtral_trace), "-m", "mixtral-8x7b", "-g", "4", "-r", "4", "-s", "eplb",
         "-o", str(tmp_path / "plan.json"),
         "--export", f"sglang:{sglang_file}", "-x", f"trtllm:{trtllm_file}",
     ])
