@@ -235,6 +235,7 @@ class Accumulator:
         self._layer_filter = (
             None if self.options.layers is None else np.unique(np.asarray(self.options.layers))
         )
+        self._all_layers: set[int] = set()  # layer ids in the input, selected or not
         # layers: row r of the accumulators holds absolute layer self._layer_ids[r]
         self._layer_ids: list[int] = []
         self._row_of_layer = np.full(0, -1, dtype=np.int64)
@@ -476,6 +477,7 @@ class Accumulator:
             )
         weights = chunk.topk_weights
         if self._layer_filter is not None:
+            self._all_layers.update(lid.tolist())
             cols = np.isin(lid, self._layer_filter)
             if not cols.all():
                 self.skip("layer not selected", int(t * (~cols).sum()))
@@ -493,13 +495,24 @@ class Accumulator:
         experts = self._check_experts(
             flat, lambda r: where3(r * k), flat_layers, where_flat=lambda i: where3(i)
         ).reshape(t, lid.size, k)
-        present = np.asarray((experts >= 0).any(axis=2), dtype=bool)  # [t, L]
         rows = self._rows_of(lid, lambda i: self.source)
         step = None if chunk.step is None else np.asarray(chunk.step, dtype=np.int64)
-        if step is not None and step.shape != (t,):
-            raise TraceError(
-                f"step has shape {step.shape}, expected [{t}]", where=self.source
-            )
+        rank = None if chunk.rank is None else np.asarray(chunk.rank, dtype=np.int64)
+        for name, a in (("step", step), ("rank", rank)):
+            if a is not None and a.shape != (t,):
+                raise TraceError(f"{name} has shape {a.shape}, expected [{t}]", where=self.source)
+        present = np.asarray((experts >= 0).any(axis=2), dtype=bool)  # [t, L]
+        counted = present.any(axis=1)
+        if not counted.all():
+            # a token with no expert in any layer is no token (as in JSONL, it has no row)
+            self.skip("token with no expert in any layer", int((~counted).sum()))
+            experts, present = experts[counted], present[counted]
+            step = None if step is None else step[counted]
+            rank = None if rank is None else rank[counted]
+            weights = None if weights is None else np.asarray(weights)[counted]
+            t = int(counted.sum())
+            if t == 0:
+                return
         if self._window_mode is None:
             self._start_windows(step is not None and bool((step >= 0).all()))
         if self._window_mode == "step" and (step is None or (step < 0).any()):
@@ -512,9 +525,7 @@ class Accumulator:
         wkey = step if self._window_mode == "step" and step is not None else glob
         self._fit_windows(int(wkey.min()), int(wkey.max()))
         tok_win = self._window_of(wkey)
-        counted = present.any(axis=1)
-        self._tokens_w += np.bincount(tok_win[counted], minlength=self._w_count)
-        self.skip("token with no expert in any layer", int((~counted).sum()))
+        self._tokens_w += np.bincount(tok_win, minlength=self._w_count)
         # layer-major order: each bincount then touches one layer's bins at a time
         lm = np.ascontiguousarray(experts.transpose(1, 0, 2))  # [L, t, k]
         flat = lm.reshape(-1, k)
@@ -528,21 +539,21 @@ class Accumulator:
             self._add_coact(r_rows, flat)
             if lid.size > 1:
                 self._add_token_affinity(lm, lid)
-        self._track_runs(r_rows, flat, lambda i: self._token_where(i, t, lid.size, token_offset,
-                                                                   array, keep_rows))
+        self._track_runs(r_rows, flat, lambda i: self._token_where(i, t, token_offset, array,
+                                                                   keep_rows))
         self.rows_read += int(present.sum())
         if self._keep is not None:
-            tok_idx = np.repeat(glob, lid.size)[keep_rows]
-            self._keep.tokens.append(tok_idx)
-            self._keep.layers.append(np.tile(lid, t)[keep_rows])
+            self._keep.tokens.append(np.tile(glob, lid.size)[keep_rows])
+            self._keep.layers.append(np.repeat(lid, t)[keep_rows])
             self._keep.experts.append(flat)
             self._keep.weights.append(
                 None if weights is None
-                else np.asarray(weights, dtype=np.float32).reshape(-1, k)[keep_rows]
+                else np.ascontiguousarray(
+                    np.asarray(weights, dtype=np.float32).transpose(1, 0, 2)
+                ).reshape(-1, k)[keep_rows]
             )
             self._keep.step.append(step if step is not None else np.full(t, -1, np.int64))
-            rank = np.full(t, -1, np.int64) if chunk.rank is None else np.asarray(chunk.rank)
-            self._keep.rank.append(rank.astype(np.int64))
+            self._keep.rank.append(rank if rank is not None else np.full(t, -1, np.int64))
 
     # -- aggregated statistics ------------------------------------------------------
     def add_aggregate(
@@ -634,6 +645,7 @@ class Accumulator:
     def _filter_layers(self, layer: np.ndarray) -> np.ndarray | None:
         if self._layer_filter is None:
             return None
+        self._all_layers.update(np.unique(layer).tolist())
         keep = np.isin(layer, self._layer_filter)
         if keep.all():
             return None
@@ -1008,9 +1020,7 @@ class Accumulator:
                 where(int(order[best])),
             )
 
-    def _token_where(
-        self, i: int, t: int, nl: int, offset: int, array: str, kept: np.ndarray
-    ) -> str:
+    def _token_where(self, i: int, t: int, offset: int, array: str, kept: np.ndarray) -> str:
         """``file: topk_ids[token, column]`` of row ``i`` of the layer-major kept rows."""
         flat = int(np.flatnonzero(kept)[i])
         col, tok = divmod(flat, t)
@@ -1074,10 +1084,11 @@ class Accumulator:
             return
         missing = sorted(set(self._layer_filter.tolist()) - set(layer_ids.tolist()))
         if missing:
+            present = np.array(sorted(self._all_layers | set(layer_ids.tolist())))
             raise UsageError(
                 f"layer {missing[0]} has no rows in the trace",
                 where="--layers",
-                hint=f"layers present: {_ranges(layer_ids)}",
+                hint=f"layers present: {_ranges(present)}",
             )
 
     def _result_tokens(self) -> RoutingData:
@@ -1249,7 +1260,7 @@ def _positive_int(value: Any, name: str, where: str) -> int:
 
 def _emit(messages: list[str]) -> None:
     for m in messages:
-        warnings.warn(m, TraceWarning, stacklevel=4)
+        warnings.warn(m, TraceWarning, stacklevel=5)  # the caller of read_routing
 
 
 def _ranges(ids: np.ndarray) -> str:

@@ -66,6 +66,8 @@ _TEMPLATE_TRIES = 8
 
 
 def _sniff(path: Path, head: bytes) -> bool:
+    """JSON objects one a line: a header, a row with ``layer``, or ``type``-tagged objects."""
+    seen_object = False
     for raw in head.split(b"\n")[:20]:
         line = raw.strip()
         if not line:
@@ -76,15 +78,15 @@ def _sniff(path: Path, head: bytes) -> bool:
             obj = json.loads(line)
         except ValueError:
             # a truncated last line of the head, or a broken line the reader will report
-            return b'"layer"' in line
+            return seen_object or b'"layer"' in line
         if not isinstance(obj, dict):
             return False
         if obj.get("format") == HEADER_FORMAT or "layer" in obj:
             return True
-        if "type" in obj:
-            continue
-        return False
-    return False
+        if "type" not in obj:
+            return False
+        seen_object = True
+    return seen_object
 
 
 def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
