@@ -55,10 +55,8 @@ def random_routing(num_tokens: int, *, num_experts: int = 4, top_k: int = 2,
     rng = np.random.default_rng(seed)
     num_layers = len(layer_ids)
     skew = np.linspace(3.0, 1.0, num_experts)
-    ids = np.empty((num_tokens, num_layers, top_k), dtype=np.int32)
-    for t in range(num_tokens):
-        for layer in range(num_layers):
-            ids[t, layer] = rng.choice(num_experts, top_k, replace=False, p=skew / skew.sum())
+    keys = np.log(skew) + rng.gumbel(size=(num_tokens, num_layers, num_experts))
+    ids = np.argsort(-keys, axis=2)[:, :, :top_k].astype(np.int32)  # Gumbel top-k
     if holes:
         ids[::7, -1] = -1
     step = np.arange(num_tokens, dtype=np.int64) // batch
@@ -78,15 +76,14 @@ def routing_of(ids: np.ndarray, layer_ids: np.ndarray, step: np.ndarray, rank: n
     window = np.searchsorted(starts, step, side="right") - 1
     load = np.zeros((windows, num_layers, num_experts), dtype=np.int64)
     coact = np.zeros((num_layers, num_experts, num_experts), dtype=np.int64)
-    for t in range(num_tokens):
-        for layer in range(num_layers):
-            chosen = [int(e) for e in ids[t, layer] if e >= 0]
-            for e in chosen:
-                load[window[t], layer, e] += 1
-            for i in chosen:
-                for j in chosen:
-                    if i != j:
-                        coact[layer, i, j] += 1
+    onehot = np.zeros((num_tokens, num_layers, num_experts), dtype=np.int64)
+    t, layer, k = np.nonzero(ids >= 0)
+    onehot[t, layer, ids[t, layer, k]] = 1
+    for w in range(windows):
+        load[w] = onehot[window == w].sum(axis=0)
+    coact = np.einsum("tli,tlj->lij", onehot, onehot)
+    for layer in range(num_layers):
+        np.fill_diagonal(coact[layer], 0)
     stats = ExpertStats(
         load=load, tokens=np.bincount(window, minlength=windows).astype(np.int64),
         layer_ids=np.asarray(layer_ids, dtype=np.int64), top_k=top_k, coact=coact,
