@@ -38,7 +38,7 @@ def brute(ids: np.ndarray, steps: np.ndarray | None, window_tokens: int | None,
     """
     present = (ids >= 0).any(axis=2)
     real = np.flatnonzero(present.any(axis=1))
-    t, nl, _ = ids.shape
+    _t, nl, _ = ids.shape
     if steps is not None and window_tokens is None:
         keys = steps[real]
         base = int(keys[0])
@@ -191,7 +191,7 @@ def test_pairwise_merge_keeps_totals_and_alignment():
 
 
 def test_layers_selects_and_counts_skipped_rows(trace_3x8):
-    path, ids, steps = trace_3x8
+    path, _ids, _steps = trace_3x8
     stats = read_routing(path, layers=[5, 7]).stats
     np.testing.assert_array_equal(stats.layer_ids, [5, 7])
     assert dict(stats.provenance.rows_skipped) == {"layer not selected": 500}
@@ -225,7 +225,7 @@ def test_coact_symmetric_with_zero_diagonal_and_row_sums(trace_3x8):
 
 
 def test_several_files_are_one_trace(trace_3x8, tmp_path):
-    path, ids, steps = trace_3x8
+    path, _ids, _steps = trace_3x8
     both = read_routing([path, path]).stats
     one = read_routing(path).stats
     np.testing.assert_array_equal(both.load, 2 * one.load)
