@@ -3,10 +3,13 @@
 Runs the real command::
 
     placer plan traces/qwen3-30b-a3b.npz --topology 2x-dgx-h100 --model qwen3-30b-a3b \\
-        --redundant 16 --jobs 2 --output out/demo/qwen3-30b-a3b-2x-dgx-h100.json
+        --redundant 16 --jobs 2 --output out/demo/qwen3-30b-a3b-2x-dgx-h100.json \\
+        --export sglang:out/demo/qwen3-30b-a3b-2x-dgx-h100.sglang.json \\
+        --export trtllm:out/demo/qwen3-30b-a3b-2x-dgx-h100.trtllm.yaml
 
 with the default solver (``cpsat``), which writes the placement and prints the summary
-with its side-by-side against DeepSeek EPLB.  ``python -m placer.demo [EXTRA OPTIONS]``
+with its side-by-side against DeepSeek EPLB, then the SGLang and TensorRT-LLM files of the
+plan and how to load them.  ``python -m placer.demo [EXTRA OPTIONS]``
 passes extra options to ``placer plan`` (for example ``--time-limit 2``).
 """
 
@@ -20,6 +23,9 @@ from placer.cli.main import app
 #: The bundled statistics (MIT, see traces/README.md), relative to the repository root.
 TRACE = Path("traces") / "qwen3-30b-a3b.npz"
 OUTPUT = Path("out") / "demo" / "qwen3-30b-a3b-2x-dgx-h100.json"
+#: The plan's engine files (``placer plan --export``).
+SGLANG_OUTPUT = OUTPUT.with_name(f"{OUTPUT.stem}.sglang.json")
+TRTLLM_OUTPUT = OUTPUT.with_name(f"{OUTPUT.stem}.trtllm.yaml")
 
 
 def demo_args(root: Path, extra: list[str]) -> list[str]:
@@ -29,6 +35,8 @@ def demo_args(root: Path, extra: list[str]) -> list[str]:
         "--topology", "2x-dgx-h100", "--model", "qwen3-30b-a3b",
         "--redundant", "16", "--jobs", "2",
         "--output", str(root / OUTPUT),
+        "--export", f"sglang:{root / SGLANG_OUTPUT}",
+        "--export", f"trtllm:{root / TRTLLM_OUTPUT}",
         *extra,
     ]
 
