@@ -127,8 +127,11 @@ def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
 def sniff(path: Path) -> bool:
     if path.suffix != ".npz":
         return False
-    with zipfile.ZipFile(path) as z:
-        return "phy2log.npy" in z.namelist()
+    try:
+        with zipfile.ZipFile(path) as z:
+            return "phy2log.npy" in z.namelist()
+    except zipfile.BadZipFile:
+        return False
 
 
 FORMAT = register_engine(
