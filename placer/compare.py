@@ -279,6 +279,24 @@ def table_cells(row: CompareRow) -> list[str]:
     return cells
 
 
+def status_notes(rows: Sequence[CompareRow]) -> tuple[list[str], list[str]]:
+    """Short statuses (``ok``, ``does not fit [1]``, ``error [2]``) and the numbered reasons.
+
+    Identical reasons share one number; ``notes[n - 1]`` is the reason of ``[n]``.
+    """
+    short: list[str] = []
+    notes: list[str] = []
+    for row in rows:
+        if row.ok:
+            short.append(row.status)
+            continue
+        kind, _, reason = row.status.partition(": ")
+        if reason not in notes:
+            notes.append(reason)
+        short.append(f"{kind} [{notes.index(reason) + 1}]")
+    return short, notes
+
+
 def format_table(rows: Sequence[CompareRow]) -> str:
     """The comparison as an aligned plain-text table (text left, numbers right).
 
@@ -287,15 +305,11 @@ def format_table(rows: Sequence[CompareRow]) -> str:
     number), so the table stays as wide as its figures.
     """
     header = [c.header for c in TABLE_COLUMNS]
-    notes: list[str] = []
+    short, notes = status_notes(rows)
     body = []
-    for row in rows:
+    for row, status in zip(rows, short, strict=True):
         cells = table_cells(row)
-        if not row.ok:
-            kind, _, reason = row.status.partition(": ")
-            if reason not in notes:
-                notes.append(reason)
-            cells[-1] = f"{kind} [{notes.index(reason) + 1}]"
+        cells[-1] = status
         body.append(cells)
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(header)]

@@ -21,6 +21,9 @@ REPORT_DPI = 100
 #: Range --dpi accepts, dots per inch.
 REPORT_DPI_RANGE = (20, 400)
 
+#: Pictures wider than this (inches) are stacked in the report instead of side by side.
+REPORT_SIDE_BY_SIDE_MAX_IN = 8.0
+
 #: Placement maps write each slot's expert id in its cell up to this many slots per layer.
 PLACEMENT_MAP_MAX_LABELS = 320
 

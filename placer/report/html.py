@@ -76,10 +76,15 @@ class Picture:
 
 @dataclass(frozen=True)
 class SideBySide:
-    """Blocks laid out in columns (for example one column per placement)."""
+    """Blocks laid out in columns (for example one column per placement).
+
+    ``stack=True`` puts them one under the other instead, each at full width
+    (for pictures too wide to share a row).
+    """
 
     blocks: tuple[Block, ...]
     titles: tuple[str, ...] = ()
+    stack: bool = False
 
 
 Block = Text | Table | Picture | SideBySide
@@ -107,9 +112,11 @@ h2 { font-size: 1.3em; border-bottom: 1px solid #ccc; padding-bottom: 0.2em; mar
 h3 { font-size: 1.05em; margin: 0.6em 0 0.3em; }
 .subtitle { color: #555; margin-top: 0; }
 nav ol { columns: 2; padding-left: 1.4em; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.85em; }
 caption { text-align: left; font-weight: 600; padding-bottom: 0.3em; }
-th, td { border: 1px solid #d0d0d0; padding: 0.25em 0.6em; vertical-align: top; }
+th, td { border: 1px solid #d0d0d0; padding: 0.25em 0.45em; vertical-align: top; }
+td { white-space: nowrap; }
+td.wrap { white-space: normal; }
 th { background: #f2f2f2; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td:first-child { white-space: nowrap; }
@@ -119,6 +126,7 @@ figure img { max-width: 100%; height: auto; border: 1px solid #e4e4e4; }
 figcaption { color: #444; font-size: 0.9em; margin-top: 0.3em; }
 .side { display: flex; flex-wrap: wrap; gap: 1.5em; align-items: flex-start; }
 .side > div { flex: 1 1 400px; min-width: 0; }
+.side.stack > div { flex-basis: 100%; }
 .scroll { overflow-x: auto; }
 footer { color: #777; font-size: 0.85em; margin-top: 3em; }
 """
@@ -192,7 +200,8 @@ def _block(block: Block) -> str:
         for i, inner in enumerate(block.blocks):
             heading = f"<h3>{_esc(block.titles[i])}</h3>" if i < len(block.titles) else ""
             cols.append(f"<div>{heading}{_block(inner)}</div>")
-        return f'<div class="side">{"".join(cols)}</div>'
+        css = "side stack" if block.stack else "side"
+        return f'<div class="{css}">{"".join(cols)}</div>'
     raise TypeError(f"not a report block: {type(block).__name__}")
 
 

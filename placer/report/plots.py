@@ -189,11 +189,12 @@ def coactivation_heatmap(
     image = ax.imshow(matrix, cmap=HEATMAP_CMAP, interpolation="nearest",
                       norm=PowerNorm(gamma=0.5, vmin=0.0, vmax=vmax))
     nodes = None if node_of_gpu is None else np.asarray(node_of_gpu, dtype=np.int64)
+    gpu_line = 0.7 if num_gpus <= 16 else 0.3  # many GPUs: thin lines keep the data visible
     for g in range(1, num_gpus):
         edge = g * slots - 0.5
         node_edge = nodes is not None and nodes[g] != nodes[g - 1]
         style = {"color": "white" if node_edge else "#ff4d4d",
-                 "linewidth": 1.8 if node_edge else 0.7}
+                 "linewidth": 1.8 if node_edge else gpu_line}
         ax.axhline(edge, **style)
         ax.axvline(edge, **style)
     ticks = _tick_positions(num_gpus, 16)
@@ -276,7 +277,7 @@ def placement_map(
     mean = slot_load.mean() if slot_load.size and slot_load.mean() > 0 else 1.0
     grid = (slot_load / mean).reshape(num_gpus, slots)
     gpu_rel = grid.sum(axis=1) / max(grid.sum(axis=1).mean(), 1e-12)
-    fig = new_figure(min(2.8 + slots * 0.4, 14.0), min(1.6 + num_gpus * 0.36, 12.0))
+    fig = new_figure(min(max(2.8 + slots * 0.4, 6.5), 14.0), min(1.6 + num_gpus * 0.36, 12.0))
     ax = fig.add_subplot()
     image = ax.imshow(grid, aspect="auto", cmap=HEATMAP_CMAP, interpolation="nearest",
                       vmin=0.0, vmax=max(2.0, float(grid.max()) if grid.size else 2.0))

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.report import plots
@@ -171,15 +172,17 @@ def placements_sections(
     sections = [_metrics_section(names, placements, evaluations)]
 
     maps = []
+    wide = False
     for p, name, (layer_stats, _), node in zip(placements, names, loads, nodes, strict=True):
         row = p.layer_row(layer)
         fig = plots.placement_map(p.physical_to_logical[row], p.num_gpus,
                                   layer_stats.mean_load[row], node_of_gpu=node, layer_id=layer)
+        wide = wide or fig.get_figwidth() > constants.REPORT_SIDE_BY_SIDE_MAX_IN
         maps.append(gallery.add(f"placement-map-{name}-layer{layer}", fig,
                                 f"{name}: experts on each GPU in layer {layer}, coloured by the"
                                 " slot's load (* = replicated expert)."))
     sections.append(Section(
-        "Placement maps", (SideBySide(tuple(maps), tuple(names)),),
+        "Placement maps", (SideBySide(tuple(maps), tuple(names), stack=wide),),
         intro=f"Layer {layer} (the hottest layer of {names[0]} unless --layer is given)."))
 
     if stats.coact is not None:
@@ -267,8 +270,6 @@ def placement_report(
     subtitle: line under the title.
     dpi: picture resolution (default ``constants.REPORT_DPI``).
     """
-    from placer import constants
-
     gallery = _Gallery(dpi or constants.REPORT_DPI)
     sections = [trace_section(stats, summary, gallery)]
     sections += placements_sections(names, placements, evaluations, stats, gallery,
@@ -302,24 +303,27 @@ def compare_report(
     lowest estimated MoE-layer p99 (ties: the earlier). When they are the same,
     only it is drawn.
     """
-    from placer import constants
-    from placer.compare import TABLE_COLUMNS, table_cells
+    from placer.compare import TABLE_COLUMNS, status_notes, table_cells
 
     gallery = _Gallery(dpi or constants.REPORT_DPI)
     rows = [o.row for o in outcomes]
-    cells = tuple(tuple(table_cells(r)) for r in rows)
+    short, notes = status_notes(rows)
+    cells = tuple((*table_cells(r)[:-1], status) for r, status in zip(rows, short, strict=True))
     table = Table(tuple(c.header for c in TABLE_COLUMNS), cells,
                   caption="Scenarios (units in the headers; KB = 1e3 bytes per token and layer)")
     p99 = np.array([r.moe_layer_p99_us if r.moe_layer_p99_us is not None else np.nan
                     for r in rows], dtype=np.float64)
     kv = np.array([r.kv_left_gb if r.kv_left_gb is not None and r.ok else np.nan for r in rows],
                   dtype=np.float64)
-    notes = [_short_status(r.status) for r in rows]
-    fig = plots.whatif_chart([r.scenario for r in rows], p99, kv, notes=notes)
+    missing = [_short_status(r.status) for r in rows]
+    fig = plots.whatif_chart([r.scenario for r in rows], p99, kv, notes=missing)
     whatif = gallery.add("what-if", fig, "Estimated MoE-layer p99 time and KV-cache memory left"
                          " per GPU, per scenario (shorter time and longer memory bars are better).")
     intro = description or ""
-    sections = [Section("Scenarios", (table, whatif), intro=intro)]
+    blocks: list[Block] = [table]
+    blocks += [Text(f"[{i}] {reason}") for i, reason in enumerate(notes, 1)]
+    blocks.append(whatif)
+    sections = [Section("Scenarios", tuple(blocks), intro=intro)]
     sections.append(trace_section(stats, summary, gallery))
 
     ran = [i for i, o in enumerate(outcomes) if o.row.ok and o.placement is not None]
