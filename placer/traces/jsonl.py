@@ -25,7 +25,6 @@ through ``json.loads``.  Both give the same rows.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -590,7 +589,8 @@ def write_jsonl_trace(
     Tokens written.
 
     Rows are token-major (a token's layers, then the next token), keys in the order
-    ``request, step, token, layer, experts, weights, rank``.
+    ``request, step, token, layer, experts, weights, rank``; numbers are right-aligned in
+    fixed-width fields (space padded, valid JSON) so chunks are formatted with numpy.
     """
     from placer.cli.common import atomic_path
 
@@ -610,24 +610,25 @@ def write_jsonl_trace(
             else raw
         )
         with raw, out:
-            buf = io.TextIOWrapper(out, encoding="utf-8", newline="\n", write_through=False)
             wrote_header = False
             for c in chunks:
                 t, k = _check_chunk(c, len(lid), k)
                 if not wrote_header:
-                    buf.write(json.dumps(header_object(meta, num_layers=len(lid), top_k=k)))
-                    buf.write("\n")
+                    head = header_object(meta, num_layers=len(lid), top_k=k)
+                    out.write(json.dumps(head).encode() + b"\n")
                     wrote_header = True
-                buf.write(_format_rows(c, lid, total, positions))
+                out.write(_format_rows(c, lid, total, positions))
                 total += t
             if not wrote_header:
-                buf.write(json.dumps(header_object(meta, num_layers=len(lid), top_k=0)) + "\n")
-            buf.flush()
-            buf.detach()
+                head = header_object(meta, num_layers=len(lid), top_k=0)
+                out.write(json.dumps(head).encode() + b"\n")
     return total
 
 
-def _format_rows(c: TokenChunk, lid: list[int], first: int, positions: dict[Any, int]) -> str:
+def _format_rows_py(
+    c: TokenChunk, lid: list[int], first: int, positions: dict[Any, int]
+) -> str:
+    """Rows of a chunk formatted one by one (weights outside [0, 1])."""
     ids = np.asarray(c.topk_ids).tolist()
     t = len(ids)
     weights = (
@@ -665,3 +666,98 @@ def _format_rows(c: TokenChunk, lid: list[int], first: int, positions: dict[Any,
                 out.append(f'{{{head}"layer": {layer}, "experts": {ex}, "weights": {ws}{tail}')
     return "\n".join(out) + ("\n" if out else "")
 
+
+
+def _format_rows(c: TokenChunk, lid: list[int], first: int, positions: dict[Any, int]) -> bytes:
+    """Rows of a chunk as bytes, built column-wise with numpy.
+
+    Numbers are right-aligned in fixed-width fields padded with spaces (valid JSON), so a
+    whole chunk is one ``[rows, width]`` byte matrix; weights get 6 decimals.
+    """
+    ids = np.asarray(c.topk_ids, dtype=np.int64)
+    t, _, k = ids.shape
+    w = None if c.topk_weights is None else np.asarray(c.topk_weights, dtype=np.float64)
+    if w is not None and not (np.isfinite(w).all() and (w >= 0).all() and (w <= 1).all()):
+        return _format_rows_py(c, lid, first, positions).encode()
+    present = (ids >= 0).any(axis=2)  # [t, L]
+    tok_of, col_of = np.nonzero(present)  # token-major rows
+    if tok_of.size == 0:
+        return b""
+    pieces: list[np.ndarray] = []
+
+    def const(text: str) -> None:
+        row = np.frombuffer(text.encode(), np.uint8)
+        pieces.append(np.broadcast_to(row, (tok_of.size, len(text))))
+
+    const("{")
+    if c.request is not None:
+        labels = np.asarray(c.request).tolist()
+        tok = np.empty(t, dtype=np.int64)
+        for i, r in enumerate(labels):
+            tok[i] = positions.get(r, 0)
+            positions[r] = tok[i] + 1
+        texts = [json.dumps(r).encode() for r in labels]
+        width = max(len(x) for x in texts)
+        req = np.frombuffer(b"".join(x.ljust(width) for x in texts), np.uint8).reshape(t, width)
+        const('"request": ')
+        pieces.append(req[tok_of])
+        const(", ")
+    else:
+        tok = first + np.arange(t)
+    if c.step is not None:
+        const('"step": ')
+        pieces.append(_int_text(np.asarray(c.step))[tok_of])
+        const(", ")
+    const('"token": ')
+    pieces.append(_int_text(tok)[tok_of])
+    const(', "layer": ')
+    pieces.append(_int_text(np.asarray(lid))[col_of])
+    const(', "experts": [')
+    ex = _int_text(ids[tok_of, col_of].ravel()).reshape(tok_of.size, k, -1)
+    for j in range(k):
+        pieces.append(ex[:, j])
+        const(", " if j < k - 1 else "]")
+    if w is not None:
+        const(', "weights": [')
+        wt = _unit_text(w[tok_of, col_of].ravel()).reshape(tok_of.size, k, -1)
+        for j in range(k):
+            pieces.append(wt[:, j])
+            const(", " if j < k - 1 else "]")
+    if c.rank is not None:
+        const(', "rank": ')
+        pieces.append(_int_text(np.asarray(c.rank))[tok_of])
+    const("}\n")
+    return np.concatenate(pieces, axis=1).tobytes()
+
+
+def _int_text(values: np.ndarray) -> np.ndarray:
+    """``[n]`` integers as ``[n, width]`` uint8 decimal text, right-aligned, space-padded."""
+    v = np.asarray(values, dtype=np.int64).ravel()
+    mag = np.abs(v)
+    ndig = len(str(int(mag.max()))) if v.size else 1
+    neg = v < 0
+    width = ndig + int(neg.any())
+    out = np.full((v.size, width), ord(" "), dtype=np.uint8)
+    digits = np.ones(v.size, dtype=np.int64)  # digits of each value
+    rem = mag.copy()
+    for j in range(ndig):
+        show = (j == 0) | (mag >= 10**j)
+        digits += (j > 0) & show
+        out[show, width - 1 - j] = (ord("0") + rem[show] % 10).astype(np.uint8)
+        rem //= 10
+    if neg.any():
+        out[np.flatnonzero(neg), width - 1 - digits[neg]] = ord("-")
+    return out
+
+
+def _unit_text(values: np.ndarray) -> np.ndarray:
+    """``[n]`` floats in [0, 1] as ``[n, 8]`` uint8 text ``d.dddddd``."""
+    q = np.rint(np.asarray(values, dtype=np.float64) * 1e6).astype(np.int64)
+    out = np.empty((q.size, 8), dtype=np.uint8)
+    out[:, 0] = ord("0") + q // 1_000_000
+    out[:, 1] = ord(".")
+    rem = q % 1_000_000
+    for j in range(6):
+        out[:, 7 - j] = ord("0") + rem % 10
+        rem //= 10
+    return out
