@@ -18,6 +18,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` on success.
 
     A crash or an exception leaves ``path`` untouched: outputs are never half-written.
+    The file gets the mode a plain ``open(path, "w")`` would give (``0666 & ~umask``),
+    not ``mkstemp``'s private 0600, so a serving engine running as another user can
+    read it.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -26,6 +29,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
@@ -36,3 +40,10 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def _umask() -> int:
+    """The process umask (reading it requires setting it; restore at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
