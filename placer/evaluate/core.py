@@ -372,8 +372,11 @@ def _trace_source(
             hint="read the trace with keep_tokens=True for every layer",
         )
     cols = [trace_cols[int(i)] for i in placement.layer_ids]
+    in_order = bool(np.array_equal(selected, np.arange(trace.num_tokens)))
 
     def experts_of(row: int) -> np.ndarray:
+        if in_order:  # every token, already sorted: a strided view, one copy
+            return trace.topk_ids[:, cols[row]].astype(np.int64)
         return np.asarray(trace.topk_ids[selected, cols[row]], dtype=np.int64)
 
     return experts_of, batches, int(selected.size)
@@ -541,7 +544,9 @@ def _simulate(
             slot_load = np.bincount(batch[tok] * num_slots + slots, minlength=nb * num_slots)
             slot_load = slot_load.reshape(nb, num_slots)
             tok_per_batch = np.bincount(batch[valid.any(axis=1)], minlength=nb)
-            traffic = layer_traffic(tok, gpu, num_tok, blk.segments, fabric, params.mode)
+            traffic = layer_traffic(
+                tok, kpos, gpu, num_tok, top_k, blk.segments, fabric, params.mode
+            )
             load_bg = traffic.gpu_load.astype(np.float64)
 
             t_dispatch = comm_time_us(traffic.copies, activation_bytes, fabric)

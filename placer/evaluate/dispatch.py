@@ -97,21 +97,25 @@ def choose_slots(
     -------
     ``[n]`` int64 slot of each selection.
     """
-    count = replica_counts[experts]
-    if policy == "round_robin":
-        replica = (rank_position * top_k + k_position) % count
-    elif policy == "random":
-        if rng is None:
-            raise ValueError("the random policy needs a generator")
-        replica = (rng.random(experts.size) * count).astype(np.int64)
-        replica = np.minimum(replica, count - 1)
-    elif policy == "local_first":
+    if policy == "local_first":
         if static_table is None:
             raise ValueError("the local_first policy needs its static table")
         return static_table[source, experts]
-    else:
+    if policy not in ("round_robin", "random"):
         raise ValueError(f"unknown policy {policy!r}")
-    return logical_to_physical[experts, replica]
+    if policy == "random" and rng is None:
+        raise ValueError("the random policy needs a generator")
+    if int(replica_counts.max()) == 1:  # no replicas in this layer: nothing to choose
+        return logical_to_physical[:, 0][experts]
+    count = replica_counts[experts]
+    if policy == "round_robin":
+        replica = (rank_position * top_k + k_position) % count
+    else:
+        assert rng is not None
+        replica = np.minimum((rng.random(experts.size) * count).astype(np.int64), count - 1)
+    width = logical_to_physical.shape[1]
+    slots: np.ndarray = logical_to_physical.reshape(-1)[experts * width + replica]
+    return slots
 
 
 def random_generator(seed: int, layer_id: int) -> np.random.Generator:

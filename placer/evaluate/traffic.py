@@ -99,6 +99,18 @@ class Fabric:
         return self.gpu_of_node_index[node, self.local_index[source] % self.node_size[node]]
 
     @cached_property
+    def node_major_order(self) -> np.ndarray:
+        """``[G]`` int64 GPUs sorted by node (stable): the identity for node-major ranks."""
+        return np.argsort(self.node_of_gpu, kind="stable").astype(np.int64)
+
+    @cached_property
+    def node_major_index(self) -> np.ndarray:
+        """``[G]`` int64 position of each GPU in :attr:`node_major_order`."""
+        index = np.empty(self.num_gpus, dtype=np.int64)
+        index[self.node_major_order] = np.arange(self.num_gpus)
+        return index
+
+    @cached_property
     def relay_table(self) -> np.ndarray:
         """``[G, N]`` int64 relay GPU of node n for tokens from GPU g."""
         g = np.arange(self.num_gpus)[:, None]
@@ -187,8 +199,10 @@ class LayerTraffic:
 
 def layer_traffic(
     token: np.ndarray,
+    position: np.ndarray,
     gpu: np.ndarray,
     num_tokens: int,
+    width: int,
     segments: Segments,
     fabric: Fabric,
     mode: str,
@@ -198,8 +212,9 @@ def layer_traffic(
     Parameters
     ----------
     token: ``[selections]`` int64 token (index in the block) of each selection.
+    position: ``[selections]`` int64 k position of each selection (``< width``).
     gpu: ``[selections]`` int64 GPU serving each selection.
-    num_tokens: tokens in the block.
+    num_tokens: tokens in the block.  width: ``top_k``.
     segments: the (batch, source) runs of the block's tokens.
     mode: ``"normal"`` or ``"low_latency"`` (see the module docstring).
     """
@@ -232,16 +247,23 @@ def layer_traffic(
     if mode != "normal":
         raise ValueError(f"unknown mode {mode!r}")
 
-    # distinct (token, GPU) and (token, node) pairs
-    pair = np.flatnonzero(np.bincount(token * num_gpus + gpu, minlength=num_tokens * num_gpus))
-    pair_token, pair_gpu = pair // num_gpus, pair % num_gpus
-    dest = per_segment(segments.of_token[pair_token], pair_gpu, num_gpus)  # tokens [S, G]
-    node_pair = np.flatnonzero(np.bincount(
-        pair_token * num_nodes + fabric.node_of_gpu[pair_gpu], minlength=num_tokens * num_nodes
-    ))
-    dest_node = per_segment(
-        segments.of_token[node_pair // num_nodes], node_pair % num_nodes, num_nodes
-    )  # tokens [S, N]
+    # distinct (token, GPU) and (token, node) pairs: sort each token's GPUs in node-major
+    # order, keep the first of each run
+    sentinel = num_gpus
+    key = np.full((num_tokens, width), sentinel, dtype=np.int64)
+    key.reshape(-1)[token * width + position] = fabric.node_major_index[gpu]
+    key.sort(axis=1)
+    first = np.ones(key.shape, dtype=bool)
+    first[:, 1:] = key[:, 1:] != key[:, :-1]
+    first &= key < sentinel
+    pair_token = np.nonzero(first)[0]
+    pair_gpu = fabric.node_major_order[key[first]]
+    pair_node = fabric.node_of_gpu[pair_gpu]
+    new_node = np.ones(pair_token.size, dtype=bool)
+    new_node[1:] = (pair_token[1:] != pair_token[:-1]) | (pair_node[1:] != pair_node[:-1])
+    pair_seg = segments.of_token[pair_token]
+    dest = per_segment(pair_seg, pair_gpu, num_gpus)  # tokens [S, G]
+    dest_node = per_segment(pair_seg[new_node], pair_node[new_node], num_nodes)  # [S, N]
     local = dest[seg_rows, ss].copy()
     dest[seg_rows, ss] = 0
     dest_node[seg_rows, fabric.node_of_gpu[ss]] = 0
