@@ -322,3 +322,23 @@ def test_placer_report_without_matplotlib_says_how_to_install(two_plans, tmp_pat
         "error: pictures need matplotlib, which is not installed",
         "hint: pip install 'placer[plots]'",
     ]
+
+
+def test_compare_report_with_no_scenario_that_ran_keeps_table_and_notes():
+    """Two rows that never ran: the page has the table, the notes, the chart and the trace."""
+    from placer.analysis import summarize
+    from placer.compare import CompareRow, ScenarioOutcome
+    from placer.report.sections import compare_report
+    from placer.stats import ExpertStats
+
+    stats = ExpertStats(load=np.array([[[5, 3, 1, 1], [2, 2, 4, 2]]]), tokens=np.array([5]),
+                        layer_ids=np.array([0, 1]), top_k=2)
+    rows = [CompareRow("a R=0 eplb", "a", 0, "eplb", "does not fit: 9 slots need 90 GB",
+                       num_gpus=8),
+            CompareRow("a R=4 eplb", "a", 4, "eplb", "error: 12 slots do not split")]
+    built = compare_report([ScenarioOutcome(r) for r in rows], stats, summarize(stats), dpi=30)
+    assert [s.title for s in built.sections] == ["Scenarios", "Trace summary"]
+    assert [name for name, _ in built.pictures] == ["what-if", "expert-load"]
+    page = built.html()
+    assert "<td>does not fit [1]</td>" in page and "<td>error [2]</td>" in page
+    assert "<p>[1] 9 slots need 90 GB</p>" in page and "<p>[2] 12 slots do not split</p>" in page
