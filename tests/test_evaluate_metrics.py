@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from evaluate_fixtures import cluster, placement, random_routing, routing_of, tiny_model
 
-from placer.errors import DataError, PlacementError, TraceWarning, UsageError
+from placer.errors import DataError, PlacementError, PlacerWarning, TraceWarning, UsageError
 from placer.evaluate import (
     EvalParams,
     default_split,
@@ -204,3 +204,12 @@ def test_bad_inputs_name_the_problem():
         EvalParams(mode="fast")
     with pytest.raises(UsageError, match="window range 0:3 is outside"):
         evaluate(pl, routing, cluster((2,)), tiny_model(), EvalParams(windows=(0, 3)))
+
+
+def test_placement_layers_without_routing_are_skipped_with_a_warning():
+    routing = random_routing(16, layer_ids=(0,))
+    pl = placement([[0, 1, 2, 3], [0, 2, 1, 3]], 2)
+    with pytest.warns(PlacerWarning, match="placement layer 1 has no routing data"):
+        ev = evaluate(pl, routing, cluster((2,)), tiny_model(), EvalParams())
+    assert ev.layer_ids.tolist() == [0]
+    assert ev.per_layer["hot_shard_ratio"].shape == (1,)
