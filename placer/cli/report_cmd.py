@@ -8,6 +8,7 @@ placement on the trace (:func:`placer.evaluate.evaluate`); build the report
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -54,6 +55,10 @@ def report(
         None, "--batch-tokens", help="Tokens per evaluated batch (default: the trace's steps).",
         show_default=False,
     ),
+    num_batches: int | None = typer.Option(
+        None, "--num-batches", help="Batches sampled when the trace has only aggregated loads"
+        " (default 32).", show_default=False,
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's sampling."),
     trace_format: str | None = typer.Option(
         None, "--format", "-f", help="Trace format (default: detected)."
@@ -95,6 +100,8 @@ def report(
 
     params = EvalParams(policy=policy, mode=mode, dtype=dtype, batch_tokens=batch_tokens,
                         seed=seed)
+    if num_batches is not None:
+        params = replace(params, num_batches=num_batches)
     model_spec = load_model(model)
     topo = load_topology(topology)
     placements = [read_placement(p) for p in placement]
