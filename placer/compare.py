@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from placer import constants
 from placer.errors import InfeasibleError, PlacerError, UsageError
 from placer.evaluate import MODES, POLICIES, EvalParams, evaluate
 from placer.evaluate.windows import default_split
@@ -142,6 +143,9 @@ class CompareSettings:
         if self.mode not in MODES:
             raise UsageError(f"unknown all-to-all mode {self.mode!r}", where="--mode",
                              hint=f"choose one of: {', '.join(MODES)}")
+        if self.dtype is not None and self.dtype not in constants.DTYPES:
+            raise UsageError(f"unknown dtype {self.dtype!r}", where="--dtype",
+                             hint=f"choose one of: {', '.join(constants.DTYPES)}")
         if self.kv_reserve_gb is not None and not self.kv_reserve_gb >= 0:
             raise UsageError(f"KV reserve must be zero or more GB, got {self.kv_reserve_gb}",
                              where="--kv-reserve-gb")

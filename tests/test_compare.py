@@ -164,6 +164,9 @@ def test_settings_validate_themselves():
         CompareSettings(model="m", mode="slow")
     with pytest.raises(UsageError, match="time limit must be positive, got 0"):
         CompareSettings(model="m", time_limit_s=0)
+    with pytest.raises(UsageError) as info:
+        CompareSettings(model="m", dtype="int3")
+    assert str(info.value) == "--dtype: unknown dtype 'int3'"
 
 
 def _row(**kw) -> CompareRow:
