@@ -374,12 +374,12 @@ class Accumulator:
         def where(i: int) -> str:
             return f"{self.source}:{int(chunk.lines[i])}"
 
-        experts = self._check_experts(chunk.experts, where, chunk.layer)
+        experts, srt = self._check_experts(chunk.experts, where, chunk.layer)
         valid_rows = np.asarray((experts >= 0).any(axis=1), dtype=bool)
         if not valid_rows.all():
             self.skip("no expert (all -1)", int((~valid_rows).sum()))
             chunk = _take_rows(chunk, valid_rows)
-            experts = experts[valid_rows]
+            experts, srt = experts[valid_rows], srt[valid_rows]
             if experts.shape[0] == 0:
                 return
         rows = self._rows_of(chunk.layer, where)
@@ -426,11 +426,12 @@ class Accumulator:
             )
         w_rows = self._window_of(table.wkey[local])
         by_layer = np.argsort(rows, kind="stable")  # cache locality of the bincounts
-        self._add_load(w_rows[by_layer], rows[by_layer], experts[by_layer])
+        rows_l, srt_l = rows[by_layer], srt[by_layer]
+        self._add_load(w_rows[by_layer], rows_l, srt_l)
         if self.options.coact:
-            self._add_coact(rows[by_layer], experts[by_layer])
-            self._add_row_affinity(local, chunk.layer, experts)
-        self._track_runs(rows, experts, lambda i: where(i))
+            self._add_coact(rows_l, srt_l)
+            self._add_row_affinity(local, chunk.layer, srt)
+        self._track_runs(rows_l, srt_l, lambda i: where(int(by_layer[i])))
         self.rows_read += experts.shape[0]
         if self._keep is not None:
             self._keep.tokens.append(glob)
@@ -492,9 +493,11 @@ class Accumulator:
 
         flat = ids.reshape(-1, k)
         flat_layers = np.repeat(lid[None, :], t, axis=0).ravel()
-        experts = self._check_experts(
+        experts, srt = self._check_experts(
             flat, lambda r: where3(r * k), flat_layers, where_flat=lambda i: where3(i)
-        ).reshape(t, lid.size, k)
+        )
+        experts = experts.reshape(t, lid.size, k)
+        srt = srt.reshape(t, lid.size, k)
         rows = self._rows_of(lid, lambda i: self.source)
         step = None if chunk.step is None else np.asarray(chunk.step, dtype=np.int64)
         rank = None if chunk.rank is None else np.asarray(chunk.rank, dtype=np.int64)
@@ -506,7 +509,7 @@ class Accumulator:
         if not counted.all():
             # a token with no expert in any layer is no token (as in JSONL, it has no row)
             self.skip("token with no expert in any layer", int((~counted).sum()))
-            experts, present = experts[counted], present[counted]
+            experts, srt, present = experts[counted], srt[counted], present[counted]
             step = None if step is None else step[counted]
             rank = None if rank is None else rank[counted]
             weights = None if weights is None else np.asarray(weights)[counted]
@@ -527,7 +530,7 @@ class Accumulator:
         tok_win = self._window_of(wkey)
         self._tokens_w += np.bincount(tok_win, minlength=self._w_count)
         # layer-major order: each bincount then touches one layer's bins at a time
-        lm = np.ascontiguousarray(experts.transpose(1, 0, 2))  # [L, t, k]
+        lm = np.ascontiguousarray(srt.transpose(1, 0, 2))  # [L, t, k], sorted rows
         flat = lm.reshape(-1, k)
         w_rows = np.tile(tok_win, lid.size)
         r_rows = np.repeat(rows, t)
@@ -545,7 +548,8 @@ class Accumulator:
         if self._keep is not None:
             self._keep.tokens.append(np.tile(glob, lid.size)[keep_rows])
             self._keep.layers.append(np.repeat(lid, t)[keep_rows])
-            self._keep.experts.append(flat)
+            original = np.ascontiguousarray(experts.transpose(1, 0, 2)).reshape(-1, k)
+            self._keep.experts.append(original[keep_rows])
             self._keep.weights.append(
                 None if weights is None
                 else np.ascontiguousarray(
@@ -662,8 +666,12 @@ class Accumulator:
         layer: np.ndarray,
         *,
         where_flat: Callable[[int], str] | None = None,
-    ) -> np.ndarray:
-        """Validate ``[rows, k]`` expert ids and layer ids; grow the expert capacity."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Validate ``[rows, k]`` expert ids and layer ids; grow the expert capacity.
+
+        Returns the ids as int64 and the same sorted within each row (-1 first), which
+        the statistics use (the order within a top-k does not matter to them).
+        """
         if experts.ndim != 2 or experts.shape[1] == 0:
             raise TraceError("routing rows need at least one expert", where=where(0))
         k = experts.shape[1]
@@ -717,6 +725,7 @@ class Accumulator:
                 f"expert id {mx} is more than placer handles ({constants.MAX_EXPERTS} experts)",
                 where=wf(i),
             )
+        srt = experts
         if k > 1:
             srt = np.sort(experts, axis=1)
             dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
@@ -742,7 +751,7 @@ class Accumulator:
             self._max_expert = mx
             if mx >= self._num_e:
                 self._resize(num_e=mx + 1)
-        return experts
+        return experts, srt
 
     def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
         """Accumulator row of each absolute layer id, adding new layers."""
@@ -893,14 +902,17 @@ class Accumulator:
         self._load += np.bincount(codes, minlength=w * nl * e).reshape(w, nl, e)
 
     def _add_coact(self, rows: np.ndarray, experts: np.ndarray) -> None:
-        """Same-row expert pairs ``(a < b)`` into the upper triangle; ``rows`` sorted."""
+        """Same-row expert pairs ``(a < b)`` into the upper triangle.
+
+        ``rows`` sorted; ``experts`` sorted within each row (-1 first).
+        """
         k = experts.shape[1]
         if k < 2:
             return
         e = self._coact.shape[1]
 
         def codes(a: int, b: int) -> np.ndarray:
-            srt = np.sort(experts[a:b], axis=1)
+            srt = experts[a:b]
             out = np.concatenate(
                 [(srt[:, i] * e)[:, None] + srt[:, i + 1 :] for i in range(k - 1)], axis=1
             )  # pair code lo * e + hi
@@ -921,7 +933,7 @@ class Accumulator:
             self._aff_pairs[(a, b)] = p
             if p >= self._aff.shape[0]:
                 e = self._num_e
-                self._aff = _grow(self._aff, (max(8, 2 * (p + 1)), e, e))
+                self._aff = _grow(self._aff, (p + 1 + len(self._layer_ids), e, e))
         return p
 
     def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
@@ -993,8 +1005,12 @@ class Accumulator:
         self, rows: np.ndarray, experts: np.ndarray, where: Callable[[int], str]
     ) -> None:
         """Longest run of identical consecutive rows within one layer (warm-up passes)."""
-        order = np.argsort(rows, kind="stable")
-        r, ex = rows[order], experts[order]
+        if rows.size > 1 and (rows[1:] < rows[:-1]).any():
+            order = np.argsort(rows, kind="stable")
+            r, ex = rows[order], experts[order]
+        else:
+            order = np.arange(rows.size)
+            r, ex = rows, experts
         prev = np.empty_like(ex)
         prev[1:] = ex[:-1]
         grp_first = np.ones(r.size, dtype=bool)
@@ -1097,10 +1113,11 @@ class Accumulator:
         order = np.argsort(lid)
         layer_ids = lid[order]
         self._check_selected_layers(layer_ids)
+        same = bool((order == np.arange(order.size)).all())
         load = self._load[:, order, :num_e]
         coact = aff = None
         if self.options.coact:
-            up = self._coact[order][:, :num_e, :num_e]
+            up = (self._coact if same else self._coact[order])[:, :num_e, :num_e]
             coact = up + up.transpose(0, 2, 1)
             if layer_ids.size > 1:
                 aff = np.zeros((layer_ids.size - 1, num_e, num_e), dtype=np.int64)
