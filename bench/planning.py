@@ -19,6 +19,7 @@ Figures:
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -142,7 +143,10 @@ def problem_for(stats: ExpertStats, num_gpus: int, slots: int, topology: Any = N
 def run_plan(problem: PlacementProblem, solver: str, **params: Any) -> Plan:
     started = time.perf_counter()
     result = solve(problem, solver, SolveParams(jobs=JOBS, **params))
-    return Plan(problem, result, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    print(f"[bench]   {solver} on {problem.num_gpus}x{problem.slots_per_gpu},"
+          f" {problem.stats.num_layers} layers: {seconds:.1f} s", file=sys.stderr, flush=True)
+    return Plan(problem, result, seconds)
 
 
 def ratios(placement: Placement, stats: ExpertStats) -> np.ndarray:
