@@ -173,7 +173,8 @@ class CompareRow:
     num_gpus, num_nodes: the topology's GPUs (EP ranks) and nodes.
     slots_per_gpu: ``S = (E + R) / G``.
     kv_left_gb: memory per GPU left for the KV cache (smallest GPU), GB.
-    hot_shard_ratio: median over layers of max / mean GPU load (held-out load).
+    hot_shard_ratio: per layer, max / mean GPU load over the judged batches (dispatch
+        policy applied); median over layers.
     hot_shard_ratio_worst: worst layer's max / mean GPU load.
     batch_hot_shard_p99: p99 over (batch, layer) of the per-batch max / mean GPU load.
     remote_copies_per_token_gpu: token copies sent to another GPU, per token and layer.

@@ -201,12 +201,19 @@ def placements_sections(
         sections.append(Section("Co-activation and GPU boundaries",
                                 (SideBySide(tuple(heat), tuple(names)),)))
 
-    same_layers = all(np.array_equal(p.layer_ids, first.layer_ids) for p in placements)
-    if same_layers:
-        fig = plots.gpu_load_bars([g for _, g in loads], list(names), layer_ids=first.layer_ids)
+    measured = [_evaluated_gpu_load(e, p) for e, p in zip(evaluations, placements, strict=True)]
+    if all(m is not None for m in measured):
+        bars = [m for m in measured if m is not None]
+        ids = _measured_ids(evaluations[0], first)
+        what = "Tokens each GPU processed over the evaluated batches (dispatch policy applied)"
+    else:
+        bars, ids = [g for _, g in loads], first.layer_ids
+        what = "Expected tokens per GPU (each expert's load split evenly over its replicas)"
+    if all(b.shape[0] == bars[0].shape[0] for b in bars):
+        fig = plots.gpu_load_bars(bars, list(names), layer_ids=ids)
         sections.append(Section("Per-GPU load", (gallery.add(
-            "gpu-load", fig, "Expected tokens per GPU over the mean, in the layers where the"
-            f" hot shard of {names[0]} is worst."),)))
+            "gpu-load", fig, f"{what}, over the mean, in the layers where the hot shard of"
+            f" {names[0]} is worst."),)))
 
     tails = [(n, e.batch_hot_shard) for n, e in zip(names, evaluations, strict=True)
              if e is not None and np.size(getattr(e, "batch_hot_shard", [])) > 0]
@@ -216,6 +223,25 @@ def placements_sections(
             "hot-shard-tail", fig, "Hottest GPU over the mean GPU in each (batch, layer): the"
             " right-hand tail sets p99 latency."),)))
     return sections
+
+
+def _evaluated_gpu_load(evaluation: Any, placement: Placement) -> np.ndarray | None:
+    """``[layers, G]`` tokens per GPU measured by the evaluator, or None when absent."""
+    load = getattr(evaluation, "gpu_load", None)
+    if load is None:
+        return None
+    load = np.asarray(load, dtype=np.float64)
+    if load.ndim != 2 or load.shape[1] != placement.num_gpus or load.shape[0] == 0:
+        return None
+    return load
+
+
+def _measured_ids(evaluation: Any, placement: Placement) -> np.ndarray:
+    """Absolute layer ids of the evaluator's per-layer arrays (the placement's when absent)."""
+    ids = getattr(evaluation, "layer_ids", None)
+    if ids is None or np.size(ids) == 0:
+        return placement.layer_ids
+    return np.asarray(ids, dtype=np.int64)
 
 
 def _metrics_section(
