@@ -373,3 +373,22 @@ def test_missing_file(tmp_path):
     with pytest.raises(TraceError) as e:
         read_routing(tmp_path / "nope.jsonl")
     assert e.value.message == "file not found"
+
+
+def test_truncated_gzip(canonical, tmp_path):
+    gz = tmp_path / "cut.jsonl.gz"
+    gz.write_bytes(gzip.compress(canonical.read_bytes() * 50)[:-30])
+    with pytest.raises(TraceError) as e:
+        read_routing(gz)
+    assert e.value.where == str(gz)
+    assert e.value.message.startswith("cannot read the file (")
+    assert e.value.hint == "is the gzip file complete?"
+
+
+def test_progress_bar_reads_the_same(canonical, monkeypatch, capsys):
+    from placer import constants
+
+    monkeypatch.setattr(constants, "PROGRESS_MIN_BYTES", 0)
+    with_bar = read_routing(canonical, progress=True).stats
+    np.testing.assert_array_equal(with_bar.load, read_routing(canonical).stats.load)
+    assert capsys.readouterr().out == ""  # progress goes to stderr only

@@ -99,7 +99,7 @@ def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
     return raw, raw
 
 
-def _blocks(stream: IO[bytes], size: int) -> Iterator[bytes]:
+def _blocks(stream: IO[bytes], size: int, where: str) -> Iterator[bytes]:
     """Blocks of whole lines (the last one may lack its newline)."""
     rest = b""
     while True:
@@ -107,7 +107,7 @@ def _blocks(stream: IO[bytes], size: int) -> Iterator[bytes]:
             data = stream.read(size)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
             raise TraceError(
-                f"cannot read the file ({e})", hint="is the gzip file complete?"
+                f"cannot read the file ({e})", where=where, hint="is the gzip file complete?"
             ) from None
         if not data:
             if rest:
@@ -160,7 +160,7 @@ class _Reader:
         pos = 0
         any_content = False
         with raw:
-            for block in _blocks(stream, BLOCK_BYTES):
+            for block in _blocks(stream, BLOCK_BYTES, str(self.path)):
                 any_content = any_content or bool(block.strip())
                 line_no = self._block(block, line_no)
                 now = raw.tell()

@@ -101,9 +101,6 @@ def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
     try:
         with open(path, "rb") as f:
             head = f.read(size)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as g:
-                return g.read(size)
     except FileNotFoundError:
         raise TraceError(
             "file not found", where=str(path), hint="check the path of the trace"
@@ -112,8 +109,16 @@ def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
         raise TraceError(
             "is a folder, not a trace file", where=str(path), hint="name the trace files in it"
         ) from None
-    except (OSError, EOFError) as e:
+    except OSError as e:
         raise TraceError(f"cannot read the file ({e})", where=str(path)) from None
+    if head[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as g:
+                return g.read(size)
+        except (OSError, EOFError) as e:
+            raise TraceError(
+                f"cannot read the file ({e})", where=str(path), hint="is the gzip file complete?"
+            ) from None
     return head
 
 
