@@ -131,13 +131,15 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
     if has_cost:
         cap = balance_cap(balance1, hint_balance, bound, params.balance_tolerance)
         x2 = _relabel_to_current(data, x1) if data.current is not None else x1
-        current = data.current
-        if (
-            current is not None
-            and data.balance(current) <= cap
-            and _cost(data, current, params) < _cost(data, x2, params)
-        ):
-            x2 = current
+        # start from the cheapest placement that meets the cap: pass 1's, the current one,
+        # or the hint's (pass 1 may have traded the hint's co-location for balance)
+        for other in (data.current, hint):
+            if (
+                other is not None
+                and data.balance(other) <= cap
+                and _cost(data, other, params) < _cost(data, x2, params)
+            ):
+                x2 = other
         if full:
             x = _full_cost(data, x2, scale, cap, params, clock)
         else:
