@@ -257,7 +257,7 @@ def _kv_left_gb(model: ModelSpec, topology: Topology, dtype: str, slots_per_gpu:
 
 def evaluate(
     placement: Placement,
-    routing: RoutingData,
+    routing: RoutingData | ExpertStats,
     topology: Topology,
     model: ModelSpec,
     params: EvalParams | None = None,
@@ -265,7 +265,8 @@ def evaluate(
     """Evaluate ``placement`` on ``routing`` (see the module docstring and docs/evaluate.md).
 
     Per-token routing (``routing.trace``) is replayed batch by batch; without it (or with
-    ``params.sample``) batches are sampled from ``routing.stats``.  Layers of the routing
+    ``params.sample``, or when ``routing`` is bare ``ExpertStats``) batches are sampled
+    from the statistics.  Layers of the routing
     data must all be in the placement; placement layers without routing data are skipped
     with a warning.
 
@@ -273,6 +274,8 @@ def evaluate(
     or topology, UsageError for a window range outside the data.
     """
     params = params or EvalParams()
+    if isinstance(routing, ExpertStats):
+        routing = RoutingData(routing)
     stats = routing.stats
     _check_inputs(placement, stats, topology, model)
     placement, stats_rows = _evaluated_layers(placement, stats)
@@ -305,10 +308,8 @@ def evaluate(
     static_ratio = hot_shard_ratio(static_load)
     window_max = window_hot_shard(placement, window_stats)  # [W, L]
     window_mean = window_stats.load[:, stats_rows].sum(axis=2) / num_gpus
-    window_ratio = np.nanmax(
-        np.where(window_mean > 0, ratio(window_max, window_mean), np.nan), axis=0,
-        initial=-np.inf,
-    )
+    per_window = ratio(window_max, window_mean)  # NaN where a window has no load
+    window_ratio = np.where(np.isfinite(per_window), per_window, -np.inf).max(axis=0)
     window_ratio = np.where(np.isfinite(window_ratio), window_ratio, 1.0)
 
     per_layer = dict(sim.per_layer)
