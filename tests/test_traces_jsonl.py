@@ -392,3 +392,11 @@ def test_progress_bar_reads_the_same(canonical, monkeypatch, capsys):
     with_bar = read_routing(canonical, progress=True).stats
     np.testing.assert_array_equal(with_bar.load, read_routing(canonical).stats.load)
     assert capsys.readouterr().out == ""  # progress goes to stderr only
+
+
+def test_non_number_weight_is_reported_like_json_loads(tmp_path):
+    rows = [{"layer": 0, "experts": [0, 1], "weights": [0.5, 0.5]}] * 3
+    rows.append({"layer": 0, "experts": [1, 2], "weights": [0.5, None]})
+    e = bad(tmp_path, rows)
+    assert e.message == "weights must be a list of 2 numbers, got [0.5, None]"
+    assert e.where.endswith("bad.jsonl:4")

@@ -238,6 +238,10 @@ class Template:
         v, valid = _ints(scan, ex_tok, allow_minus=True)
         values["experts"] = v.reshape(-1, k)
         good &= valid.reshape(-1, k).all(axis=1)
+        for off in self.fields.get("weights", ()):
+            # a number starts with a digit or a minus (not null, true, NaN, Infinity)
+            first_char = buf[scan.tok_start[base + off]]
+            good &= ((first_char >= ord("0")) & (first_char <= ord("9"))) | (first_char == 45)
         if "type" in self.fields:
             t = base + self.fields["type"][0]
             good &= _equals(buf, scan.tok_start[t], scan.tok_end[t], b"route")
