@@ -895,11 +895,13 @@ class Accumulator:
 
     # -- internals: statistics ------------------------------------------------------
     def _add_load(self, win: np.ndarray, rows: np.ndarray, experts: np.ndarray) -> None:
-        w, nl, e = self._load.shape
+        _, nl, e = self._load.shape
         base = (win * nl + rows) * e
         codes = base[:, None] + experts
         codes = codes[experts >= 0] if (experts < 0).any() else codes.ravel()
-        self._load += np.bincount(codes, minlength=w * nl * e).reshape(w, nl, e)
+        if not self._load.flags.c_contiguous:
+            self._load = np.ascontiguousarray(self._load)
+        np.add.at(self._load.reshape(-1), codes, 1)
 
     def _add_coact(self, rows: np.ndarray, experts: np.ndarray) -> None:
         """Same-row expert pairs ``(a < b)`` into the upper triangle.
@@ -912,7 +914,7 @@ class Accumulator:
         e = self._coact.shape[1]
 
         def codes(a: int, b: int) -> np.ndarray:
-            srt = experts[a:b]
+            srt = experts[a:b].astype(np.int32)
             out = np.concatenate(
                 [(srt[:, i] * e)[:, None] + srt[:, i + 1 :] for i in range(k - 1)], axis=1
             )  # pair code lo * e + hi
@@ -921,10 +923,10 @@ class Accumulator:
                     [np.repeat(srt[:, i : i + 1], k - 1 - i, axis=1) for i in range(k - 1)],
                     axis=1,
                 )
-                out[lo < 0] = e * e  # spare bin for pairs with a missing expert
+                out[lo < 0] = -1  # a pair with a missing expert
             return out
 
-        _segment_counts(self._coact, rows, codes, k * (k - 1) // 2, e * e)
+        _segment_counts(self._coact, rows, codes, k * (k - 1) // 2)
 
     def _pair_index(self, a: int, b: int) -> int:
         p = self._aff_pairs.get((a, b))
@@ -944,13 +946,13 @@ class Accumulator:
         e = self._aff.shape[1]
 
         def codes(a: int, b: int) -> np.ndarray:
-            xa, xb = ea[a:b], eb[a:b]
+            xa, xb = ea[a:b].astype(np.int32), eb[a:b].astype(np.int32)
             out = (xa * e)[:, :, None] + xb[:, None, :]  # pair code i * e + j
             if xa.min() < 0 or xb.min() < 0:
-                out[(xa[:, :, None] < 0) | (xb[:, None, :] < 0)] = e * e
+                out[(xa[:, :, None] < 0) | (xb[:, None, :] < 0)] = -1
             return out
 
-        _segment_counts(self._aff, pidx, codes, ea.shape[1] * eb.shape[1], e * e)
+        _segment_counts(self._aff, pidx, codes, ea.shape[1] * eb.shape[1])
 
     def _add_token_affinity(self, lm: np.ndarray, lid: np.ndarray) -> None:
         """Pairs between adjacent columns of layer-major experts ``lm [L, t, k]``."""
@@ -1228,28 +1230,28 @@ def _segment_counts(
     group: np.ndarray,
     codes: Callable[[int, int], np.ndarray],
     per_row: int,
-    bins: int,
 ) -> None:
-    """``out[g].flat += bincount(codes of the rows of group g)`` for each group.
+    """``out[g].flat[c] += 1`` for the codes ``c`` of the rows of each group ``g``.
 
-    ``group [n]`` sorted; ``codes(a, b)`` gives ``[b - a, per_row]`` codes of rows
-    ``a:b`` in ``0..bins`` (``bins`` is a spare bin, dropped).  Working one group (and
-    at most ``SEGMENT_CODES`` codes) at a time keeps the temporaries and the count array
-    in cache, which matters more than anything else on a busy machine.
+    ``group [n]`` sorted; ``codes(a, b)`` gives ``[b - a, per_row]`` int32 codes of rows
+    ``a:b`` into ``out[g].flat`` (-1: nothing to count).  Working one group (and at most
+    ``_SEGMENT_CODES`` codes) at a time keeps the temporaries and the counts in cache,
+    and ``np.add.at`` into the accumulator beats ``np.bincount`` plus an add.
     """
     cuts = np.flatnonzero(group[1:] != group[:-1]) + 1
     starts = np.concatenate([[0], cuts]).tolist()
     ends = np.concatenate([cuts, [group.size]]).tolist()
-    shape = out.shape[1:]
     step = max(1, _SEGMENT_CODES // max(per_row, 1))
     for a, b in zip(starts, ends, strict=True):
-        g = int(group[a])
+        flat = out[int(group[a])].reshape(-1)  # a view: out is C-contiguous
         for lo in range(a, b, step):
-            c = codes(lo, min(b, lo + step))
-            out[g] += np.bincount(c.ravel(), minlength=bins + 1)[:bins].reshape(shape)
+            c = codes(lo, min(b, lo + step)).ravel()
+            if c.size and c.min() < 0:
+                c = c[c >= 0]
+            np.add.at(flat, c, 1)
 
 
-#: Codes per bincount call of :func:`_segment_counts` (8 MB of int64).
+#: Codes per np.add.at call of :func:`_segment_counts` (4 MB of int32).
 _SEGMENT_CODES = 1 << 20
 
 
