@@ -34,6 +34,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import TraceError, UsageError
+from placer.fileio import atomic_path
 from placer.traces.accumulate import Accumulator, RowChunk, TokenChunk
 from placer.traces.jsonscan import Scan, Template, scan_block
 from placer.traces.registry import register_format
@@ -592,8 +593,6 @@ def write_jsonl_trace(
     ``request, step, token, layer, experts, weights, rank``; numbers are right-aligned in
     fixed-width fields (space padded, valid JSON) so chunks are formatted with numpy.
     """
-    from placer.cli.common import atomic_path
-
     lid = [int(i) for i in np.asarray(layer_ids).ravel()]
     chunks = iter_token_chunks(
         topk_ids, step=step, rank=rank, topk_weights=topk_weights, request=request

@@ -28,6 +28,7 @@ from numpy.lib import format as npformat
 
 from placer import constants
 from placer.errors import TraceError, UsageError
+from placer.fileio import atomic_path
 from placer.traces.accumulate import Accumulator, TokenChunk
 from placer.traces.jsonl import iter_token_chunks
 from placer.traces.registry import register_format
@@ -289,8 +290,6 @@ def write_npz_trace(
     -------
     Tokens written.
     """
-    from placer.cli.common import atomic_path
-
     lid = np.asarray(layer_ids, dtype=np.int64).ravel()
     chunks: Iterator[TokenChunk] = iter_token_chunks(
         topk_ids, step=step, rank=rank, topk_weights=topk_weights
