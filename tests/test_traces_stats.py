@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from placer import constants
 from placer.errors import UsageError
 from placer.traces import read_routing, write_jsonl_trace, write_npz_trace
-from placer.traces.accumulate import window_count_for
+from placer.traces.windows import WindowGrid, window_count_for
 
 
 def random_ids(rng: np.random.Generator, tokens: int, layers: int, experts: int, k: int,
@@ -231,3 +231,17 @@ def test_several_files_are_one_trace(trace_3x8, tmp_path):
     np.testing.assert_array_equal(both.load, 2 * one.load)
     np.testing.assert_array_equal(both.tokens, 2 * one.tokens)
     assert both.provenance.sources == (str(path), str(path))
+
+
+def test_window_grid_merges_pairwise_and_extends_down():
+    """Keys 10..13 then 2: windows of 1 grow to the left; 70 keys merge to width 2."""
+    grid = WindowGrid()
+    (counts,) = grid.fit(10, 13, [np.zeros(0, np.int64)], align=True)
+    counts[grid.index(np.arange(10, 14))] += 1
+    (counts,) = grid.fit(2, 2, [counts], align=True)
+    assert (grid.base, grid.width, grid.count) == (2, 1, 12)
+    np.testing.assert_array_equal(counts, [0] * 8 + [1] * 4)
+    (counts,) = grid.fit(2, 71, [counts], align=True)
+    assert (grid.base, grid.width, grid.count, grid.merged_from) == (2, 2, 35, 1)
+    np.testing.assert_array_equal(counts[:6], [0, 0, 0, 0, 2, 2])
+    np.testing.assert_array_equal(grid.starts()[:3], [2, 4, 6])

@@ -20,10 +20,8 @@ Aggregated inputs (load matrices) go through :meth:`Accumulator.add_aggregate`.
 Windows (``ExpertStats.load`` is ``[windows, layers, experts]``): a token belongs to
 one window, chosen when it is first seen.  With ``window_tokens=N`` windows are N
 consecutive tokens; otherwise windows follow the trace's ``step`` when rows carry one,
-else tokens in order of first appearance.  Windows are aligned ranges
-``[start, start + width)`` of that key; when more than ``constants.MAX_WINDOWS`` would
-be needed, adjacent windows are merged pairwise and the width doubles, so any length of
-trace ends with at most ``MAX_WINDOWS`` windows of equal width.
+else tokens in order of first appearance; :mod:`placer.traces.windows` keeps at most
+``constants.MAX_WINDOWS`` of them by merging adjacent windows pairwise.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ import numpy as np
 from placer import constants
 from placer.errors import TraceError, TraceWarning, UsageError
 from placer.stats import ExpertStats, Provenance, RoutingData, RoutingTrace
+from placer.traces.windows import WindowGrid
 
 __all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
 
@@ -131,13 +130,6 @@ def _grow(arr: np.ndarray, shape: tuple[int, ...], fill: int = 0) -> np.ndarray:
 
 def _capacity(n: int) -> int:
     return max(1024, 1 << (max(n, 1) - 1).bit_length())
-
-
-def _merge_pairs(arr: np.ndarray) -> np.ndarray:
-    """Sum adjacent entries along axis 0: windows ``(0, 1), (2, 3), ...``."""
-    if arr.shape[0] % 2:
-        arr = np.concatenate([arr, np.zeros((1, *arr.shape[1:]), dtype=arr.dtype)])
-    return arr[0::2] + arr[1::2]
 
 
 class _TokenTable:
@@ -255,11 +247,7 @@ class Accumulator:
         self._agg_window_starts: np.ndarray | None = None
         # windows
         self._window_mode: str | None = None  # "step", "order", "fixed"
-        self._w_base = 0
-        self._w_width = 1
-        self._w_count = 0
-        self._w_started = False
-        self._w_merged_from: int | None = None
+        self._grid = WindowGrid()
         # tokens
         self._num_tokens = 0
         self._table = _TokenTable()
@@ -422,7 +410,7 @@ class Accumulator:
         if t_new:
             self._fit_windows(int(win_key_new.min()), int(win_key_new.max()))
             self._tokens_w += np.bincount(
-                self._window_of(win_key_new), minlength=self._w_count
+                self._window_of(win_key_new), minlength=self._grid.count
             )
         w_rows = self._window_of(table.wkey[local])
         by_layer = np.argsort(rows, kind="stable")  # cache locality of the bincounts
@@ -528,7 +516,7 @@ class Accumulator:
         wkey = step if self._window_mode == "step" and step is not None else glob
         self._fit_windows(int(wkey.min()), int(wkey.max()))
         tok_win = self._window_of(wkey)
-        self._tokens_w += np.bincount(tok_win, minlength=self._w_count)
+        self._tokens_w += np.bincount(tok_win, minlength=self._grid.count)
         # layer-major order: each bincount then touches one layer's bins at a time
         lm = np.ascontiguousarray(srt.transpose(1, 0, 2))  # [L, t, k], sorted rows
         flat = lm.reshape(-1, k)
@@ -771,7 +759,7 @@ class Accumulator:
         e = self._num_e if num_e is None else num_e
         nl = len(self._layer_ids) if num_layers is None else num_layers
         self._num_e = e
-        w = self._w_count
+        w = self._grid.count
         self._load = _grow(self._load, (w, nl, e))
         if self.options.coact:
             self._coact = _grow(self._coact, (nl, e, e))
@@ -854,44 +842,21 @@ class Accumulator:
     # -- internals: windows --------------------------------------------------------
     def _start_windows(self, has_step: bool) -> None:
         if self.options.window_tokens is not None:
-            self._window_mode, self._w_width = "fixed", self.options.window_tokens
+            self._window_mode = "fixed"
+            self._grid = WindowGrid(self.options.window_tokens)
         elif has_step:
             self._window_mode = "step"
         else:
             self._window_mode = "order"
 
     def _fit_windows(self, kmin: int, kmax: int) -> None:
-        """Grow (and merge pairwise) the windows so keys ``kmin..kmax`` have one."""
-        if not self._w_started:
-            self._w_started = True
-            self._w_base = kmin if self._window_mode == "step" else 0
-        base, width, count = self._w_base, self._w_width, self._w_count
-        while True:
-            pre = -(-(base - kmin) // width) if kmin < base else 0
-            need = max(count, (kmax - base) // width + 1) + pre
-            if need <= constants.MAX_WINDOWS:
-                break
-            if self._w_merged_from is None:
-                self._w_merged_from = width
-            self._load = _merge_pairs(self._load)
-            self._tokens_w = _merge_pairs(self._tokens_w)
-            count = -(-count // 2)
-            width *= 2
-        if pre:
-            self._load = np.concatenate(
-                [np.zeros((pre, *self._load.shape[1:]), np.int64), self._load]
-            )
-            self._tokens_w = np.concatenate([np.zeros(pre, np.int64), self._tokens_w])
-            base -= pre * width
-            count += pre
-        if need > count:
-            self._load = _grow(self._load, (need, *self._load.shape[1:]))
-            self._tokens_w = _grow(self._tokens_w, (need,))
-            count = need
-        self._w_base, self._w_width, self._w_count = base, width, count
+        """Make windows for keys ``kmin..kmax`` (merging pairwise past MAX_WINDOWS)."""
+        self._load, self._tokens_w = self._grid.fit(
+            kmin, kmax, [self._load, self._tokens_w], align=self._window_mode == "step"
+        )
 
     def _window_of(self, keys: np.ndarray) -> np.ndarray:
-        return (keys - self._w_base) // self._w_width
+        return self._grid.index(keys)
 
     # -- internals: statistics ------------------------------------------------------
     def _add_load(self, win: np.ndarray, rows: np.ndarray, experts: np.ndarray) -> None:
@@ -1080,10 +1045,10 @@ class Accumulator:
                 f"the header declares {self._num_layers_declared} layers but rows name"
                 f" {layer_ids.size} ({_ranges(layer_ids)})"
             )
-        if self._w_merged_from is not None and self._window_mode == "fixed":
+        if self._grid.merged_from is not None and self._window_mode == "fixed":
             out.append(
-                f"window_tokens={self._w_merged_from} gave more than {constants.MAX_WINDOWS}"
-                f" windows; merged pairwise into windows of {self._w_width} tokens"
+                f"window_tokens={self._grid.merged_from} gave more than {constants.MAX_WINDOWS}"
+                f" windows; merged pairwise into windows of {self._grid.width} tokens"
             )
         return out
 
@@ -1127,7 +1092,7 @@ class Accumulator:
                     p = self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
                     if p is not None:
                         aff[r] = self._aff[p, :num_e, :num_e]
-        starts = self._w_base + np.arange(self._w_count, dtype=np.int64) * self._w_width
+        starts = self._grid.starts()
         warn = self._warnings(load, layer_ids)
         stats = ExpertStats(
             load=load,
@@ -1286,13 +1251,3 @@ def _ranges(ids: np.ndarray) -> str:
     from placer.stats import _ranges as ranges
 
     return ranges(np.asarray(ids))
-
-
-def window_count_for(num_keys: int, width: int = 1) -> tuple[int, int]:
-    """Windows and width that ``num_keys`` consecutive keys end with (pairwise merging)."""
-    count = -(-num_keys // width)
-    while count > constants.MAX_WINDOWS:
-        width *= 2
-        count = -(-num_keys // width)
-    return count, width
-
