@@ -168,7 +168,9 @@ def solver_names() -> list[str]:
     return sorted(_SOLVERS)
 
 
-def solve(problem: PlacementProblem, solver: str = "eplb", params: SolveParams | None = None) -> SolveResult:
+def solve(
+    problem: PlacementProblem, solver: str = "eplb", params: SolveParams | None = None
+) -> SolveResult:
     """Plan a placement with the named solver."""
     _load_builtin_solvers()
     if solver not in _SOLVERS:

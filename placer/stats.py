@@ -74,8 +74,10 @@ class ExpertStats:
 
     def __post_init__(self) -> None:
         if self.load.ndim != 3:
-            raise ValueError(f"load must be [windows, layers, experts], got shape {self.load.shape}")
-        w, l, e = self.load.shape
+            raise ValueError(
+                f"load must be [windows, layers, experts], got shape {self.load.shape}"
+            )
+        w, l, e = self.load.shape  # noqa: E741
         if self.tokens.shape != (w,):
             raise ValueError(f"tokens must be [windows]={w}, got shape {self.tokens.shape}")
         if self.layer_ids.shape != (l,):
@@ -168,7 +170,7 @@ class RoutingTrace:
     def __post_init__(self) -> None:
         if self.topk_ids.ndim != 3:
             raise ValueError(f"topk_ids must be [tokens, layers, k], got {self.topk_ids.shape}")
-        t, l, _ = self.topk_ids.shape
+        t, l, _ = self.topk_ids.shape  # noqa: E741
         if self.layer_ids.shape != (l,):
             raise ValueError(f"layer_ids must be [{l}], got {self.layer_ids.shape}")
         if self.step.shape != (t,) or self.rank.shape != (t,):
