@@ -150,6 +150,11 @@ CPSAT_COST_SCALE = 1_000_000
 #: above which a ScalingWarning is raised.
 CPSAT_SCALING_RTOL = 1e-4
 
+#: Sampled batches, and tokens per batch, behind ``placer plan``'s side-by-side remote
+#: copies for top-k > 2 (where the evaluator's closed form is only a pairwise bound).
+PLAN_VERSUS_BATCHES = 16
+PLAN_VERSUS_BATCH_TOKENS = 2048
+
 # -- evaluator (placer.evaluate) -------------------------------------------------------------
 
 #: Tokens per batch the evaluator uses when the trace has no steps and --batch-tokens is

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import typer
 
+from placer import constants
 from placer.cli.common import handle_errors, print_json
 from placer.errors import DataError, UsageError
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
@@ -105,27 +106,45 @@ def render_summary(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-def _side_metrics(
-    problem: PlacementProblem, result: SolveResult, gap: float | None
-) -> dict[str, float | None]:
-    """One column of the side-by-side: figures of ``result`` on ``problem``'s statistics."""
+def _remote_copies(problem: PlacementProblem, placement: Placement) -> tuple[Any, Any, str]:
+    """Remote GPUs and nodes per token (mean over layers) and how they were measured.
+
+    The evaluator's closed form (``expected_remote_copies``) is exact for top-2 and a
+    pairwise bound beyond, which strong co-location can push below zero; for top-k > 2 the
+    evaluator's sampled batches are used when the model and topology are known.
+    """
     from types import SimpleNamespace
 
-    from placer.evaluate import expected_remote_copies
+    from placer.evaluate import EvalParams, evaluate, expected_remote_copies
 
+    stats = problem.stats
+    if stats.coact is None:
+        return None, None, "no co-activation counts"
+    multi = problem.num_nodes > 1
+    if stats.top_k > 2 and problem.topology is not None and problem.model is not None:
+        metrics = evaluate(
+            placement, stats, problem.topology, problem.model,
+            EvalParams(num_batches=constants.PLAN_VERSUS_BATCHES,
+                       batch_tokens=constants.PLAN_VERSUS_BATCH_TOKENS),
+        ).metrics
+        node = metrics["remote_copies_per_token_node"] if multi else None
+        return metrics["remote_copies_per_token_gpu"], node, "evaluator, sampled batches"
+    topology = problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
+    try:
+        remote = expected_remote_copies(placement, stats, topology)  # type: ignore[arg-type]
+    except DataError:
+        return None, None, "no co-activation counts"
+    how = "evaluator, closed form" + (" (pairwise bound)" if stats.top_k > 2 else "")
+    node = float(remote[:, 1].mean()) if multi else None
+    return float(remote[:, 0].mean()), node, how
+
+
+def _side_metrics(
+    problem: PlacementProblem, result: SolveResult, gap: float | None
+) -> dict[str, Any]:
+    """One column of the side-by-side: figures of ``result`` on ``problem``'s statistics."""
     basic = basic_metrics(result.placement, problem.stats)
-    remote_gpu = remote_node = None
-    if problem.stats.coact is not None:
-        topology = problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
-        try:
-            remote = expected_remote_copies(
-                result.placement, problem.stats, topology  # type: ignore[arg-type]
-            )
-        except DataError:
-            remote = None
-        if remote is not None:
-            remote_gpu = float(remote[:, 0].mean())
-            remote_node = float(remote[:, 1].mean()) if problem.num_nodes > 1 else None
+    remote_gpu, remote_node, how = _remote_copies(problem, result.placement)
     moves = None
     if problem.current is not None:
         moves = float(result.placement.moves_from(problem.current))
@@ -134,6 +153,7 @@ def _side_metrics(
         "hot_shard_ratio_worst": basic["hot_shard_ratio_worst"],
         "remote_gpus_per_token": remote_gpu,
         "remote_nodes_per_token": remote_node,
+        "remote_copies_from": how,
         "moves": moves,
         "seconds": round(result.seconds, 3),
         "gap": gap,
@@ -145,8 +165,8 @@ def versus_eplb(
 ) -> dict[str, Any]:
     """Side-by-side of ``result`` and EPLB's ``baseline`` on the same problem.
 
-    Remote copies are the evaluator's closed form (``expected_remote_copies``: normal
-    mode, uniform source rank, mean over layers); None without co-activation counts.
+    Remote copies (normal mode, uniform source rank, mean over layers) come from the
+    evaluator (:func:`_remote_copies`); None without co-activation counts.
     ``winners`` counts the layers where the planner's search beat its EPLB hint.
     """
     winners = result.details.get("winners") if isinstance(result.details, dict) else None
@@ -177,6 +197,7 @@ def render_versus(versus: dict[str, Any]) -> list[str]:
             value = versus[name][key]
             cells.append("-" if value is None else fmt.format(value))
         lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
+    lines.append(f"remote copies: {versus[mine]['remote_copies_from']}")
     winners = versus.get("winners")
     if winners:
         lines.append(
