@@ -274,7 +274,7 @@ def test_expert_out_of_range(tmp_path):
 def test_expert_out_of_range_of_argument(tmp_path):
     e = bad(tmp_path, [GOOD, {"layer": 0, "experts": [9, 1]}], num_experts=8)
     assert e.message == "expert id 9 is out of range [0, 8)"
-    assert e.hint.startswith("num_experts is 8 (num_experts=)")
+    assert e.hint.startswith("num_experts is 8 (the declared num_experts)")
 
 
 def test_negative_expert(tmp_path):
@@ -302,7 +302,7 @@ def test_mixed_top_k(tmp_path):
 
 def test_top_k_larger_than_declared(tmp_path):
     e = bad(tmp_path, [{"layer": 0, "experts": [0, 1, 2]}], top_k=2)
-    assert e.message == "row selects 3 experts but top_k is 2 (top_k=)"
+    assert e.message == "row selects 3 experts but top_k is 2 (the declared top_k)"
 
 
 def test_duplicate_expert_in_a_row(tmp_path):
@@ -331,7 +331,9 @@ def test_bad_field_types(tmp_path):
 def test_header_disagrees_with_argument(tmp_path):
     rows = [{"format": "placer-trace", "version": 1, "num_experts": 8}, GOOD]
     e = bad(tmp_path, rows, num_experts=16)
-    assert e.message == "num_experts is 8 here but 16 in num_experts="
+    assert e.message == (
+        "num_experts is 8 here but 16 in the declared num_experts"
+    )
 
 
 def test_unsupported_header_version(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from placer import constants
-from placer.cli.common import err, handle_errors, print_json, to_jsonable
+from placer.cli.common import err, handle_errors, print_json, read_trace, to_jsonable
 from placer.compare import (
     CompareSettings,
     ScenarioOutcome,
@@ -262,10 +262,10 @@ def compare(
         require_matplotlib()  # fail before the long part, not after
 
     from placer import compare as compare_lib
-    from placer.traces import read_routing
+    from placer.models import load_model
 
-    paths = list(study.trace)
-    routing = read_routing(paths if len(paths) > 1 else paths[0], trace_format, keep_tokens=True)
+    routing = read_trace(list(study.trace), trace_format, model=load_model(study.settings.model),
+                         keep_tokens=True)
     description = split_routing(routing, study.settings.holdout).description
     sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")
     labels = [s.label for s in study.scenarios]

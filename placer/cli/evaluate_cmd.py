@@ -16,7 +16,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from placer.cli.common import err, handle_errors, out, print_json
+from placer.cli.common import err, handle_errors, out, print_json, read_trace
 from placer.errors import PlacerError, UsageError
 from placer.evaluate import (
     METRIC_KEYS,
@@ -177,8 +177,6 @@ def evaluate_cmd(
     from placer.models import load_model
     from placer.placement_io import read_placement
     from placer.topology import load_topology
-    from placer.traces import read_routing
-
     placements = []
     for path in placement:
         try:
@@ -190,11 +188,8 @@ def evaluate_cmd(
     topology_name = topology or _meta_name(placements, "topology", "--topology")
     model_spec = load_model(model_name)
     topo = load_topology(topology_name)
-    routing = read_routing(
-        [str(p) for p in trace] if len(trace) > 1 else trace[0], trace_format,
-        window_tokens=window_tokens, keep_tokens=True,
-        num_experts=model_spec.num_experts, top_k=model_spec.top_k,
-    )
+    routing = read_trace(trace, trace_format, model=model_spec, window_tokens=window_tokens,
+                         keep_tokens=True)
     parts = evaluation_parts(routing.stats.num_windows, fit_range, eval_range)
     names = column_names(placement)
     report_parts = []

@@ -20,7 +20,13 @@ import numpy as np
 import typer
 
 from placer import constants
-from placer.cli.common import handle_errors, print_json
+from placer.cli.common import (
+    handle_errors,
+    num_experts_option,
+    print_json,
+    read_trace,
+    top_k_option,
+)
 from placer.errors import DataError, UsageError
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.placement_io import read_placement, write_placement
@@ -273,6 +279,8 @@ def plan(
         help="Solver-specific setting (repeatable), e.g. cpsat's patience=20.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    top_k: int | None = top_k_option(),
+    num_experts: int | None = num_experts_option(),
     export: list[str] = typer.Option(
         [], "--export", "-x", metavar="FORMAT:FILE",
         help="Also write the placement for a serving engine (repeatable), e.g. sglang:plan.json;"
@@ -300,10 +308,9 @@ def plan(
         options=_parse_options(option),
     )
 
-    from placer.traces import read_routing
-
-    routing = read_routing(trace if len(trace) > 1 else trace[0], trace_format)
     model_spec = _load_model(model)
+    routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
+                         num_experts=num_experts)
     topo = _load_topology(topology)
     problem = build_problem(
         routing, model=model_spec, topology=topo, num_gpus=num_gpus,

@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from placer import constants
-from placer.cli.common import handle_errors
+from placer.cli.common import handle_errors, read_trace
 from placer.cli.compare_cmd import check_dpi
 from placer.errors import UsageError
 
@@ -96,7 +96,6 @@ def report(
     from placer.placement_io import read_placement
     from placer.report.sections import placement_report
     from placer.topology import load_topology
-    from placer.traces import read_routing
 
     params = EvalParams(policy=policy, mode=mode, dtype=dtype, batch_tokens=batch_tokens,
                         seed=seed)
@@ -105,7 +104,7 @@ def report(
     model_spec = load_model(model)
     topo = load_topology(topology)
     placements = [read_placement(p) for p in placement]
-    routing = read_routing(trace if len(trace) > 1 else trace[0], trace_format, keep_tokens=True)
+    routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True)
     evaluations = []
     for label, p in zip(labels, placements, strict=True):
         sys.stderr.write(f"evaluating {label} ...\n")

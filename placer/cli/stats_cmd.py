@@ -17,7 +17,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from placer.cli.common import handle_errors, out, print_json
+from placer.cli.common import (
+    handle_errors,
+    num_experts_option,
+    out,
+    print_json,
+    read_trace,
+    top_k_option,
+)
 from placer.errors import PlacerWarning, UsageError
 
 
@@ -46,21 +53,21 @@ def stats(
         None, "--window-tokens", help="Window = this many consecutive tokens (default: steps)."
     ),
     top: int = typer.Option(5, "--top", help="Hot experts and pairs listed per layer."),
+    top_k: int | None = top_k_option(),
+    num_experts: int | None = num_experts_option(),
 ) -> None:
     """Summarize expert load skew, hot experts, co-activated pairs and drift of a trace."""
     from placer.analysis import summarize
-    from placer.traces import read_routing
-
     if top < 1:
         raise UsageError(f"expected --top >= 1, got {top}", where="--top")
     if window_tokens is not None and window_tokens < 1:
         raise UsageError(
             f"expected --window-tokens >= 1, got {window_tokens}", where="--window-tokens"
         )
-    source: Any = traces[0] if len(traces) == 1 else traces
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PlacerWarning)
-        routing = read_routing(source, format, window_tokens=window_tokens, coact=True)
+        routing = read_trace(traces, format, top_k=top_k, num_experts=num_experts,
+                             window_tokens=window_tokens)
     messages = [str(w.message) for w in caught if issubclass(w.category, PlacerWarning)]
     for w in caught:
         if not issubclass(w.category, PlacerWarning):

@@ -43,6 +43,11 @@ __all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
 
 _WORD_BITS = 64
 
+#: How messages name figures the caller declared (read_routing's arguments, which the
+#: CLI fills from --top-k / --num-experts or the model).
+_DECLARED_EXPERTS = "the declared num_experts"
+_DECLARED_TOP_K = "the declared top_k"
+
 
 @dataclass(frozen=True)
 class ReadOptions:
@@ -220,9 +225,9 @@ class Accumulator:
         self._progress: Callable[[int], None] | None = None
         # declared metadata and where it came from
         self._num_experts: int | None = self.options.num_experts
-        self._experts_from = "num_experts=" if self._num_experts else ""
+        self._experts_from = _DECLARED_EXPERTS if self._num_experts else ""
         self._top_k: int | None = self.options.top_k
-        self._top_k_from = "top_k=" if self._top_k else ""
+        self._top_k_from = _DECLARED_TOP_K if self._top_k else ""
         self._num_layers_declared: int | None = None
         self._layer_filter = (
             None if self.options.layers is None else np.unique(np.asarray(self.options.layers))
@@ -317,7 +322,9 @@ class Accumulator:
                 raise TraceError(
                     f"num_experts is {e} here but {self._num_experts} in {self._experts_from}",
                     where=where,
-                    hint="all inputs of one read must describe the same model",
+                    hint="check --num-experts against the trace"
+                    if self._experts_from == _DECLARED_EXPERTS
+                    else "all inputs of one read must describe the same model",
                 )
             if self._max_expert >= e:
                 raise TraceError(
@@ -332,7 +339,9 @@ class Accumulator:
                 raise TraceError(
                     f"top_k is {k} here but {self._top_k} in {self._top_k_from}",
                     where=where,
-                    hint="all inputs of one read must describe the same model",
+                    hint="check --model and --top-k against the trace"
+                    if self._top_k_from == _DECLARED_TOP_K
+                    else "all inputs of one read must describe the same model",
                 )
             self._top_k, self._top_k_from = k, where
         if num_layers is not None:
