@@ -152,3 +152,15 @@ def test_npz_without_topk_ids_or_load_is_unknown(tmp_path):
     with pytest.raises(TraceError) as e:
         read_routing(path, format="npz")
     assert e.value.message == "no topk_ids array"
+
+
+@pytest.mark.parametrize("coact", [True, False])
+def test_duplicate_expert_found_with_and_without_pair_counts(tmp_path, coact):
+    """With co-activation the duplicate shows as a diagonal count; without, by comparing
+    columns; the message names the first such row either way."""
+    ids = np.array([[[0, 1, 2], [3, 4, 5]], [[1, 2, 3], [5, 0, 5]], [[4, 4, 0], [1, 2, 3]]])
+    path = save_npz(tmp_path / "d.npz", topk_ids=ids)
+    with pytest.raises(TraceError) as e:
+        read_routing(path, coact=coact)
+    assert str(e.value) == (f"{path}: topk_ids[1, 1, 0]: expert 5 appears twice in one"
+                            " token's top-k [5, 0, 5]")

@@ -245,3 +245,61 @@ def test_window_grid_merges_pairwise_and_extends_down():
     assert (grid.base, grid.width, grid.count, grid.merged_from) == (2, 2, 35, 1)
     np.testing.assert_array_equal(counts[:6], [0, 0, 0, 0, 2, 2])
     np.testing.assert_array_equal(grid.starts()[:3], [2, 4, 6])
+
+
+def padded_ids(rng: np.random.Generator, tokens: int, layers: int, experts: int,
+               k: int) -> np.ndarray:
+    """Like :func:`random_ids`, with single -1 entries (padding inside a row), some rows
+    all -1, and expert ids that grow along the trace (the first tokens use only the
+    lowest experts), so the accumulators widen between chunks."""
+    early = tokens // 3
+    ids = np.concatenate([random_ids(rng, early, layers, max(k, experts // 2), k),
+                          random_ids(rng, tokens - early, layers, experts, k)])
+    ids[rng.random(ids.shape) < 0.15] = -1
+    ids[0, :, :] = np.arange(k)
+    return ids
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), tokens=st.integers(2, 60), layers=st.integers(2, 4),
+       experts=st.integers(3, 9), data=st.data())
+def test_padding_and_growing_experts_in_small_chunks_equal_brute_force(
+        tmp_path_factory, monkeypatch, seed, tokens, layers, experts, data):
+    """-1 entries inside rows and experts first seen late, read in chunks of a few rows
+    (the pair counts keep an extra column for -1 and widen as experts appear)."""
+    k = data.draw(st.integers(2, experts))
+    rng = np.random.default_rng(seed)
+    ids = padded_ids(rng, tokens, layers, experts, k)
+    folder = tmp_path_factory.mktemp("p")
+    write_npz_trace(folder / "t.npz", ids, layer_ids=np.arange(layers))
+    write_jsonl_trace(folder / "t.jsonl", ids, layer_ids=np.arange(layers))
+    ref = brute(ids, None, None, experts)
+    used = int(ids.max()) + 1
+    with monkeypatch.context() as m, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.setattr(constants, "CHUNK_ROWS", data.draw(st.sampled_from([3, 8, 1000])))
+        m.setattr("placer.traces.jsonl.BLOCK_BYTES", 200)
+        for name in ("t.npz", "t.jsonl"):
+            s = read_routing(folder / name).stats
+            np.testing.assert_array_equal(s.load, ref["load"][:, :, :used])
+            np.testing.assert_array_equal(s.coact, ref["coact"][:, :used, :used])
+            np.testing.assert_array_equal(s.layer_affinity, ref["aff"][:, :used, :used])
+
+
+@pytest.mark.parametrize("coact", [True, False])
+@pytest.mark.parametrize("chunk_rows", [5, 1 << 18])
+def test_warm_up_run_in_npz_is_found_across_chunks(tmp_path, monkeypatch, coact, chunk_rows):
+    """70 identical tokens (layer 1 only), starting at token 3, whatever the chunking."""
+    rng = np.random.default_rng(0)
+    ids = random_ids(rng, 100, 2, 16, 2)
+    ids[3:73, 1] = [4, 9]
+    ids[73, 1] = [9, 5]
+    path = tmp_path / "w.npz"
+    write_npz_trace(path, ids, layer_ids=[0, 1])
+    monkeypatch.setattr(constants, "CHUNK_ROWS", chunk_rows)
+    with pytest.warns(Warning) as record:
+        read_routing(path, coact=coact)
+    runs = [str(w.message) for w in record if "identical consecutive" in str(w.message)]
+    assert runs == [f"70 identical consecutive routing rows for layer 1 (ending at {path}:"
+                    " topk_ids[72, 1]): this looks like a profiling or warm-up pass"]

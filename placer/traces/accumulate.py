@@ -26,6 +26,7 @@ else tokens in order of first appearance; :mod:`placer.traces.windows` keeps at 
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -128,7 +129,8 @@ def _grow(arr: np.ndarray, shape: tuple[int, ...], fill: int = 0) -> np.ndarray:
     """``arr`` padded with ``fill`` at the end of each axis up to ``shape``."""
     if arr.shape == shape:
         return arr
-    out = np.full(shape, fill, dtype=arr.dtype)
+    # zeros come from calloc: pages are mapped on first touch, not written here
+    out = np.zeros(shape, dtype=arr.dtype) if fill == 0 else np.full(shape, fill, arr.dtype)
     out[tuple(slice(0, n) for n in arr.shape)] = arr
     return out
 
@@ -264,6 +266,8 @@ class Accumulator:
         self._run_len = np.zeros(0, dtype=np.int64)
         self._run_best: tuple[int, int, str] = (0, -1, "")  # (rows, layer id, where)
         self._keep = _Keep() if self.options.keep_tokens else None
+        self._result: RoutingData | None = None
+        self._scratch_buf: np.ndarray | None = None
 
     # -- reader API ----------------------------------------------------------------
     def begin_source(self, source: str, format_name: str) -> None:
@@ -371,14 +375,16 @@ class Accumulator:
         def where(i: int) -> str:
             return f"{self.source}:{int(chunk.lines[i])}"
 
-        experts, srt = self._check_experts(chunk.experts, where, chunk.layer)
-        valid_rows = np.asarray((experts >= 0).any(axis=1), dtype=bool)
-        if not valid_rows.all():
-            self.skip("no expert (all -1)", int((~valid_rows).sum()))
-            chunk = _take_rows(chunk, valid_rows)
-            experts, srt = experts[valid_rows], srt[valid_rows]
-            if experts.shape[0] == 0:
-                return
+        has_none = self._check_experts(chunk.experts, where, chunk.layer)
+        experts = chunk.experts.astype(np.int64, copy=False)
+        if has_none:
+            valid_rows = np.asarray((experts >= 0).any(axis=1), dtype=bool)
+            if not valid_rows.all():
+                self.skip("no expert (all -1)", int((~valid_rows).sum()))
+                chunk = _take_rows(chunk, valid_rows)
+                experts = experts[valid_rows]
+                if experts.shape[0] == 0:
+                    return
         rows = self._rows_of(chunk.layer, where)
         step = chunk.step
         if self._window_mode is None:
@@ -422,13 +428,24 @@ class Accumulator:
                 self._window_of(win_key_new), minlength=self._grid.count
             )
         w_rows = self._window_of(table.wkey[local])
-        by_layer = np.argsort(rows, kind="stable")  # cache locality of the bincounts
-        rows_l, srt_l = rows[by_layer], srt[by_layer]
-        self._add_load(w_rows[by_layer], rows_l, srt_l)
+        # layer-major rows, expert-major columns: each layer's counts in cache, and every
+        # code array is built from contiguous vectors
+        if rows.size > 1 and (rows[1:] < rows[:-1]).any():
+            by_layer = np.argsort(rows, kind="stable")
+            rows_l, ex_l, w_l = rows[by_layer], experts[by_layer], w_rows[by_layer]
+        else:
+            by_layer = None
+            rows_l, ex_l, w_l = rows, experts, w_rows
+        cuts = np.flatnonzero(rows_l[1:] != rows_l[:-1]) + 1
+        bounds = np.concatenate([[0], cuts, [rows_l.size]]).tolist()
+        xt = np.ascontiguousarray(ex_l.T)  # [k, rows]
+        _, nl, e = self._load.shape
+        self._count(xt, (w_l * nl + rows_l) * e, rows_l, bounds, has_none)
         if self.options.coact:
-            self._add_coact(rows_l, srt_l)
-            self._add_row_affinity(local, chunk.layer, srt)
-        self._track_runs(rows_l, srt_l, lambda i: where(int(by_layer[i])))
+            self._add_row_affinity(local, chunk.layer, experts)
+        self._track_runs(
+            rows_l, ex_l, lambda i: where(i if by_layer is None else int(by_layer[i]))
+        )
         self.rows_read += experts.shape[0]
         if self._keep is not None:
             self._keep.tokens.append(glob)
@@ -489,30 +506,35 @@ class Accumulator:
             return f"{self.source}: {array}[{token_offset + int(tok)}, {int(col)}, {int(j)}]"
 
         flat = ids.reshape(-1, k)
-        flat_layers = np.repeat(lid[None, :], t, axis=0).ravel()
-        experts, srt = self._check_experts(
-            flat, lambda r: where3(r * k), flat_layers, where_flat=lambda i: where3(i)
+        has_none = self._check_experts(
+            flat, lambda r: where3(r * k), lid, where_flat=where3,
+            where_layer=lambda i: where3(i * k), duplicates=False,
         )
-        experts = experts.reshape(t, lid.size, k)
-        srt = srt.reshape(t, lid.size, k)
         rows = self._rows_of(lid, lambda i: self.source)
         step = None if chunk.step is None else np.asarray(chunk.step, dtype=np.int64)
         rank = None if chunk.rank is None else np.asarray(chunk.rank, dtype=np.int64)
         for name, a in (("step", step), ("rank", rank)):
             if a is not None and a.shape != (t,):
                 raise TraceError(f"{name} has shape {a.shape}, expected [{t}]", where=self.source)
-        present = np.asarray((experts >= 0).any(axis=2), dtype=bool)  # [t, L]
-        counted = present.any(axis=1)
-        if not counted.all():
-            # a token with no expert in any layer is no token (as in JSONL, it has no row)
-            self.skip("token with no expert in any layer", int((~counted).sum()))
-            experts, srt, present = experts[counted], srt[counted], present[counted]
-            step = None if step is None else step[counted]
-            rank = None if rank is None else rank[counted]
-            weights = None if weights is None else np.asarray(weights)[counted]
-            t = int(counted.sum())
-            if t == 0:
-                return
+        # expert-major columns per layer: xt[c, i] is the i-th expert of every token
+        xt = np.empty((lid.size, k, t), dtype=np.intp)
+        xt[...] = ids.transpose(1, 2, 0)
+        if k > 1 and not self.options.coact and _has_duplicate(xt.transpose(1, 0, 2)):
+            self._raise_duplicate(flat, lambda r: where3(r * k))
+        present = None
+        if has_none:
+            present = np.asarray((xt >= 0).any(axis=1), dtype=bool)  # [L, t]
+            counted = present.any(axis=0)
+            if not counted.all():
+                # a token with no expert in any layer is no token (as in JSONL, it has no row)
+                self.skip("token with no expert in any layer", int((~counted).sum()))
+                xt, present, ids = xt[:, :, counted], present[:, counted], ids[counted]
+                step = None if step is None else step[counted]
+                rank = None if rank is None else rank[counted]
+                weights = None if weights is None else np.asarray(weights)[counted]
+                t = int(counted.sum())
+                if t == 0:
+                    return
         if self._window_mode is None:
             self._start_windows(step is not None and bool((step >= 0).all()))
         if self._window_mode == "step" and (step is None or (step < 0).any()):
@@ -526,32 +548,23 @@ class Accumulator:
         self._fit_windows(int(wkey.min()), int(wkey.max()))
         tok_win = self._window_of(wkey)
         self._tokens_w += np.bincount(tok_win, minlength=self._grid.count)
-        # layer-major order: each bincount then touches one layer's bins at a time
-        lm = np.ascontiguousarray(srt.transpose(1, 0, 2))  # [L, t, k], sorted rows
-        flat = lm.reshape(-1, k)
-        w_rows = np.tile(tok_win, lid.size)
-        r_rows = np.repeat(rows, t)
-        keep_rows = present.T.ravel()
-        if not keep_rows.all():
-            flat, w_rows, r_rows = flat[keep_rows], w_rows[keep_rows], r_rows[keep_rows]
-        self._add_load(w_rows, r_rows, flat)
-        if self.options.coact:
-            self._add_coact(r_rows, flat)
-            if lid.size > 1:
-                self._add_token_affinity(lm, lid)
-        self._track_runs(r_rows, flat, lambda i: self._token_where(i, t, token_offset, array,
-                                                                   keep_rows))
-        self.rows_read += int(present.sum())
+        self._count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
+        keep_rows = None if present is None else present.ravel()  # layer-major
+        self._track_token_runs(
+            xt, rows, keep_rows, lambda i: self._token_where(i, t, token_offset, array, keep_rows)
+        )
+        self.rows_read += lid.size * t if present is None else int(present.sum())
         if self._keep is not None:
-            self._keep.tokens.append(np.tile(glob, lid.size)[keep_rows])
-            self._keep.layers.append(np.repeat(lid, t)[keep_rows])
-            original = np.ascontiguousarray(experts.transpose(1, 0, 2)).reshape(-1, k)
-            self._keep.experts.append(original[keep_rows])
+            kept = slice(None) if keep_rows is None else keep_rows
+            self._keep.tokens.append(np.tile(glob, lid.size)[kept])
+            self._keep.layers.append(np.repeat(lid, t)[kept])
+            original = np.ascontiguousarray(ids.transpose(1, 0, 2)).reshape(-1, k)
+            self._keep.experts.append(original[kept])
             self._keep.weights.append(
                 None if weights is None
                 else np.ascontiguousarray(
                     np.asarray(weights, dtype=np.float32).transpose(1, 0, 2)
-                ).reshape(-1, k)[keep_rows]
+                ).reshape(-1, k)[kept]
             )
             self._keep.step.append(step if step is not None else np.full(t, -1, np.int64))
             self._keep.rank.append(rank if rank is not None else np.full(t, -1, np.int64))
@@ -620,7 +633,8 @@ class Accumulator:
 
     # -- result -------------------------------------------------------------------
     def result(self) -> RoutingData:
-        """The statistics (and per-token trace with ``keep_tokens``) read so far."""
+        """The statistics (and per-token trace with ``keep_tokens``); ends the accumulation
+        (later calls return the same result)."""
         if self._kind is None or (self._kind == "tokens" and self.rows_read == 0):
             skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items()))
             raise TraceError(
@@ -628,9 +642,11 @@ class Accumulator:
                 where=", ".join(self.sources) or None,
                 hint="a routing row needs 'layer' and 'experts'; check --layers and the format",
             )
-        if self._kind == "aggregate":
-            return self._result_aggregate()
-        return self._result_tokens()
+        if self._result is None:
+            self._result = (
+                self._result_aggregate() if self._kind == "aggregate" else self._result_tokens()
+            )
+        return self._result
 
     # -- internals: bookkeeping ------------------------------------------------------
     def _begin_kind(self, kind: str) -> None:
@@ -663,18 +679,22 @@ class Accumulator:
         layer: np.ndarray,
         *,
         where_flat: Callable[[int], str] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        where_layer: Callable[[int], str] | None = None,
+        duplicates: bool = True,
+    ) -> bool:
         """Validate ``[rows, k]`` expert ids and layer ids; grow the expert capacity.
 
-        Returns the ids as int64 and the same sorted within each row (-1 first), which
-        the statistics use (the order within a top-k does not matter to them).
+        ``layer``: the layer ids of the rows (or of the columns, with ``where_layer``
+        naming index ``i`` of it).  ``duplicates``: also look for an expert twice in one
+        row (callers that count co-activation may find them there instead, see
+        :meth:`_raise_duplicate`).  Returns whether some entries are -1 (no expert).
+        The ids keep their dtype; nothing is copied unless a check fails.
         """
         if experts.ndim != 2 or experts.shape[1] == 0:
             raise TraceError("routing rows need at least one expert", where=where(0))
         k = experts.shape[1]
         if not np.issubdtype(experts.dtype, np.integer):
             raise TraceError(f"expert ids must be integers, got {experts.dtype}", where=where(0))
-        experts = experts.astype(np.int64, copy=False)
         if self._k is None:
             self._k = k
             if self._top_k is not None and k < self._top_k:
@@ -695,7 +715,7 @@ class Accumulator:
             i = int(np.flatnonzero((layer < 0) | (layer > constants.MAX_LAYER_ID))[0])
             raise TraceError(
                 f"layer {int(layer[i])} is out of range [0, {constants.MAX_LAYER_ID}]",
-                where=where(i),
+                where=(where_layer or where)(i),
                 hint="layer is the model's absolute layer index, from 0",
             )
         wf = where_flat or (lambda i: where(i // k))
@@ -722,22 +742,16 @@ class Accumulator:
                 f"expert id {mx} is more than placer handles ({constants.MAX_EXPERTS} experts)",
                 where=wf(i),
             )
-        srt = experts
-        if k > 1:
-            srt = np.sort(experts, axis=1)
-            dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
-            if dup.any():
-                r = int(np.flatnonzero(dup.any(axis=1))[0])
-                e = int(srt[r, 1:][dup[r]][0])
-                raise TraceError(
-                    f"expert {e} appears twice in one token's top-k {experts[r].tolist()}",
-                    where=where(r),
-                    hint="a token selects distinct experts in a layer",
-                )
-        valid = (experts >= 0).sum(axis=1)
-        most = int(valid.max())
+        if duplicates and k > 1 and _has_duplicate(experts.T):
+            self._raise_duplicate(experts, where)
+        has_none = mn < 0
+        if has_none:
+            valid = (experts >= 0).sum(axis=1)
+            most = int(valid.max())
+        else:
+            most = k
         if self._top_k is not None and most > self._top_k:
-            r = int(np.argmax(valid))
+            r = int(np.argmax(valid)) if has_none else 0
             raise TraceError(
                 f"row selects {most} experts but top_k is {self._top_k} ({self._top_k_from})",
                 where=where(r),
@@ -748,7 +762,25 @@ class Accumulator:
             self._max_expert = mx
             if mx >= self._num_e:
                 self._resize(num_e=mx + 1)
-        return experts, srt
+        return has_none
+
+    @staticmethod
+    def _raise_duplicate(experts: np.ndarray, where: Callable[[int], str]) -> None:
+        """Raise for the first row of ``experts [rows, k]`` naming an expert twice, if any."""
+        x = np.asarray(experts, dtype=np.int64)
+        dup = np.zeros(x.shape[0], dtype=bool)
+        for i in range(x.shape[1] - 1):
+            dup |= (x[:, i + 1 :] == x[:, i : i + 1]).any(axis=1) & (x[:, i] >= 0)
+        if not dup.any():
+            return
+        r = int(np.flatnonzero(dup)[0])
+        srt = np.sort(x[r])
+        e = int(srt[1:][(srt[1:] == srt[:-1]) & (srt[1:] >= 0)][0])
+        raise TraceError(
+            f"expert {e} appears twice in one token's top-k {x[r].tolist()}",
+            where=where(r),
+            hint="a token selects distinct experts in a layer",
+        )
 
     def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
         """Accumulator row of each absolute layer id, adding new layers."""
@@ -771,8 +803,10 @@ class Accumulator:
         w = self._grid.count
         self._load = _grow(self._load, (w, nl, e))
         if self.options.coact:
-            self._coact = _grow(self._coact, (nl, e, e))
-            self._aff = _grow(self._aff, (self._aff.shape[0], e, e))
+            # one more expert than the accumulators' width: -1 (no expert) counts there
+            # and is cleared after each chunk (see _clear_trash)
+            self._coact = _grow(self._coact, (nl, e + 1, e + 1))
+            self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
         k = self._k or 1
         self._run_last = _grow(self._run_last, (nl, k), -2)
         self._run_len = _grow(self._run_len, (nl,))
@@ -868,39 +902,84 @@ class Accumulator:
         return self._grid.index(keys)
 
     # -- internals: statistics ------------------------------------------------------
-    def _add_load(self, win: np.ndarray, rows: np.ndarray, experts: np.ndarray) -> None:
+    def _count(
+        self, xt: np.ndarray, base: np.ndarray, rows: np.ndarray, bounds: list[int],
+        has_none: bool,
+    ) -> None:
+        """Load and co-activation of layer-sorted rows.
+
+        ``xt [k, rows]`` expert ids (-1 none), one row per column; ``base [rows]`` flat
+        index into ``self._load`` of each row's expert 0; ``rows [rows]`` accumulator
+        rows, sorted, in runs ``bounds[i]:bounds[i + 1]``.
+        """
+        load = self._load_flat()
+        coact = self.options.coact and xt.shape[0] > 1
+        if coact:
+            ew = self._coact.shape[1]
+            xs = np.where(xt < 0, ew - 1, xt) if has_none else xt
+        scratch = self._scratch()
+        for a, b in itertools.pairwise(bounds):
+            _load_into(load, base[a:b], xt[:, a:b], has_none, scratch)
+            if coact:
+                _pairs_into(self._coact[int(rows[a])].reshape(-1), xs[:, a:b], xs[:, a:b], ew,
+                            scratch, triangle=True)
+        if coact and has_none:
+            self._clear_trash()
+
+    def _count_tokens(
+        self, xt: np.ndarray, rows: np.ndarray, lid: np.ndarray, tok_win: np.ndarray,
+        has_none: bool, where: Callable[[int], str], flat: np.ndarray,
+    ) -> None:
+        """Load, co-activation and affinity of whole tokens.
+
+        ``xt [layers, k, tokens]`` expert ids (-1 none), expert-major; ``rows [layers]``
+        accumulator rows of the columns ``lid``; ``tok_win [tokens]`` windows.  With
+        co-activation on, an expert twice in one row shows as a diagonal count and is
+        reported from ``flat [tokens x layers, k]`` (token-major rows) with ``where``.
+        """
+        load = self._load_flat()
         _, nl, e = self._load.shape
-        base = (win * nl + rows) * e
-        codes = base[:, None] + experts
-        codes = codes[experts >= 0] if (experts < 0).any() else codes.ravel()
+        tok_base = tok_win * (nl * e)
+        coact = self.options.coact
+        if coact:
+            ew = self._coact.shape[1]
+            xs = np.where(xt < 0, ew - 1, xt) if has_none else xt
+            pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
+        scratch = self._scratch()
+        for c in range(lid.size):
+            _load_into(load, tok_base + int(rows[c]) * e, xt[c], has_none, scratch)
+            if coact:
+                if xt.shape[1] > 1:
+                    _pairs_into(self._coact[int(rows[c])].reshape(-1), xs[c], xs[c], ew,
+                                scratch, triangle=True)
+                if c + 1 < lid.size:
+                    _pairs_into(self._aff[pidx[c]].reshape(-1), xs[c], xs[c + 1], ew,
+                                scratch, triangle=False)
+        if coact:
+            if has_none:
+                self._clear_trash()
+            diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
+            if diag.any():  # an expert twice in one row
+                self._raise_duplicate(flat, where)
+
+    def _scratch(self) -> np.ndarray:
+        """Reusable intp work space for codes (see :func:`_pairs_into`): fresh large
+        temporaries cost page faults on every call."""
+        if self._scratch_buf is None:
+            self._scratch_buf = np.empty(3 * _BLOCK_CODES, dtype=np.intp)
+        return self._scratch_buf
+
+    def _load_flat(self) -> np.ndarray:
         if not self._load.flags.c_contiguous:
             self._load = np.ascontiguousarray(self._load)
-        np.add.at(self._load.reshape(-1), codes, 1)
+        return self._load.reshape(-1)
 
-    def _add_coact(self, rows: np.ndarray, experts: np.ndarray) -> None:
-        """Same-row expert pairs ``(a < b)`` into the upper triangle.
-
-        ``rows`` sorted; ``experts`` sorted within each row (-1 first).
-        """
-        k = experts.shape[1]
-        if k < 2:
-            return
-        e = self._coact.shape[1]
-
-        def codes(a: int, b: int) -> np.ndarray:
-            srt = experts[a:b].astype(np.int32)
-            out = np.concatenate(
-                [(srt[:, i] * e)[:, None] + srt[:, i + 1 :] for i in range(k - 1)], axis=1
-            )  # pair code lo * e + hi
-            if srt[:, 0].min() < 0:
-                lo = np.concatenate(
-                    [np.repeat(srt[:, i : i + 1], k - 1 - i, axis=1) for i in range(k - 1)],
-                    axis=1,
-                )
-                out[lo < 0] = -1  # a pair with a missing expert
-            return out
-
-        _segment_counts(self._coact, rows, codes, k * (k - 1) // 2)
+    def _clear_trash(self) -> None:
+        """Zero the pair counts of the extra expert that stands for -1 (no expert)."""
+        for acc in (self._coact, self._aff):
+            if acc.size:
+                acc[:, -1, :] = 0
+                acc[:, :, -1] = 0
 
     def _pair_index(self, a: int, b: int) -> int:
         p = self._aff_pairs.get((a, b))
@@ -908,8 +987,8 @@ class Accumulator:
             p = len(self._aff_pairs)
             self._aff_pairs[(a, b)] = p
             if p >= self._aff.shape[0]:
-                e = self._num_e
-                self._aff = _grow(self._aff, (p + 1 + len(self._layer_ids), e, e))
+                ew = self._num_e + 1
+                self._aff = _grow(self._aff, (p + 1 + len(self._layer_ids), ew, ew))
         return p
 
     def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
@@ -917,27 +996,19 @@ class Accumulator:
         ``pidx`` sorted."""
         if pidx.size == 0:
             return
-        e = self._aff.shape[1]
-
-        def codes(a: int, b: int) -> np.ndarray:
-            xa, xb = ea[a:b].astype(np.int32), eb[a:b].astype(np.int32)
-            out = (xa * e)[:, :, None] + xb[:, None, :]  # pair code i * e + j
-            if xa.min() < 0 or xb.min() < 0:
-                out[(xa[:, :, None] < 0) | (xb[:, None, :] < 0)] = -1
-            return out
-
-        _segment_counts(self._aff, pidx, codes, ea.shape[1] * eb.shape[1])
-
-    def _add_token_affinity(self, lm: np.ndarray, lid: np.ndarray) -> None:
-        """Pairs between adjacent columns of layer-major experts ``lm [L, t, k]``."""
-        nl, t, k = lm.shape
-        pidx_cols = np.array(
-            [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(nl - 1)],
-            dtype=np.int64,
-        )
-        ea = lm[:-1].reshape(-1, k)
-        eb = lm[1:].reshape(-1, k)
-        self._add_pairs(np.repeat(pidx_cols, t), ea, eb)
+        ew = self._aff.shape[1]
+        xa, xb = np.ascontiguousarray(ea.T), np.ascontiguousarray(eb.T)
+        none = bool(xa.min() < 0 or xb.min() < 0)
+        if none:
+            xa, xb = np.where(xa < 0, ew - 1, xa), np.where(xb < 0, ew - 1, xb)
+        cuts = np.flatnonzero(pidx[1:] != pidx[:-1]) + 1
+        bounds = np.concatenate([[0], cuts, [pidx.size]]).tolist()
+        scratch = self._scratch()
+        for a, b in itertools.pairwise(bounds):
+            _pairs_into(self._aff[int(pidx[a])].reshape(-1), xa[:, a:b], xb[:, a:b], ew,
+                        scratch, triangle=False)
+        if none:
+            self._clear_trash()
 
     def _add_row_affinity(self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray) -> None:
         """Pairs between each token's consecutive observed layers (ascending layer ids)."""
@@ -956,10 +1027,11 @@ class Accumulator:
         prev_layer = table.last_layer[lo[jf]]
         carry = (prev_layer >= 0) & (prev_layer < ly[jf])
         jc = jf[carry]
-        a_layer = np.concatenate([prev_layer[carry], a_layer])
-        b_layer = np.concatenate([ly[jc], b_layer])
-        a_exp = np.concatenate([table.last_experts[lo[jc]], a_exp])
-        b_exp = np.concatenate([ex[jc], b_exp])
+        if jc.size:
+            a_layer = np.concatenate([prev_layer[carry], a_layer])
+            b_layer = np.concatenate([ly[jc], b_layer])
+            a_exp = np.concatenate([table.last_experts[lo[jc]], a_exp])
+            b_exp = np.concatenate([ex[jc], b_exp])
         if a_layer.size:
             pk = (a_layer << 20) | b_layer
             uniq, inv = np.unique(pk, return_inverse=True)
@@ -967,8 +1039,10 @@ class Accumulator:
                 [self._pair_index(int(u >> 20), int(u & 0xFFFFF)) for u in uniq], dtype=np.int64
             )
             pidx = pmap[inv.ravel()]
-            by_pair = np.argsort(pidx, kind="stable")
-            self._add_pairs(pidx[by_pair], a_exp[by_pair], b_exp[by_pair])
+            if pidx.size > 1 and (pidx[1:] < pidx[:-1]).any():
+                by_pair = np.argsort(pidx, kind="stable")
+                pidx, a_exp, b_exp = pidx[by_pair], a_exp[by_pair], b_exp[by_pair]
+            self._add_pairs(pidx, a_exp, b_exp)
         # remember each token's last (highest) row
         last = np.ones(lo.size, dtype=bool)
         last[:-1] = ~same
@@ -976,6 +1050,44 @@ class Accumulator:
         upd = ly[jl] > table.last_layer[lo[jl]]
         table.last_layer[lo[jl][upd]] = ly[jl][upd]
         table.last_experts[lo[jl][upd]] = ex[jl][upd]
+
+    def _track_token_runs(
+        self, xt: np.ndarray, rows: np.ndarray, kept: np.ndarray | None,
+        where: Callable[[int], str],
+    ) -> None:
+        """:meth:`_track_runs` for whole tokens ``xt [layers, k, tokens]``; ``kept``
+        ``[layers x tokens]`` layer-major rows with an expert (None: all)."""
+        if kept is None:
+            nl, k, t = xt.shape
+            # eq[c, j]: token j repeats the row before it in column c (token -1: the
+            # column's last row so far); column by column, stopping when nothing is equal
+            eq = np.empty((nl, t), dtype=bool)
+            eq[:, 1:] = xt[:, 0, 1:] == xt[:, 0, :-1]
+            eq[:, 0] = xt[:, 0, 0] == self._run_last[rows, 0]
+            for i in range(1, k):
+                if not eq.any():
+                    break
+                eq[:, 1:] &= xt[:, i, 1:] == xt[:, i, :-1]
+                eq[:, 0] &= xt[:, i, 0] == self._run_last[rows, i]
+            self._run_last[rows] = xt[:, :, -1]
+            if not eq.any():
+                self._run_len[rows] = 1
+                return
+            idx = np.arange(t)
+            start = np.maximum.accumulate(np.where(eq, -1, idx), axis=1)
+            run = np.where(start >= 0, idx - start, idx + self._run_len[rows][:, None]) + 1
+            self._run_len[rows] = run[:, -1]
+            best = int(np.argmax(run))
+            if run.flat[best] > self._run_best[0]:
+                self._run_best = (
+                    int(run.flat[best]), self._layer_ids[int(rows[best // t])], where(best)
+                )
+            return
+        flat = xt.transpose(0, 2, 1).reshape(-1, xt.shape[1])
+        r_rows = np.repeat(rows, xt.shape[2])
+        if kept is not None:
+            flat, r_rows = flat[kept], r_rows[kept]
+        self._track_runs(r_rows, flat, where)
 
     def _track_runs(
         self, rows: np.ndarray, experts: np.ndarray, where: Callable[[int], str]
@@ -985,7 +1097,7 @@ class Accumulator:
             order = np.argsort(rows, kind="stable")
             r, ex = rows[order], experts[order]
         else:
-            order = np.arange(rows.size)
+            order = None
             r, ex = rows, experts
         prev = np.empty_like(ex)
         prev[1:] = ex[:-1]
@@ -993,6 +1105,12 @@ class Accumulator:
         grp_first[1:] = r[1:] != r[:-1]
         prev[grp_first] = self._run_last[r[grp_first]]
         eq = (ex == prev).all(axis=1)
+        last = np.ones(r.size, dtype=bool)
+        last[:-1] = r[1:] != r[:-1]
+        self._run_last[r[last]] = ex[last]
+        if not eq.any():
+            self._run_len[r[last]] = 1
+            return
         # run length of identical rows ending at each position
         idx = np.arange(r.size)
         reset = np.where(~eq | grp_first, idx, -1)
@@ -1000,21 +1118,20 @@ class Accumulator:
         carry = np.where(eq[start] & grp_first[start], self._run_len[r[start]], 0)
         run = idx - start + 1 + carry
         run[~eq] = 1
-        last = np.ones(r.size, dtype=bool)
-        last[:-1] = r[1:] != r[:-1]
-        self._run_last[r[last]] = ex[last]
         self._run_len[r[last]] = run[last]
         best = int(np.argmax(run))
         if run[best] > self._run_best[0]:
             self._run_best = (
                 int(run[best]),
                 self._layer_ids[int(r[best])],
-                where(int(order[best])),
+                where(best if order is None else int(order[best])),
             )
 
-    def _token_where(self, i: int, t: int, offset: int, array: str, kept: np.ndarray) -> str:
+    def _token_where(
+        self, i: int, t: int, offset: int, array: str, kept: np.ndarray | None
+    ) -> str:
         """``file: topk_ids[token, column]`` of row ``i`` of the layer-major kept rows."""
-        flat = int(np.flatnonzero(kept)[i])
+        flat = i if kept is None else int(np.flatnonzero(kept)[i])
         col, tok = divmod(flat, t)
         return f"{self.source}: {array}[{offset + tok}, {col}]"
 
@@ -1093,14 +1210,25 @@ class Accumulator:
         load = self._load[:, order, :num_e]
         coact = aff = None
         if self.options.coact:
-            up = (self._coact if same else self._coact[order])[:, :num_e, :num_e]
-            coact = up + up.transpose(0, 2, 1)
+            # pairs were counted in either order (positions i < j of a row): the
+            # co-activation is the counts plus their transpose, made in place, layer by
+            # layer (the accumulation ends here), without new [L, E, E] arrays
+            full = self._coact if same else self._coact[order]
+            for r in range(full.shape[0]):
+                full[r] += full[r].T
+            coact = full[:, :num_e, :num_e]
             if layer_ids.size > 1:
-                aff = np.zeros((layer_ids.size - 1, num_e, num_e), dtype=np.int64)
-                for r in range(layer_ids.size - 1):
-                    p = self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
-                    if p is not None:
-                        aff[r] = self._aff[p, :num_e, :num_e]
+                pairs = [
+                    self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
+                    for r in range(layer_ids.size - 1)
+                ]
+                if pairs == list(range(len(pairs))):
+                    aff = self._aff[: len(pairs), :num_e, :num_e]
+                else:
+                    aff = np.zeros((layer_ids.size - 1, num_e, num_e), dtype=np.int64)
+                    for r, p in enumerate(pairs):
+                        if p is not None:
+                            aff[r] = self._aff[p, :num_e, :num_e]
         starts = self._grid.starts()
         warn = self._warnings(load, layer_ids)
         stats = ExpertStats(
@@ -1199,34 +1327,68 @@ def _top_k_from_coact(load: np.ndarray, coact: np.ndarray | None) -> int | None:
     return None
 
 
-def _segment_counts(
-    out: np.ndarray,
-    group: np.ndarray,
-    codes: Callable[[int, int], np.ndarray],
-    per_row: int,
+def _load_into(
+    flat: np.ndarray, base: np.ndarray, x: np.ndarray, has_none: bool, scratch: np.ndarray
 ) -> None:
-    """``out[g].flat[c] += 1`` for the codes ``c`` of the rows of each group ``g``.
+    """``flat[base[r] + x[i, r]] += 1`` for every column ``r`` and ``x[i, r] >= 0``.
 
-    ``group [n]`` sorted; ``codes(a, b)`` gives ``[b - a, per_row]`` int32 codes of rows
-    ``a:b`` into ``out[g].flat`` (-1: nothing to count).  Working one group (and at most
-    ``_SEGMENT_CODES`` codes) at a time keeps the temporaries and the counts in cache,
-    and ``np.add.at`` into the accumulator beats ``np.bincount`` plus an add.
+    ``x [k, n]`` expert ids (-1 none), ``base [n]``; ``scratch``: intp work space of at
+    least ``_BLOCK_CODES`` entries.
     """
-    cuts = np.flatnonzero(group[1:] != group[:-1]) + 1
-    starts = np.concatenate([[0], cuts]).tolist()
-    ends = np.concatenate([cuts, [group.size]]).tolist()
-    step = max(1, _SEGMENT_CODES // max(per_row, 1))
-    for a, b in zip(starts, ends, strict=True):
-        flat = out[int(group[a])].reshape(-1)  # a view: out is C-contiguous
-        for lo in range(a, b, step):
-            c = codes(lo, min(b, lo + step)).ravel()
-            if c.size and c.min() < 0:
-                c = c[c >= 0]
-            np.add.at(flat, c, 1)
+    k, n = x.shape
+    step = max(1, _BLOCK_CODES // k)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        codes = scratch[: k * (hi - lo)].reshape(k, hi - lo)
+        np.add(base[lo:hi], x[:, lo:hi], out=codes)
+        np.add.at(flat, codes[x[:, lo:hi] >= 0] if has_none else codes.reshape(-1), 1)
 
 
-#: Codes per np.add.at call of :func:`_segment_counts` (4 MB of int32).
-_SEGMENT_CODES = 1 << 20
+def _pairs_into(
+    flat: np.ndarray, a: np.ndarray, b: np.ndarray, width: int, scratch: np.ndarray, *,
+    triangle: bool,
+) -> None:
+    """``flat[a[i, r] * width + b[j, r]] += 1`` for every column ``r`` and pair ``(i, j)``.
+
+    ``a [ka, n]``, ``b [kb, n]`` expert ids (intp, >= 0) one column per row of experts;
+    ``flat`` a ``[width, width]`` count matrix, flattened; ``triangle``: ``a`` is ``b``
+    and only pairs ``j > i`` count (pairs within one row).  Codes are made in blocks of
+    at most ``_BLOCK_CODES`` in ``scratch`` (intp, ``3 x _BLOCK_CODES``), so they stay in
+    cache and nothing is allocated.  ``np.add.at`` (one pass) beats ``np.bincount`` (a
+    min/max pass, a count, then an add) and a GEMM on one-hot rows (``2 x E^2`` flops
+    a row against ``k^2`` increments).
+    """
+    ka, n = a.shape
+    kb = b.shape[0]
+    codes, head = scratch[:_BLOCK_CODES], scratch[_BLOCK_CODES:]
+    step = max(1, _BLOCK_CODES // (max(kb - 1, 1) if triangle else ka * kb))
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        m = hi - lo
+        ha = head[: ka * m].reshape(ka, m)
+        np.multiply(a[:, lo:hi], width, out=ha)
+        if triangle:
+            for i in range(ka - 1):
+                out = codes[: (kb - 1 - i) * m].reshape(kb - 1 - i, m)
+                np.add(ha[i], b[i + 1 :, lo:hi], out=out)
+                np.add.at(flat, codes[: out.size], 1)
+        else:
+            out3 = codes[: ka * kb * m].reshape(ka, kb, m)
+            np.add(ha[:, None, :], b[None, :, lo:hi], out=out3)
+            np.add.at(flat, codes[: ka * kb * m], 1)
+
+
+#: Codes per np.add.at call of :func:`_pairs_into` and :func:`_load_into` (512 KB).
+_BLOCK_CODES = 1 << 16
+
+
+def _has_duplicate(xt: np.ndarray) -> bool:
+    """Whether some row names an expert twice: ``xt [k, ...]`` expert-major, -1 = none."""
+    for i in range(xt.shape[0] - 1):
+        eq = xt[i + 1 :] == xt[i]
+        if eq.any() and (eq & (xt[i] >= 0)).any():
+            return True
+    return False
 
 
 def _take_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:

@@ -9,9 +9,9 @@ Arrays (members of the ``.npz``):
 - scalars, optional: ``model`` (str), ``num_experts``, ``top_k``, ``num_layers`` (int),
   ``synthetic`` (bool).
 
-The reader streams ``topk_ids`` (and ``topk_weights``) from the zip member in chunks of
-about ``constants.CHUNK_ROWS`` (token, layer) rows, so a trace larger than memory is
-fine; ``step`` and ``rank`` (8 bytes a token) are loaded whole.
+The reader streams ``topk_ids`` (and, with ``keep_tokens``, ``topk_weights``) from the
+zip member in chunks of about ``constants.CHUNK_ROWS`` (token, layer) rows, so a trace
+larger than memory is fine; ``step`` and ``rank`` (8 bytes a token) are loaded whole.
 """
 
 from __future__ import annotations
@@ -150,6 +150,10 @@ def _read(path: Path, acc: Accumulator) -> None:
                     where=where,
                     hint="save them with np.ascontiguousarray",
                 )
+            if f_w is not None and not acc.options.keep_tokens:
+                # only the per-token trace carries weights: do not inflate them
+                f_w.close()
+                f_w = None
             per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
             try:
                 done = 0
