@@ -592,6 +592,7 @@ def write_jsonl_trace(
     Rows are token-major (a token's layers, then the next token), keys in the order
     ``request, step, token, layer, experts, weights, rank``; numbers are right-aligned in
     fixed-width fields (space padded, valid JSON) so chunks are formatted with numpy.
+    The file depends only on the inputs (the gzip header has no name and time 0).
     """
     lid = [int(i) for i in np.asarray(layer_ids).ravel()]
     chunks = iter_token_chunks(
@@ -604,7 +605,8 @@ def write_jsonl_trace(
     with atomic_path(path) as tmp:
         raw: IO[bytes] = open(tmp, "wb")  # noqa: SIM115  (closed below)
         out: IO[bytes] = (
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
+            # no name (it would be the temporary file's) and no time in the gzip header
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0)  # type: ignore[assignment]
             if path.name.endswith(".gz")
             else raw
         )

@@ -290,6 +290,9 @@ def write_npz_trace(
         ``synthetic``, ...); ``top_k`` defaults to k.
     compress: deflate the members (smaller; reading costs a little more).
 
+    The file depends only on the inputs: members carry a fixed date (1980-01-01), so
+    writing the same trace twice gives the same bytes.
+
     Returns
     -------
     Tokens written.
@@ -363,14 +366,30 @@ def write_npz_trace(
     return total
 
 
+#: Timestamp of every member (the earliest a zip can store): same inputs, same bytes.
+_ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def _member(zf: zipfile.ZipFile, name: str) -> zipfile.ZipInfo:
+    """A member entry that does not depend on the clock: fixed date, Unix mode 0644, the
+    archive's compression and level."""
+    info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE_TIME)
+    info.compress_type = zf.compression
+    info.external_attr = 0o644 << 16
+    # the level is ZipInfo.compress_level from Python 3.13, _compresslevel before
+    attr = "compress_level" if hasattr(info, "compress_level") else "_compresslevel"
+    setattr(info, attr, zf.compresslevel)
+    return info
+
+
 def _write_member(zf: zipfile.ZipFile, name: str, a: np.ndarray) -> None:
-    with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+    with zf.open(_member(zf, name), "w", force_zip64=True) as f:
         npformat.write_array(f, np.asarray(a), allow_pickle=False)
 
 
 def _write_spool(zf: zipfile.ZipFile, name: str, s: _Spool, shape: tuple[int, ...]) -> None:
     header = {"descr": npformat.dtype_to_descr(s.dtype), "fortran_order": False, "shape": shape}
-    with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+    with zf.open(_member(zf, name), "w", force_zip64=True) as f:
         npformat.write_array_header_1_0(f, header)
         with open(s.path, "rb") as src:
             while True:
