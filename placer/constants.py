@@ -173,3 +173,17 @@ EXPERT_FFN_FLOPS_FACTOR = 6
 
 #: Rejected draws per pick before the sampler falls back (see placer.evaluate.sampling).
 SAMPLING_MAX_ROUNDS = 8
+
+# -- evaluator sampling (placer.evaluate.sampling) ------------------------------------------
+
+#: Random expert orderings (systematic-sampling rows) per window and layer when sampling
+#: top-k sets from aggregated statistics; with co-activation, each anchor expert gets
+#: ``max(1, SAMPLING_ORDERINGS // experts)`` of them.
+SAMPLING_ORDERINGS = 128
+
+#: Most fixed-point rounds calibrating the co-activation mixture to the window's load.
+SAMPLING_CALIBRATION_ROUNDS = 30
+
+#: Calibration stops once every expert's inclusion probability is this close (absolute)
+#: to its target; what is left is corrected by mixing in plain systematic sampling.
+SAMPLING_CALIBRATION_TOL = 1e-4

@@ -34,7 +34,7 @@ from placer.evaluate.metrics import (
     trtllm_imbalance,
     vllm_balancedness,
 )
-from placer.evaluate.sampling import conditional_matrix, sample_topk, sampled_batch_windows
+from placer.evaluate.sampling import sample_topk, sampled_batch_windows
 from placer.evaluate.static import window_hot_shard
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE, comm_time_us, compute_time_us
 from placer.evaluate.traffic import MODES, Fabric, Segments, layer_traffic
@@ -408,13 +408,10 @@ def _sampled_source(
         layer_id = int(placement.layer_ids[row])
         chunks = []
         for w, n in zip(window_ids.tolist(), window_batches.tolist(), strict=True):
-            p = stats.load[w, srow].astype(np.float64)
-            total = p.sum()
-            q = None
-            if stats.coact is not None and total > 0 and stats.top_k > 1:
-                q = conditional_matrix(stats.coact[srow], load_all[srow], p / total, stats.top_k)
+            coact = None if stats.coact is None else stats.coact[srow]
             rng = np.random.default_rng((params.seed, layer_id, _SAMPLING_STREAM, w))
-            chunks.append(sample_topk(p, q, n * batch_tokens, stats.top_k, rng))
+            chunks.append(sample_topk(stats.load[w, srow], n * batch_tokens, stats.top_k, rng,
+                                      coact=coact, load_all=load_all[srow]))
         return np.concatenate(chunks)
 
     return experts_of, batches, num_batches * batch_tokens

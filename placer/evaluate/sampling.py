@@ -1,152 +1,421 @@
-"""Batches sampled from aggregated statistics, when no per-token trace is at hand.
+"""Top-k sets sampled from aggregated statistics, when no per-token trace is at hand.
 
-Each sampled token draws its ``top_k`` experts of a layer without replacement:
+**Target.**  In a window and layer with load ``load[e]`` (selections), each sampled token
+picks ``top_k`` distinct experts, and expert ``e`` is among a token's picks with
+probability ``pi[e] = top_k * load[e] / sum(load)``: its measured selection frequency
+``load[e] / tokens`` when every token selects ``top_k`` experts.  A frequency above 1
+cannot be met by distinct picks (it comes from inconsistent data, such as synthetic
+marginals): it is capped at 1 and the excess spread over the uncapped experts in
+proportion to their load, repeatedly, until none is above 1 (``sum(pi) == top_k``).
+With fewer than ``top_k`` loaded experts every token picks all of them (-1 pads).
 
-1. the first expert from the window's load distribution ``p[e] = load[w, l, e] / sum``;
-2. every further expert from the mixture ``mean over already drawn i of Q[i, :]``
-   restricted to experts not drawn yet, where ``Q[i, :]`` is the co-activation
-   conditional of expert ``i``::
+**Systematic sampling.**  Lay the experts in some order on ``[0, top_k)``, expert ``e``
+owning an interval of length ``pi[e]``; draw ``u`` uniform in ``[0, 1)`` and pick the
+experts whose intervals hold the points ``u, u + 1, ..., u + top_k - 1`` (Madow's
+systematic sampling with unequal probabilities).  As ``pi[e] <= 1`` no interval holds two
+points: the picks are distinct, and ``P(e picked) = pi[e]`` exactly, in any order.  The
+order is random (drawn afresh for each of a window and layer's mixture components),
+which spreads the joint picks as randomized systematic sampling does (Goodman and Kish;
+Hartley and Rao).  Successive draws in proportion to load would not do: they flatten the
+marginals, and an expert picked by most tokens comes out well below its load.
 
-       Q[i, j] = coact[i, j] / ((top_k - 1) * load_all[i])  +  residual[i] * p[j]
-       residual[i] = 1 - sum_j coact[i, j] / ((top_k - 1) * load_all[i])   (clipped at 0)
+**Co-activation (anchor mixture).**  With co-activation counts ``coact`` (same-token
+pairs over all windows), a token first draws an *anchor* ``a`` with probability
+``pi[a] / top_k``, keeps it, and fills the other ``top_k - 1`` picks by systematic
+sampling over the *companion* probabilities ``c[a, e] ~ P(e picked | a picked) =
+coact[a, e] / load_all[a]``.  For a token with exactly ``top_k`` picks::
 
-   (``load_all`` is the load over all windows, as co-activation is counted over all
-   windows).  With complete co-activation a selection of ``i`` co-occurs with ``top_k -
-   1`` others, so the first conditional draw keeps every expert's marginal share; the
-   residual spreads what thresholded or missing pairs leave out by load.  Without
-   co-activation ``Q[i, :] = p``: successive sampling proportional to load.
+    sum over a != e of (pi[a] / top_k) P(e | a) = sum over a != e of P(a, e) / top_k
+                                                = (top_k - 1) pi[e] / top_k
 
-The restricted mixture is sampled exactly: by rejection first (pick one drawn expert
-uniformly, draw from its row, redraw on a repeat), and for the tokens still without a
-pick after ``SAMPLING_MAX_ROUNDS`` rounds, directly from the restricted weights (if the
-mixture puts no mass on undrawn experts, from ``p`` restricted).  A window-layer whose
-load is zero yields no selections (-1); one with fewer than ``top_k`` loaded experts
-yields that many.
+so ``P(e picked) = pi[e] / top_k + (top_k - 1) pi[e] / top_k = pi[e]``: the mixture keeps
+the marginals.  Pairs with the anchor are reproduced exactly (for ``top_k = 2`` every pair
+is), and pairs among companions follow the anchor's row, so experts that co-occur with
+the same experts co-occur in the samples.  Where the counts are partial (thresholded
+pair lists), a companion row is short of ``top_k - 1``; its deficit is spread over the
+experts whose pair with the anchor is unknown, in proportion to ``pi``.
 
-Known bias: drawing without replacement in proportion to the *marginal* loads
-under-represents the hottest experts when they are chosen by most tokens (an expert
-picked by every token has share ``1/top_k`` of the first draw, not 1).  Co-activation
-corrects part of it; per-token traces need no sampling.
+**Calibration.**  The co-activation is counted over all windows while ``pi`` is the
+window's, and caps and fills bend the rows, so the companion rows are calibrated by a
+fixed-point iteration on columns: the mixture's inclusion probabilities are known in
+closed form (``pi[e] / top_k + sum over a of (pi[a] / top_k) c[a, e]``, as systematic
+sampling is exact), each column is scaled by its target over its achieved companion
+share, and each row is re-capped to sum ``top_k - 1`` with entries at most 1.  An expert
+with ``pi = 1`` must be a companion of every anchor: its column is set to 1.  What is
+left after ``SAMPLING_CALIBRATION_ROUNDS`` rounds is made exact by mixing in the least
+share ``eta`` of plain systematic sampling (no co-activation) whose inclusion
+probabilities ``v = (pi - (1 - eta) m) / eta`` (``m``: the mixture's) lie in ``[0, 1]``.
+``eta`` (``TopKSampler.correction``) is 0 when the calibration converged; it is 1 without
+co-activation.
+
+**Positions.**  Aggregated statistics do not say in which order a token lists its
+experts, which the ``round_robin`` policy reads (``k_position``).  Each ordering's points
+are rotated by a random offset, so an expert's position in the list is uniform.
+
+**Speed.**  Within one order the picks change only where ``u`` crosses the fractional
+part of an interval start, so the ``experts`` segments of ``u`` and their sets are
+enumerated once per window and layer (a table of ``orders x experts`` sets, each with
+its probability).  A token then costs one lookup in the table's cumulative
+probabilities (a guide table) and a row copy; nothing is redrawn or rejected.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from placer import constants
 
-#: Keep ``row + u`` below ``row + 1`` in the flattened inverse-CDF lookup.
-_U_MAX = 1.0 - 1e-9
-#: Tokens per chunk when drawing densely after rejection gave up.
-_EXACT_CHUNK = 4096
+#: Companion weight every loaded expert keeps, relative to ``pi``: a row always has enough
+#: candidates to sum to ``top_k - 1``.
+_FLOOR = 1e-9
+#: Inclusion probabilities at or above this are certain (``pi = 1``).
+_CERTAIN = 1.0 - 1e-12
+#: Forward steps of the guide-table lookup before a binary search finishes the rest.
+_GUIDE_STEPS = 4
 
 
-def conditional_matrix(
-    coact: np.ndarray, load_all: np.ndarray, p: np.ndarray, top_k: int
-) -> np.ndarray:
-    """``[E, E]`` float64 rows ``Q[i, :]``, each a distribution over experts (see module).
+@dataclass(frozen=True)
+class TopKSampler:
+    """A mixture of systematic samplers over randomly ordered experts (see module).
 
-    Parameters
+    Row ``r`` lays the loaded experts in the order ``order[r]`` on ``[0, picks)``, the
+    expert at position ``j`` owning ``[start[r, j], start[r, j + 1])`` (the last up to
+    ``picks``).  A token draws row ``r`` with probability ``weight[r]`` and ``u`` uniform
+    in ``[0, 1)``; column ``c`` of its list is the expert holding the point
+    ``u + (c + shift[r]) mod picks``.
+
+    Attributes
     ----------
-    coact: ``[E, E]`` same-token pair counts of the layer (over all windows).
-    load_all: ``[E]`` load of the layer over all windows.
-    p: ``[E]`` the window's load distribution (sums to 1).
+    order: ``[rows, n]`` int32 expert id at each position of each row.
+    start: ``[rows, n]`` float64 start of each position's interval (``start[:, 0] == 0``).
+    shift: ``[rows]`` int64 rotation of each row's points.
+    weight: ``[rows]`` float64 probability of each row (sums to 1).
+    inclusion: ``[experts]`` float64 target inclusion probability ``pi`` of each expert.
+    top_k: columns of a sample.
+    picks: columns filled, ``min(top_k, loaded experts)``; each row sums to it.
+    correction: share ``eta`` of plain systematic sampling mixed in to make the marginals
+        exact (0: the co-activation mixture alone; 1: co-activation not used).
     """
-    coact = np.asarray(coact, dtype=np.float64)
-    expected = (top_k - 1) * np.asarray(load_all, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(expected[:, None] > 0, coact / expected[:, None], 0.0)
-    np.fill_diagonal(q, 0.0)
-    rowsum = q.sum(axis=1)
-    over = rowsum > 1.0
-    q[over] /= rowsum[over, None]
-    residual = np.clip(1.0 - q.sum(axis=1), 0.0, 1.0)
-    q += residual[:, None] * p[None, :]
-    return q
 
+    order: np.ndarray
+    start: np.ndarray
+    shift: np.ndarray
+    weight: np.ndarray
+    inclusion: np.ndarray
+    top_k: int
+    picks: int
+    correction: float
 
-def _flat_cdf(rows: np.ndarray) -> np.ndarray:
-    """Row r's CDF shifted by r, flattened: one ``searchsorted`` samples any row."""
-    sums = rows.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cdf = np.where(sums > 0, np.cumsum(rows, axis=1) / np.where(sums > 0, sums, 1), 1.0)
-    cdf[:, -1] = 1.0
-    return (np.arange(rows.shape[0], dtype=np.float64)[:, None] + cdf).ravel()
-
-
-def _draw(
-    flat: np.ndarray, row: np.ndarray, num_experts: int, rng: np.random.Generator
-) -> np.ndarray:
-    u = np.minimum(rng.random(row.size), _U_MAX)
-    idx = np.searchsorted(flat, row + u, side="right")
-    return np.minimum(idx - row * num_experts, num_experts - 1)
-
-
-def sample_topk(
-    p: np.ndarray,
-    q: np.ndarray | None,
-    num_tokens: int,
-    top_k: int,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """``[num_tokens, top_k]`` int64 sampled expert ids, -1 where none (see module).
-
-    Parameters
-    ----------
-    p: ``[E]`` non-negative weights of the window's experts (need not sum to 1).
-    q: ``[E, E]`` conditional rows from :func:`conditional_matrix`, or None.
-    """
-    p = np.asarray(p, dtype=np.float64)
-    num_experts = p.size
-    out = np.full((num_tokens, top_k), -1, dtype=np.int64)
-    picks = min(top_k, int(np.count_nonzero(p > 0)))
-    if picks == 0 or num_tokens == 0:
+    @property
+    def marginals(self) -> np.ndarray:
+        """``[experts]`` float64 inclusion probabilities of the mixture, computed exactly."""
+        out = np.zeros(self.inclusion.size)
+        if self.order.size:
+            length = np.diff(self.start, axis=1, append=float(self.picks))
+            np.add.at(out, self.order.ravel(), (self.weight[:, None] * length).ravel())
         return out
-    p = p / p.sum()
-    rows = np.vstack([q, p[None]]) if q is not None else p[None]
-    flat = _flat_cdf(rows)
-    p_row = rows.shape[0] - 1
-    out[:, 0] = _draw(flat, np.full(num_tokens, p_row), num_experts, rng)
-    rounds = constants.SAMPLING_MAX_ROUNDS
-    for s in range(1, picks):
-        need = np.arange(num_tokens)
-        for _ in range(rounds):
-            if q is not None:
-                parent = out[need, rng.integers(0, s, need.size)]
-            else:
-                parent = np.full(need.size, p_row)
-            j = _draw(flat, parent, num_experts, rng)
-            repeat = (out[need, :s] == j[:, None]).any(axis=1)
-            out[need[~repeat], s] = j[~repeat]
-            need = need[repeat]
-            if need.size == 0:
-                break
-        for lo in range(0, need.size, _EXACT_CHUNK):
-            chunk = need[lo : lo + _EXACT_CHUNK]
-            out[chunk, s] = _draw_exact(out[chunk, :s], rows, p_row, q is not None, rng)
+
+    def sample(self, num_tokens: int, rng: np.random.Generator) -> np.ndarray:
+        """``[num_tokens, top_k]`` int64 expert ids of independent tokens, -1 where none.
+
+        With many tokens (at least the ``rows x n`` segments), every row's segments are
+        enumerated once and each token costs one table lookup; with fewer, each token's
+        points are looked up in its row directly.
+        """
+        out = np.full((num_tokens, self.top_k), -1, dtype=np.int64)
+        picks = self.picks
+        if picks == 0 or num_tokens == 0:
+            return out
+        if num_tokens >= self.order.size:
+            sets, cdf = _enumerate(self)
+            out[:, :picks] = sets[_lookup(cdf, rng.random(num_tokens))]
+        else:
+            cdf = np.cumsum(self.weight)
+            row = _lookup(cdf / cdf[-1], rng.random(num_tokens))
+            out[:, :picks] = _points(self, row, rng.random(num_tokens))
+        return out
+
+
+def _lookup(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``[len(u)]`` int64 index ``i`` with ``cdf[i - 1] <= u < cdf[i]`` (``cdf[-1] == 1``).
+
+    A guide table (bucket ``j`` of ``len(cdf)`` equal buckets starts at the first index
+    whose CDF passes ``j / len(cdf)``) and a short forward walk; a binary search for the
+    few points still unresolved after ``_GUIDE_STEPS`` steps.
+    """
+    size = cdf.size
+    last = size - 1
+    guide = np.searchsorted(cdf, np.arange(size) / size, side="right")
+    idx = guide[np.minimum((u * size).astype(np.int64), last)]
+    todo = np.flatnonzero(cdf[np.minimum(idx, last)] <= u)
+    for _ in range(_GUIDE_STEPS):
+        if todo.size == 0:
+            break
+        idx[todo] += 1
+        todo = todo[cdf[np.minimum(idx[todo], last)] <= u[todo]]
+    if todo.size:
+        idx[todo] = np.searchsorted(cdf, u[todo], side="right")
+    out: np.ndarray = np.minimum(idx, last)
     return out
 
 
-def _draw_exact(
-    drawn: np.ndarray, rows: np.ndarray, p_row: int, mixture: bool, rng: np.random.Generator
+def _point_table(sampler: TopKSampler) -> np.ndarray:
+    """``[rows, picks]`` int32: the point each column of a row's lists holds."""
+    picks = sampler.picks
+    table = (np.arange(picks)[None, :] + sampler.shift[:, None]) % picks
+    return table.astype(np.int32)
+
+
+def _enumerate(sampler: TopKSampler) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's segments of u with their sets: ``[cells, picks]`` int32 expert ids
+    and ``[cells]`` float64 CDF (see module, Speed)."""
+    num_rows, n = sampler.order.shape
+    picks = sampler.picks
+    later = sampler.start[:, 1:]
+    slot = np.minimum(np.floor(later), picks - 1)
+    frac = later - slot
+    by_frac = np.argsort(frac, axis=1, kind="stable")
+    frac = np.take_along_axis(frac, by_frac, axis=1)
+    slot = np.take_along_axis(slot.astype(np.int32), by_frac, axis=1)
+    point = _point_table(sampler)
+    # in segment s (u between the s-th and s+1-th smallest frac) the position at point i
+    # is (starts in slots below i) + (starts in slot i among the first s by frac)
+    passed = np.zeros((num_rows, picks, n), dtype=np.int32)
+    np.cumsum(point[:, :, None] == slot[:, None, :], axis=2, out=passed[:, :, 1:])
+    in_slot = np.bincount(
+        (slot + (np.arange(num_rows) * picks)[:, None].astype(np.int32)).ravel(),
+        minlength=num_rows * picks,
+    ).reshape(num_rows, picks)
+    below = np.take_along_axis(np.cumsum(in_slot, axis=1) - in_slot, point, axis=1)
+    passed += (below + (np.arange(num_rows) * n)[:, None]).astype(np.int32)[:, :, None]
+    edges = np.concatenate(
+        [np.zeros((num_rows, 1)), np.minimum(frac, 1.0), np.ones((num_rows, 1))], axis=1
+    )
+    prob = (sampler.weight[:, None] * np.clip(np.diff(edges, axis=1), 0.0, None)).ravel()
+    keep = np.flatnonzero(prob > 0)
+    cdf = np.cumsum(prob[keep])
+    cdf /= cdf[-1]
+    cells = passed.transpose(0, 2, 1).reshape(-1, picks)[keep]
+    return sampler.order.ravel()[cells], cdf
+
+
+def _points(sampler: TopKSampler, row: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``[tokens, picks]`` int32 expert ids at the points of tokens with rows ``row``.
+
+    Every row's starts form one increasing array (row r shifted by ``r * (picks + 1)``);
+    with the tokens taken in order of ``(row, u)`` each column's keys increase too, which
+    makes the binary searches cheap.
+    """
+    num_rows = sampler.order.shape[0]
+    picks = sampler.picks
+    offset = np.arange(num_rows, dtype=np.float64) * (picks + 1)
+    starts = (sampler.start + offset[:, None]).ravel()
+    by_key = np.argsort(row + u)
+    row, u = row[by_key], u[by_key]
+    keys = (offset[:, None] + _point_table(sampler))[row] + u[:, None]  # [tokens, picks]
+    pos = np.empty(keys.shape, dtype=np.int64)
+    for c in range(picks):
+        pos[:, c] = np.searchsorted(starts, keys[:, c], side="right") - 1
+    out = np.empty(keys.shape, dtype=np.int32)
+    out[by_key] = sampler.order.ravel()[pos]
+    return out
+
+
+def target_inclusion(load: np.ndarray, top_k: int) -> np.ndarray:
+    """``[experts]`` float64 inclusion probabilities ``pi`` (see module: capped at 1).
+
+    Parameters
+    ----------
+    load: ``[experts]`` non-negative selections (tokens) of the window and layer.
+    top_k: experts a token selects; ``sum(pi) == min(top_k, loaded experts)``.
+    """
+    weights = np.clip(np.asarray(load, dtype=np.float64), 0.0, None)
+    picks = min(top_k, int(np.count_nonzero(weights > 0)))
+    if picks == 0:
+        return np.zeros(weights.size)
+    return _capped(weights[None], float(picks))[0]
+
+
+def _capped(weights: np.ndarray, total: float, held: np.ndarray | None = None) -> np.ndarray:
+    """Rows of ``weights`` scaled to sum ``total`` with no entry above 1.
+
+    Entries that would exceed 1 are set to 1 and the others scaled up to make the sum,
+    until none exceeds 1 (a row needs at least ``total`` positive entries).  Entries
+    where ``held`` (a mask broadcastable to ``weights``) is true are 1 from the start.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    capped = np.zeros(weights.shape, dtype=bool)
+    if held is not None:
+        capped |= held
+    out = weights
+    for _ in range(weights.shape[-1] + 1):
+        free = np.where(capped, 0.0, weights)
+        room = total - capped.sum(axis=-1, keepdims=True)
+        sums = free.sum(axis=-1, keepdims=True)
+        scale = np.divide(room, sums, out=np.zeros_like(sums), where=sums > 0)
+        out = np.where(capped, 1.0, free * scale)
+        over = (out > 1.0) & ~capped
+        if not over.any():
+            break
+        capped |= over
+    return out
+
+
+def companion_rows(
+    coact: np.ndarray, load_all: np.ndarray, inclusion: np.ndarray, top_k: int
+) -> tuple[np.ndarray, float]:
+    """Calibrated companion probabilities of the anchor mixture (see module).
+
+    Parameters
+    ----------
+    coact: ``[n, n]`` same-token pair counts of the layer over all windows.
+    load_all: ``[n]`` load of the layer over all windows.
+    inclusion: ``[n]`` target ``pi`` of the window, all positive, ``sum == top_k``,
+        at least ``top_k + 1`` entries.
+
+    Returns
+    -------
+    rows: ``[n, n]`` float64; row ``a`` holds ``c[a, e]``, zero diagonal, entries in
+        ``[0, 1]``, each row summing to ``top_k - 1``.
+    error: largest ``|achieved - pi|`` over experts of the mixture with these rows.
+    """
+    n = inclusion.size
+    k1 = top_k - 1
+    pi = inclusion
+    off = ~np.eye(n, dtype=bool)
+    load_all = np.asarray(load_all, dtype=np.float64)
+    pairs = np.asarray(coact, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rows = np.where(load_all[:, None] > 0, pairs / load_all[:, None], 0.0)
+    rows = np.clip(np.where(off, rows, 0.0), 0.0, 1.0)
+    # Step 1: spread each row's missing pair mass over the anchor's unknown pairs, by pi
+    deficit = np.clip(k1 - rows.sum(axis=1), 0.0, None)
+    prior = np.where(off & (rows == 0), pi[None, :], 0.0)
+    empty = prior.sum(axis=1) <= 0
+    prior[empty] = np.where(off[empty], pi[None, :], 0.0)
+    rows += deficit[:, None] * prior / prior.sum(axis=1, keepdims=True)
+    rows += np.where(off, _FLOOR * pi[None, :], 0.0)
+    # Step 2: an expert in every token is a companion of every other anchor
+    held = off & (pi >= _CERTAIN)[None, :]
+    # Step 3: scale columns to their companion share and re-cap the rows, until it holds
+    weight = pi / top_k
+    target = pi * k1 / top_k
+    rows = _capped(rows, float(k1), held)
+    for _ in range(constants.SAMPLING_CALIBRATION_ROUNDS):
+        achieved = weight @ rows
+        if np.abs(achieved - target).max() <= constants.SAMPLING_CALIBRATION_TOL:
+            break
+        scale = np.divide(target, achieved, out=np.ones(n), where=achieved > 0)
+        rows = _capped(rows * scale[None, :], float(k1), held)
+    return rows, float(np.abs(weight @ rows - target).max())
+
+
+def build_sampler(
+    load: np.ndarray,
+    top_k: int,
+    rng: np.random.Generator,
+    *,
+    coact: np.ndarray | None = None,
+    load_all: np.ndarray | None = None,
+) -> TopKSampler:
+    """The sampler of one window and layer (see module).
+
+    Parameters
+    ----------
+    load: ``[experts]`` non-negative load of the window and layer (tokens).
+    top_k: experts a token selects.
+    rng: draws the orders and rotations.
+    coact: ``[experts, experts]`` same-token pair counts over all windows, or None.
+    load_all: ``[experts]`` load over all windows (the load ``coact`` was counted
+        with); ``load`` when None.
+    """
+    pi = target_inclusion(load, top_k)
+    active = np.flatnonzero(pi > 0)
+    n = active.size
+    picks = min(top_k, n)
+    if picks == 0:
+        empty = np.zeros((1, 0))
+        return TopKSampler(empty.astype(np.int32), empty, np.zeros(1, dtype=np.int64),
+                           np.ones(1), pi, top_k, 0, 1.0)
+    # Step 1: the mixture's components (inclusion rows over the loaded experts)
+    incl, weight, eta = _components(pi[active], top_k, coact, load, load_all, active)
+    # Step 2: a random order per row (unused experts first: empty intervals at 0)
+    keys = rng.random(incl.shape)
+    keys[incl <= 0] = -1.0
+    order = np.argsort(keys, axis=1)
+    length = np.take_along_axis(incl, order, axis=1)
+    start = np.cumsum(length, axis=1) - length
+    start[:, 0] = 0.0
+    shift = np.asarray(rng.integers(0, picks, incl.shape[0]), dtype=np.int64)
+    return TopKSampler(active.astype(np.int32)[order], start, shift, weight / weight.sum(),
+                       pi, top_k, picks, eta)
+
+
+def _components(
+    pi: np.ndarray, top_k: int, coact: np.ndarray | None, load: np.ndarray,
+    load_all: np.ndarray | None, active: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Inclusion rows ``[rows, n]``, their probabilities ``[rows]`` and ``eta``.
+
+    Anchor rows (``max(1, SAMPLING_ORDERINGS // n)`` orders per anchor) with weight
+    ``(1 - eta) pi[a] / top_k``; then ``ceil(eta * SAMPLING_ORDERINGS)`` plain rows
+    sharing ``eta``.
+    """
+    n = pi.size
+    picks = min(top_k, n)
+    rows: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    eta = 1.0
+    mixed = np.zeros(n)
+    if coact is not None and top_k > 1 and n > top_k:
+        base = np.asarray(load if load_all is None else load_all)[active]
+        companions, _ = companion_rows(np.asarray(coact)[np.ix_(active, active)], base, pi,
+                                       top_k)
+        anchors = companions + np.eye(n)
+        anchor_weight = pi / top_k
+        mixed = anchor_weight @ anchors
+        eta = _correction_share(pi, mixed)
+        if eta < 1.0:
+            per = max(1, constants.SAMPLING_ORDERINGS // n)
+            rows.append(np.repeat(anchors, per, axis=0))
+            weights.append(np.repeat(anchor_weight * (1.0 - eta) / per, per))
+    if eta > 0.0:
+        plain = np.clip(pi - (1.0 - eta) * mixed, 0.0, None) / eta
+        per = max(1, int(np.ceil(eta * constants.SAMPLING_ORDERINGS)))
+        rows.append(np.repeat(_capped(plain[None], float(picks)), per, axis=0))
+        weights.append(np.full(per, eta / per))
+    return np.vstack(rows), np.concatenate(weights), eta
+
+
+def _correction_share(pi: np.ndarray, mixed: np.ndarray) -> float:
+    """Least ``eta`` with ``(pi - (1 - eta) mixed) / eta`` in ``[0, 1]`` (see module)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = np.where(mixed > pi, 1.0 - pi / mixed, 0.0)
+        under = np.where((mixed < pi) & (mixed < 1.0), (pi - mixed) / (1.0 - mixed), 0.0)
+    eta = float(max(over.max(), under.max(), 0.0))
+    if not np.isfinite(eta):
+        return 1.0
+    return 0.0 if eta <= constants.SAMPLING_CALIBRATION_TOL * 1e-3 else min(eta, 1.0)
+
+
+def sample_topk(
+    load: np.ndarray,
+    num_tokens: int,
+    top_k: int,
+    rng: np.random.Generator,
+    *,
+    coact: np.ndarray | None = None,
+    load_all: np.ndarray | None = None,
 ) -> np.ndarray:
-    """One pick per token from the restricted mixture, computed densely (``[n, E]``)."""
-    n, s = drawn.shape
-    if mixture:
-        weights = np.zeros((n, rows.shape[1]))
-        for j in range(s):
-            weights += rows[drawn[:, j]]
-    else:
-        weights = np.repeat(rows[p_row][None], n, axis=0)
-    weights[np.arange(n)[:, None], drawn] = 0.0
-    empty = weights.sum(axis=1) <= 0
-    if empty.any():  # all the mixture's mass is on drawn experts: fall back to the load
-        weights[empty] = rows[p_row]
-        weights[np.flatnonzero(empty)[:, None], drawn[empty]] = 0.0
-    cdf = np.cumsum(weights, axis=1)
-    u = rng.random(n) * cdf[:, -1]
-    pick: np.ndarray = np.minimum((cdf <= u[:, None]).sum(axis=1), rows.shape[1] - 1)
-    return pick
+    """``[num_tokens, top_k]`` int64 sampled expert ids, -1 where none (see module).
+
+    ``build_sampler(load, top_k, rng, coact=coact, load_all=load_all).sample(num_tokens,
+    rng)``.
+    """
+    sampler = build_sampler(load, top_k, rng, coact=coact, load_all=load_all)
+    return sampler.sample(num_tokens, rng)
 
 
 def sampled_batch_windows(window_range: tuple[int, int], num_batches: int) -> np.ndarray:
