@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placer.errors import TraceError, TraceWarning, UsageError
 from placer.traces import read_routing, write_jsonl_trace
-from placer.traces.jsonscan import Template
+from placer.traces.jsonl import ALIASES
+from placer.traces.jsonscan import Template, scan_block
 
 
 def write_lines(path: Path, rows: list[object]) -> Path:
@@ -402,3 +405,37 @@ def test_non_number_weight_is_reported_like_json_loads(tmp_path):
     e = bad(tmp_path, rows)
     assert e.message == "weights must be a list of 2 numbers, got [0.5, None]"
     assert e.where.endswith("bad.jsonl:4")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(
+    st.one_of(st.integers(0, 99), st.integers(0, 10**20)),
+    st.one_of(st.integers(-1, 300), st.integers(-10**19, 10**19)),
+    st.sampled_from(["", "0", "00", "-", "+"]),
+), min_size=1, max_size=40))
+def test_fast_integers_equal_json_loads(values):
+    """The word-at-a-time integer reader against json.loads: numbers of 1 to 20 digits,
+    negative expert ids, and texts JSON refuses (leading zeros, '+', a lone minus).  A
+    line the fast path takes has json.loads's values; a line JSON refuses is not taken."""
+    lines = [b'{"token": 1, "layer": 2, "experts": [3, 4]}']
+    for token, expert, prefix in values:
+        lines.append(f'{{"token": {prefix}{token}, "layer": 2, "experts": [{expert}, 5]}}'
+                     .encode())
+    data = b"\n".join(lines) + b"\n"
+    scan = scan_block(data)
+    tpl = Template.from_line(json.loads(lines[0]), scan, 0, ALIASES)
+    assert tpl is not None
+    good, values = tpl.parse(scan, weights=False)
+    taken = np.flatnonzero(good)
+    for row, line in enumerate(taken.tolist()):
+        obj = json.loads(lines[line])
+        assert values["token"][row] == obj["token"]
+        assert values["experts"][row].tolist() == obj["experts"]
+    for line, text in enumerate(lines):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            assert not good[line]
+            continue
+        plain = b": -" not in text and obj["token"] < 10**18 and abs(obj["experts"][0]) < 10**18
+        assert good[line] == plain, text

@@ -11,7 +11,8 @@ A line matches the template when it has the same number of tokens and of structu
 characters, starts with ``{`` and ends with ``}``, has the template's key names at the
 key positions, digits where integers are expected (``-`` allowed before expert ids),
 number characters where floats are expected, ``route`` as its ``type`` if the template
-has one, and no backslash.  Lines that do not match go through ``json.loads`` in the
+has one, and no backslash.  Integers are read 8 digits at a time from 8-byte words
+(:func:`_ints`).  Lines that do not match go through ``json.loads`` in the
 caller, which reports them exactly; both paths give the same rows.
 """
 
@@ -42,6 +43,9 @@ class Scan:
 
     Attributes
     ----------
+    buf: ``[bytes]`` uint8, the block.
+    words: ``[bytes]`` uint64, the 8 bytes from each offset, little-endian (zeros past
+        the end): one gather reads 8 characters.
     line_start, line_end: ``[lines]`` byte offsets (end excludes the newline).
     tok_start, tok_end: ``[tokens]`` byte offsets of each token.
     first_tok, num_tok: ``[lines]`` index of each line's first token, tokens per line.
@@ -49,6 +53,7 @@ class Scan:
     """
 
     buf: np.ndarray
+    words: np.ndarray
     line_start: np.ndarray
     line_end: np.ndarray
     tok_start: np.ndarray
@@ -72,17 +77,21 @@ class Scan:
 def scan_block(data: bytes) -> Scan:
     """Cut ``data`` (whole lines) into lines and tokens.
 
-    Only elementwise operations, ``flatnonzero`` and ``np.add.reduceat`` touch the whole
-    buffer (``np.cumsum`` over bytes is an order of magnitude slower).
+    Only ``bytes.translate``, elementwise operations, ``flatnonzero`` and
+    ``np.add.reduceat`` touch the whole buffer (``np.cumsum`` over bytes is an order of
+    magnitude slower).
     """
-    buf = np.frombuffer(data, dtype=np.uint8)
+    padded = np.frombuffer(data + bytes(8), dtype=np.uint8)
+    buf = padded[: len(data)]
+    words = np.lib.stride_tricks.as_strided(padded, shape=(buf.size + 1, 8), strides=(1, 1))
+    words = words.view("<u8")[:, 0]
     nl = np.flatnonzero(buf == 10)
     if buf.size and buf[-1] != 10:
         nl = np.append(nl, buf.size)
     line_start = np.empty(nl.size, dtype=np.int64)
     line_start[:1] = 0
     line_start[1:] = nl[:-1] + 1
-    struct = _structural(buf)
+    struct = _structural(data)
     tok = ~(struct | (buf <= 32))
     edge = np.diff(tok.view(np.int8), prepend=np.int8(0), append=np.int8(0))
     tok_start = np.flatnonzero(edge == 1)
@@ -93,12 +102,13 @@ def scan_block(data: bytes) -> Scan:
         num_struct = np.add.reduceat(struct.view(np.uint8), line_start, dtype=np.int32)
     else:
         num_struct = np.zeros(0, dtype=np.int32)
-    bs = np.flatnonzero(buf == 92)
     has_backslash = np.zeros(nl.size, dtype=bool)
-    if bs.size:
+    if data.find(b"\\") >= 0:
+        bs = np.flatnonzero(buf == 92)
         has_backslash[np.searchsorted(nl, bs)] = True
     return Scan(
         buf=buf,
+        words=words,
         line_start=line_start,
         line_end=nl,
         tok_start=tok_start,
@@ -110,13 +120,14 @@ def scan_block(data: bytes) -> Scan:
     )
 
 
-def _structural(buf: np.ndarray) -> np.ndarray:
-    """``buf`` bytes that are JSON structure: ``{}[]:,"`` (comparisons beat a table lookup,
-    which would first widen 1-byte indices to 8 bytes)."""
-    folded = buf & 0xDF  # '{' -> '[', '}' -> ']'
-    return np.asarray(
-        (buf == 34) | (buf == 44) | (buf == 58) | (folded == 91) | (folded == 93)
-    )
+#: ``bytes.translate`` table: 1 for JSON structure ``{}[]:,"``, 0 for other bytes.
+_STRUCTURAL = bytes(1 if c in b'{}[]:,"' else 0 for c in range(256))
+
+
+def _structural(data: bytes) -> np.ndarray:
+    """``[bytes]`` bool: which bytes of ``data`` are JSON structure (one C pass through a
+    table; numpy would widen the 1-byte indices of a table lookup to 8 bytes)."""
+    return np.frombuffer(data.translate(_STRUCTURAL), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -226,31 +237,48 @@ class Template:
         last = np.where(last == 13, buf[np.maximum(last_pos - 1, 0)], last)
         good = first & (last == ord("}"))
         base = scan.first_tok[idx]
-        good &= _keys_equal(scan, base, self.keys)
-        values: dict[str, Any] = {}
-        for name in ("layer", "token", "step", "rank"):
-            if name in self.fields:
-                v, valid = _ints(scan, base + self.fields[name][0], allow_minus=False)
-                values[name] = v
-                good &= valid
+        # every token the checks need, gathered once per line: [lines, columns] start,
+        # length and first 8 bytes (a line's tokens share a few cache lines)
+        key_offs = [off for off, _ in self.keys]
+        int_names = [n for n in ("layer", "token", "step", "rank") if n in self.fields]
         k = self.k
-        ex_tok = (base[:, None] + np.asarray(self.fields["experts"])[None, :]).ravel()
-        v, valid = _ints(scan, ex_tok, allow_minus=True)
-        values["experts"] = v.reshape(-1, k)
-        good &= valid.reshape(-1, k).all(axis=1)
-        for off in self.fields.get("weights", ()):
+        other = [self.fields[n][0] for n in ("type", "request") if n in self.fields]
+        offs = np.array(
+            key_offs + [self.fields[n][0] for n in int_names] + list(self.fields["experts"])
+            + list(self.fields.get("weights", ())) + other,
+            dtype=np.int64,
+        )
+        tok = base[:, None] + offs[None, :]
+        start = scan.tok_start[tok]
+        length = scan.tok_end[tok] - start
+        word = scan.words[start]
+        nk, ni = len(key_offs), len(int_names)
+        good &= (length[:, :nk] == np.array([len(kb) for _, kb in self.keys])).all(axis=1)
+        good &= _words_equal(scan, start[:, :nk], word[:, :nk], [kb for _, kb in self.keys])
+        values: dict[str, Any] = {}
+        v, valid = _ints(scan, start[:, nk : nk + ni + k], length[:, nk : nk + ni + k],
+                         word[:, nk : nk + ni + k], minus_from=ni)
+        good &= valid.all(axis=1)
+        for j, name in enumerate(int_names):
+            values[name] = v[:, j]
+        values["experts"] = v[:, ni:]
+        col = nk + ni + k
+        if "weights" in self.fields:
             # a number starts with a digit or a minus (not null, true, NaN, Infinity)
-            first_char = buf[scan.tok_start[base + off]]
-            good &= ((first_char >= ord("0")) & (first_char <= ord("9"))) | (first_char == 45)
+            first_char = word[:, col : col + k] & np.uint64(0xFF)
+            number = ((first_char >= ord("0")) & (first_char <= ord("9"))) | (first_char == 45)
+            good &= number.all(axis=1)
+            col += k
         if "type" in self.fields:
-            t = base + self.fields["type"][0]
-            good &= _equals(buf, scan.tok_start[t], scan.tok_end[t], b"route")
-        if "request" in self.fields:
-            t = base + self.fields["request"][0]
-            length = scan.tok_end[t] - scan.tok_start[t]
-            good &= (length <= _MAX_LABEL) & ~_equals(
-                buf, scan.tok_start[t], scan.tok_end[t], b"null"
+            good &= (length[:, col] == 5) & _words_equal(
+                scan, start[:, col : col + 1], word[:, col : col + 1], [b"route"]
             )
+            col += 1
+        if "request" in self.fields:
+            null = (length[:, col] == 4) & _words_equal(
+                scan, start[:, col : col + 1], word[:, col : col + 1], [b"null"]
+            )
+            good &= (length[:, col] <= _MAX_LABEL) & ~null
         ok[idx] = good
         if not good.all():
             keep = np.flatnonzero(good)
@@ -271,12 +299,6 @@ class Template:
         return ok, values
 
 
-def _equals(buf: np.ndarray, s: np.ndarray, e: np.ndarray, text: bytes) -> np.ndarray:
-    ok = (e - s) == len(text)
-    pos = np.minimum(s[:, None] + np.arange(len(text)), buf.size - 1)
-    return np.asarray(ok & (buf[pos] == np.frombuffer(text, dtype=np.uint8)).all(axis=1))
-
-
 def _gather(scan: Scan, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``[n, width]`` bytes of tokens ``t`` (0 past each token's end) and their lengths."""
     s, e = scan.tok_start[t], scan.tok_end[t]
@@ -288,48 +310,79 @@ def _gather(scan: Scan, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return chars.astype(np.uint8), length
 
 
-def _keys_equal(scan: Scan, base: np.ndarray, keys: tuple[tuple[int, bytes], ...]) -> np.ndarray:
-    """Whether every key token of each line (first token ``base``) has the key's text."""
-    buf = scan.buf
-    ok = np.ones(base.size, dtype=bool)
-    starts = []
-    offsets = []
-    for off, kb in keys:
-        t = base + off
-        ok &= (scan.tok_end[t] - scan.tok_start[t]) == len(kb)
-        starts.append(scan.tok_start[t])
-        offsets.append(np.arange(len(kb)))
-    text = np.frombuffer(b"".join(kb for _, kb in keys), dtype=np.uint8)
-    # one gather for all key bytes: [lines, total key length]
-    pos = np.concatenate(
-        [s[:, None] + o[None, :] for s, o in zip(starts, offsets, strict=True)], axis=1
-    )
-    np.minimum(pos, buf.size - 1, out=pos)
-    ok &= (buf[pos] == text[None, :]).all(axis=1)
+def _words_equal(
+    scan: Scan, start: np.ndarray, word: np.ndarray, texts: list[bytes]
+) -> np.ndarray:
+    """Whether the tokens at ``start [lines, n]`` (first 8 bytes ``word``) begin with
+    ``texts[j]`` in column ``j`` (8 characters a comparison; lengths are checked apart)."""
+    ok = np.ones(start.shape[0], dtype=bool)
+    for j, text in enumerate(texts):
+        for p in range(0, len(text), 8):
+            part = text[p : p + 8]
+            w = word[:, j] if p == 0 else scan.words[start[:, j] + p]
+            if len(part) < 8:
+                w = w & np.uint64((1 << (8 * len(part))) - 1)
+            ok &= w == np.uint64(int.from_bytes(part, "little"))
     return ok
 
 
-def _ints(scan: Scan, t: np.ndarray, *, allow_minus: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Integer values of tokens ``t`` and whether each is one (digits, optional minus)."""
-    buf = scan.buf
-    last = buf.size - 1
-    s, e = scan.tok_start[t], scan.tok_end[t]
-    if allow_minus:
-        minus = buf[s] == ord("-")
-        s = s + minus
-    length = e - s
+_ZEROS = np.uint64(0x3030303030303030)  # "00000000"
+_HIGH_NIBBLES = np.uint64(0xF0F0F0F0F0F0F0F0)
+_PLUS_SIX = np.uint64(0x0606060606060606)
+
+
+def _ints(
+    scan: Scan, start: np.ndarray, length: np.ndarray, word: np.ndarray, *, minus_from: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Integer values of tokens (digits; columns from ``minus_from`` on may start with a
+    minus) and whether each is one.
+
+    ``start``, ``length``, ``word``: ``[lines, n]`` byte offset, length and first 8
+    bytes of each token.  Up to 8 digits are read from one word: the digits are shifted
+    to the top bytes, '0' fills the bytes below (leading zeros), each byte is checked to
+    be a digit, and pairs, quads and octets of digits are combined with three
+    multiply-adds.  Longer tokens (up to ``_MAX_INT_DIGITS``) are read digit by digit.
+    """
+    minus = np.zeros(start.shape, dtype=bool)
+    minus[:, minus_from:] = (word[:, minus_from:] & np.uint64(0xFF)) == ord("-")
+    digits = np.where(minus, word >> np.uint64(8), word)  # a minus leaves 7 bytes
+    length = length - minus
     valid = (length > 0) & (length <= _MAX_INT_DIGITS)
-    width = int(length.max()) if length.size else 0
-    dtype = np.int64 if width > 9 else np.int32
-    value = np.zeros(s.size, dtype=dtype)
-    for j in range(width):
-        d = buf[np.minimum(s + j, last)].astype(dtype) - ord("0")
+    valid &= (length == 1) | ((digits & np.uint64(0xFF)) != ord("0"))  # JSON: no leading 0
+    short = np.minimum(length, 8).astype(np.uint64)
+    half = (np.uint64(8) - short) * np.uint64(4)  # shifts in two halves: never by 64
+    x = (digits << half) << half
+    x |= (_ZEROS >> (short * np.uint64(4))) >> (short * np.uint64(4))
+    digits_ok = ((x & _HIGH_NIBBLES) == _ZEROS) & (((x + _PLUS_SIX) & _HIGH_NIBBLES) == _ZEROS)
+    d = x - _ZEROS
+    d = (d & np.uint64(0x000F000F000F000F)) * np.uint64(10) + (
+        (d >> np.uint64(8)) & np.uint64(0x000F000F000F000F)
+    )
+    d = (d & np.uint64(0x0000007F0000007F)) * np.uint64(100) + (
+        (d >> np.uint64(16)) & np.uint64(0x0000007F0000007F)
+    )
+    d = (d & np.uint64(0x3FFF)) * np.uint64(10000) + ((d >> np.uint64(32)) & np.uint64(0x3FFF))
+    value = d.astype(np.int64)
+    long = valid & ((length > 8) | (minus & (length == 8)))  # past the word
+    valid &= digits_ok | long
+    if long.any():
+        at = np.nonzero(long)
+        value[at], valid[at] = _ints_by_digit(scan.buf, start[at] + minus[at], length[at])
+    return np.where(minus, -value, value), valid
+
+
+def _ints_by_digit(
+    buf: np.ndarray, s: np.ndarray, length: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Integers of ``length`` digits at byte offsets ``s``, one digit position at a time."""
+    last = buf.size - 1
+    valid = np.ones(s.size, dtype=bool)
+    value = np.zeros(s.size, dtype=np.int64)
+    for j in range(int(length.max())):
+        d = buf[np.minimum(s + j, last)].astype(np.int64) - ord("0")
         inside = j < length
         valid &= ~inside | ((d >= 0) & (d <= 9))
         value = np.where(inside, value * 10 + d, value)
-    value = value.astype(np.int64)
-    if allow_minus:
-        value = np.where(minus, -value, value)
     return value, valid
 
 
