@@ -9,8 +9,9 @@ SGLANG_BALANCEDNESS_EPS = 1e-5
 #: Most windows an ExpertStats keeps; more are merged pairwise while streaming.
 MAX_WINDOWS = 64
 
-#: Rows per chunk when streaming per-token traces.
-CHUNK_ROWS = 1 << 18
+#: (token, layer) rows per chunk when streaming per-token traces (NPZ): large chunks let
+#: each layer's pair counts (E^2 x 8 bytes) come into cache once for many tokens.
+CHUNK_ROWS = 1 << 19
 
 #: Largest integer CP-SAT coefficients should reach after scaling loads.
 CPSAT_LOAD_SCALE_MAX = 1_000_000

@@ -268,6 +268,7 @@ class Accumulator:
         self._keep = _Keep() if self.options.keep_tokens else None
         self._result: RoutingData | None = None
         self._scratch_buf: np.ndarray | None = None
+        self._columns: np.ndarray | None = None
 
     # -- reader API ----------------------------------------------------------------
     def begin_source(self, source: str, format_name: str) -> None:
@@ -517,7 +518,7 @@ class Accumulator:
             if a is not None and a.shape != (t,):
                 raise TraceError(f"{name} has shape {a.shape}, expected [{t}]", where=self.source)
         # expert-major columns per layer: xt[c, i] is the i-th expert of every token
-        xt = np.empty((lid.size, k, t), dtype=np.intp)
+        xt = self._columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
         xt[...] = ids.transpose(1, 2, 0)
         if k > 1 and not self.options.coact and _has_duplicate(xt.transpose(1, 0, 2)):
             self._raise_duplicate(flat, lambda r: where3(r * k))
@@ -961,6 +962,12 @@ class Accumulator:
             diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
             if diag.any():  # an expert twice in one row
                 self._raise_duplicate(flat, where)
+
+    def _columns_buffer(self, size: int) -> np.ndarray:
+        """``[size]`` intp, reused from chunk to chunk (chunks have the same size)."""
+        if self._columns is None or self._columns.size < size:
+            self._columns = np.empty(size, dtype=np.intp)
+        return self._columns[:size]
 
     def _scratch(self) -> np.ndarray:
         """Reusable intp work space for codes (see :func:`_pairs_into`): fresh large
