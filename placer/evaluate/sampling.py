@@ -246,6 +246,11 @@ def _capped(weights: np.ndarray, total: float, held: np.ndarray | None = None) -
     where ``held`` (a mask broadcastable to ``weights``) is true are 1 from the start.
     """
     weights = np.asarray(weights, dtype=np.float64)
+    if held is None:  # the common case first: plain scaling, no entry above 1
+        sums = weights.sum(axis=-1, keepdims=True)
+        out = weights * np.divide(total, sums, out=np.zeros_like(sums), where=sums > 0)
+        if out.max(initial=0.0) <= 1.0:
+            return out
     capped = np.zeros(weights.shape, dtype=bool)
     if held is not None:
         capped |= held
@@ -298,7 +303,8 @@ def companion_rows(
     rows += deficit[:, None] * prior / prior.sum(axis=1, keepdims=True)
     rows += np.where(off, _FLOOR * pi[None, :], 0.0)
     # Step 2: an expert in every token is a companion of every other anchor
-    held = off & (pi >= _CERTAIN)[None, :]
+    certain = pi >= _CERTAIN
+    held = off & certain[None, :] if certain.any() else None
     # Step 3: scale columns to their companion share and re-cap the rows, until it holds
     weight = pi / top_k
     target = pi * k1 / top_k
