@@ -239,32 +239,35 @@ def target_inclusion(load: np.ndarray, top_k: int) -> np.ndarray:
 
 
 def _capped(weights: np.ndarray, total: float, held: np.ndarray | None = None) -> np.ndarray:
-    """Rows of ``weights`` scaled to sum ``total`` with no entry above 1.
+    """Rows of ``weights`` (``[rows, n]``) scaled to sum ``total`` with no entry above 1.
 
     Entries that would exceed 1 are set to 1 and the others scaled up to make the sum,
     until none exceeds 1 (a row needs at least ``total`` positive entries).  Entries
-    where ``held`` (a mask broadcastable to ``weights``) is true are 1 from the start.
+    where ``held`` (``[rows, n]`` bool) is true are 1 from the start.
     """
     weights = np.asarray(weights, dtype=np.float64)
-    if held is None:  # the common case first: plain scaling, no entry above 1
-        sums = weights.sum(axis=-1, keepdims=True)
-        out = weights * np.divide(total, sums, out=np.zeros_like(sums), where=sums > 0)
-        if out.max(initial=0.0) <= 1.0:
-            return out
-    capped = np.zeros(weights.shape, dtype=bool)
-    if held is not None:
-        capped |= held
-    out = weights
-    for _ in range(weights.shape[-1] + 1):
-        free = np.where(capped, 0.0, weights)
-        room = total - capped.sum(axis=-1, keepdims=True)
-        sums = free.sum(axis=-1, keepdims=True)
+    sums = weights.sum(axis=1, keepdims=True)
+    out = weights * np.divide(total, sums, out=np.zeros_like(sums), where=sums > 0)
+    if held is None:  # rows where plain scaling keeps every entry at most 1 are done
+        redo = np.flatnonzero(out.max(axis=1, initial=0.0) > 1.0)
+        capped = np.zeros((redo.size, weights.shape[1]), dtype=bool)
+    else:
+        redo = np.arange(weights.shape[0])
+        capped = held.copy()
+    if redo.size == 0:
+        return out
+    part = weights[redo]
+    for _ in range(weights.shape[1] + 1):
+        free = np.where(capped, 0.0, part)
+        room = total - capped.sum(axis=1, keepdims=True)
+        sums = free.sum(axis=1, keepdims=True)
         scale = np.divide(room, sums, out=np.zeros_like(sums), where=sums > 0)
-        out = np.where(capped, 1.0, free * scale)
-        over = (out > 1.0) & ~capped
+        fitted = np.where(capped, 1.0, free * scale)
+        over = (fitted > 1.0) & ~capped
         if not over.any():
             break
         capped |= over
+    out[redo] = fitted
     return out
 
 
@@ -289,22 +292,31 @@ def companion_rows(
     n = inclusion.size
     k1 = top_k - 1
     pi = inclusion
-    off = ~np.eye(n, dtype=bool)
     load_all = np.asarray(load_all, dtype=np.float64)
-    pairs = np.asarray(coact, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rows = np.where(load_all[:, None] > 0, pairs / load_all[:, None], 0.0)
-    rows = np.clip(np.where(off, rows, 0.0), 0.0, 1.0)
+    inverse = np.divide(1.0, load_all, out=np.zeros(n), where=load_all > 0)
+    rows = np.asarray(coact, dtype=np.float64) * inverse[:, None]
+    np.fill_diagonal(rows, 0.0)
+    np.clip(rows, 0.0, 1.0, out=rows)
     # Step 1: spread each row's missing pair mass over the anchor's unknown pairs, by pi
     deficit = np.clip(k1 - rows.sum(axis=1), 0.0, None)
-    prior = np.where(off & (rows == 0), pi[None, :], 0.0)
-    empty = prior.sum(axis=1) <= 0
-    prior[empty] = np.where(off[empty], pi[None, :], 0.0)
-    rows += deficit[:, None] * prior / prior.sum(axis=1, keepdims=True)
-    rows += np.where(off, _FLOOR * pi[None, :], 0.0)
+    short = np.flatnonzero(deficit > 0)
+    if short.size:
+        prior = np.where(rows[short] == 0, pi[None, :], 0.0)
+        prior[np.arange(short.size), short] = 0.0
+        mass = prior.sum(axis=1)
+        if (mass <= 0).any():  # every pair known: spread over all the others
+            prior[mass <= 0] = pi[None, :]
+            prior[np.arange(short.size), short] = 0.0
+            mass = prior.sum(axis=1)
+        rows[short] += prior * (deficit[short] / mass)[:, None]
+    rows += _FLOOR * pi[None, :]
+    np.fill_diagonal(rows, 0.0)
     # Step 2: an expert in every token is a companion of every other anchor
     certain = pi >= _CERTAIN
-    held = off & certain[None, :] if certain.any() else None
+    held = None
+    if certain.any():
+        held = np.broadcast_to(certain[None, :], (n, n)).copy()
+        np.fill_diagonal(held, False)
     # Step 3: scale columns to their companion share and re-cap the rows, until it holds
     weight = pi / top_k
     target = pi * k1 / top_k
