@@ -345,14 +345,15 @@ def _ints(
     """
     minus = np.zeros(start.shape, dtype=bool)
     minus[:, minus_from:] = (word[:, minus_from:] & np.uint64(0xFF)) == ord("-")
-    digits = np.where(minus, word >> np.uint64(8), word)  # a minus leaves 7 bytes
-    length = length - minus
+    any_minus = bool(minus.any())
+    if any_minus:
+        word = np.where(minus, word >> np.uint64(8), word)  # a minus leaves 7 bytes
+        length = length - minus
     valid = (length > 0) & (length <= _MAX_INT_DIGITS)
-    valid &= (length == 1) | ((digits & np.uint64(0xFF)) != ord("0"))  # JSON: no leading 0
-    short = np.minimum(length, 8).astype(np.uint64)
-    half = (np.uint64(8) - short) * np.uint64(4)  # shifts in two halves: never by 64
-    x = (digits << half) << half
-    x |= (_ZEROS >> (short * np.uint64(4))) >> (short * np.uint64(4))
+    valid &= (length == 1) | ((word & np.uint64(0xFF)) != ord("0"))  # JSON: no leading 0
+    short = np.minimum(length, 8)
+    x = word << _SHIFT[short]  # the digits to the top bytes (table: never a shift by 64)
+    x |= _FILL[short]  # '0' below them
     digits_ok = ((x & _HIGH_NIBBLES) == _ZEROS) & (((x + _PLUS_SIX) & _HIGH_NIBBLES) == _ZEROS)
     d = x - _ZEROS
     d = (d & np.uint64(0x000F000F000F000F)) * np.uint64(10) + (
@@ -362,13 +363,24 @@ def _ints(
         (d >> np.uint64(16)) & np.uint64(0x0000007F0000007F)
     )
     d = (d & np.uint64(0x3FFF)) * np.uint64(10000) + ((d >> np.uint64(32)) & np.uint64(0x3FFF))
-    value = d.astype(np.int64)
-    long = valid & ((length > 8) | (minus & (length == 8)))  # past the word
+    value = d.view(np.int64)  # below 10^8
+    long = valid & (length > 8)  # past the word
+    if any_minus:
+        long |= valid & minus & (length == 8)
     valid &= digits_ok | long
     if long.any():
         at = np.nonzero(long)
         value[at], valid[at] = _ints_by_digit(scan.buf, start[at] + minus[at], length[at])
-    return np.where(minus, -value, value), valid
+    if any_minus:
+        np.negative(value, out=value, where=minus)
+    return value, valid
+
+
+#: By digit count 0..8: the left shift that puts the digits in a word's top bytes, and
+#: the '0' bytes that fill the word below them.
+_SHIFT = np.array([0] + [8 * (8 - n) for n in range(1, 9)], dtype=np.uint64)
+_FILL = np.array([0] + [0x3030303030303030 >> (8 * n) if n < 8 else 0 for n in range(1, 9)],
+                 dtype=np.uint64)
 
 
 def _ints_by_digit(
