@@ -49,8 +49,11 @@ probabilities ``v = (pi - (1 - eta) m) / eta`` (``m``: the mixture's) lie in ``[
 co-activation.
 
 **Positions.**  Aggregated statistics do not say in which order a token lists its
-experts, which the ``round_robin`` policy reads (``k_position``).  Each ordering's points
-are rotated by a random offset, so an expert's position in the list is uniform.
+experts, which the ``round_robin`` policy reads (``k_position``).  Engines list a token's
+experts by gate score, and hot experts tend to come first, so each token's picks are
+listed in a Plackett-Luce order with weights ``pi`` (an exponential race: expert ``e``
+finishes at ``Exp(1) / pi[e]``); with many tokens the order is drawn once per table
+cell.
 
 **Speed.**  Within one order the picks change only where ``u`` crosses the fractional
 part of an interval start, so the ``experts`` segments of ``u`` and their sets are
@@ -83,14 +86,13 @@ class TopKSampler:
     Row ``r`` lays the loaded experts in the order ``order[r]`` on ``[0, picks)``, the
     expert at position ``j`` owning ``[start[r, j], start[r, j + 1])`` (the last up to
     ``picks``).  A token draws row ``r`` with probability ``weight[r]`` and ``u`` uniform
-    in ``[0, 1)``; column ``c`` of its list is the expert holding the point
-    ``u + (c + shift[r]) mod picks``.
+    in ``[0, 1)``, and picks the experts holding the points ``u, u + 1, ...,
+    u + picks - 1``, listed in a Plackett-Luce order by ``inclusion`` (see module).
 
     Attributes
     ----------
     order: ``[rows, n]`` int32 expert id at each position of each row.
     start: ``[rows, n]`` float64 start of each position's interval (``start[:, 0] == 0``).
-    shift: ``[rows]`` int64 rotation of each row's points.
     weight: ``[rows]`` float64 probability of each row (sums to 1).
     inclusion: ``[experts]`` float64 target inclusion probability ``pi`` of each expert.
     top_k: columns of a sample.
@@ -101,7 +103,6 @@ class TopKSampler:
 
     order: np.ndarray
     start: np.ndarray
-    shift: np.ndarray
     weight: np.ndarray
     inclusion: np.ndarray
     top_k: int
@@ -130,12 +131,22 @@ class TopKSampler:
             return out
         if num_tokens >= self.order.size:
             sets, cdf = _enumerate(self)
+            sets = _ranked(sets, self.inclusion, rng)
             out[:, :picks] = sets[_lookup(cdf, rng.random(num_tokens))]
         else:
             cdf = np.cumsum(self.weight)
             row = _lookup(cdf / cdf[-1], rng.random(num_tokens))
-            out[:, :picks] = _points(self, row, rng.random(num_tokens))
+            ids = _points(self, row, rng.random(num_tokens))
+            out[:, :picks] = _ranked(ids, self.inclusion, rng)
         return out
+
+
+def _ranked(ids: np.ndarray, inclusion: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each row of ``ids`` (``[m, picks]``, distinct experts) in a Plackett-Luce order with
+    weights ``inclusion``: an exponential race, expert e finishing at ``Exp(1) / pi[e]``."""
+    finish = rng.standard_exponential(ids.shape) / inclusion[ids]
+    out: np.ndarray = np.take_along_axis(ids, np.argsort(finish, axis=1), axis=1)
+    return out
 
 
 def _lookup(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -161,13 +172,6 @@ def _lookup(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     return out
 
 
-def _point_table(sampler: TopKSampler) -> np.ndarray:
-    """``[rows, picks]`` int32: the point each column of a row's lists holds."""
-    picks = sampler.picks
-    table = (np.arange(picks)[None, :] + sampler.shift[:, None]) % picks
-    return table.astype(np.int32)
-
-
 def _enumerate(sampler: TopKSampler) -> tuple[np.ndarray, np.ndarray]:
     """Every row's segments of u with their sets: ``[cells, picks]`` int32 expert ids
     and ``[cells]`` float64 CDF (see module, Speed)."""
@@ -179,16 +183,16 @@ def _enumerate(sampler: TopKSampler) -> tuple[np.ndarray, np.ndarray]:
     by_frac = np.argsort(frac, axis=1, kind="stable")
     frac = np.take_along_axis(frac, by_frac, axis=1)
     slot = np.take_along_axis(slot.astype(np.int32), by_frac, axis=1)
-    point = _point_table(sampler)
     # in segment s (u between the s-th and s+1-th smallest frac) the position at point i
     # is (starts in slots below i) + (starts in slot i among the first s by frac)
     passed = np.zeros((num_rows, picks, n), dtype=np.int32)
-    np.cumsum(point[:, :, None] == slot[:, None, :], axis=2, out=passed[:, :, 1:])
+    point = np.arange(picks, dtype=np.int32)[None, :, None]
+    np.cumsum(point == slot[:, None, :], axis=2, out=passed[:, :, 1:])
     in_slot = np.bincount(
         (slot + (np.arange(num_rows) * picks)[:, None].astype(np.int32)).ravel(),
         minlength=num_rows * picks,
     ).reshape(num_rows, picks)
-    below = np.take_along_axis(np.cumsum(in_slot, axis=1) - in_slot, point, axis=1)
+    below = np.cumsum(in_slot, axis=1) - in_slot
     passed += (below + (np.arange(num_rows) * n)[:, None]).astype(np.int32)[:, :, None]
     edges = np.concatenate(
         [np.zeros((num_rows, 1)), np.minimum(frac, 1.0), np.ones((num_rows, 1))], axis=1
@@ -214,7 +218,7 @@ def _points(sampler: TopKSampler, row: np.ndarray, u: np.ndarray) -> np.ndarray:
     starts = (sampler.start + offset[:, None]).ravel()
     by_key = np.argsort(row + u)
     row, u = row[by_key], u[by_key]
-    keys = (offset[:, None] + _point_table(sampler))[row] + u[:, None]  # [tokens, picks]
+    keys = (offset[row] + u)[:, None] + np.arange(picks)  # [tokens, picks]
     pos = np.empty(keys.shape, dtype=np.int64)
     for c in range(picks):
         pos[:, c] = np.searchsorted(starts, keys[:, c], side="right") - 1
@@ -355,8 +359,7 @@ def build_sampler(
     picks = min(top_k, n)
     if picks == 0:
         empty = np.zeros((1, 0))
-        return TopKSampler(empty.astype(np.int32), empty, np.zeros(1, dtype=np.int64),
-                           np.ones(1), pi, top_k, 0, 1.0)
+        return TopKSampler(empty.astype(np.int32), empty, np.ones(1), pi, top_k, 0, 1.0)
     # Step 1: the mixture's components (inclusion rows over the loaded experts)
     incl, weight, eta = _components(pi[active], top_k, coact, load, load_all, active)
     # Step 2: a random order per row (unused experts first: empty intervals at 0)
@@ -366,9 +369,8 @@ def build_sampler(
     length = np.take_along_axis(incl, order, axis=1)
     start = np.cumsum(length, axis=1) - length
     start[:, 0] = 0.0
-    shift = np.asarray(rng.integers(0, picks, incl.shape[0]), dtype=np.int64)
-    return TopKSampler(active.astype(np.int32)[order], start, shift, weight / weight.sum(),
-                       pi, top_k, picks, eta)
+    return TopKSampler(active.astype(np.int32)[order], start, weight / weight.sum(), pi,
+                       top_k, picks, eta)
 
 
 def _components(
