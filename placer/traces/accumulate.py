@@ -249,6 +249,7 @@ class Accumulator:
         self._coact = np.zeros((0, 0, 0), dtype=np.int64)  # upper triangle [L, E, E]
         self._aff = np.zeros((0, 0, 0), dtype=np.int64)  # [pairs, E, E]
         self._aff_pairs: dict[tuple[int, int], int] = {}  # (layer id a, layer id b) -> index
+        self._pair_of_rows = np.zeros((0, 0), dtype=np.int64)  # same, by accumulator rows
         self._agg_coact: np.ndarray | None = None
         self._agg_has_coact = True
         self._agg_window_starts: np.ndarray | None = None
@@ -998,6 +999,20 @@ class Accumulator:
                 self._aff = _grow(self._aff, (p + 1 + len(self._layer_ids), ew, ew))
         return p
 
+    def _pair_indices(self, row_a: np.ndarray, row_b: np.ndarray) -> np.ndarray:
+        """Affinity index of each (accumulator row a, row b) pair, adding new pairs."""
+        nl = len(self._layer_ids)
+        if self._pair_of_rows.shape[0] < nl:
+            self._pair_of_rows = _grow(self._pair_of_rows, (nl, nl), -1)
+        pidx = self._pair_of_rows[row_a, row_b]
+        if (pidx < 0).any():
+            for a, b in set(zip(row_a[pidx < 0].tolist(), row_b[pidx < 0].tolist(),
+                                strict=True)):
+                self._pair_of_rows[a, b] = self._pair_index(self._layer_ids[a],
+                                                            self._layer_ids[b])
+            pidx = self._pair_of_rows[row_a, row_b]
+        return pidx
+
     def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
         """Affinity counts for rows ``(pair index, experts in a [n, k], experts in b [n, k])``,
         ``pidx`` sorted."""
@@ -1020,8 +1035,11 @@ class Accumulator:
     def _add_row_affinity(self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray) -> None:
         """Pairs between each token's consecutive observed layers (ascending layer ids)."""
         table = self._table
-        order = np.lexsort((layer, local))
-        lo, ly, ex = local[order], layer[order], experts[order]
+        if local.size > 1 and not _sorted_by(local, layer):
+            order = np.lexsort((layer, local))
+            lo, ly, ex = local[order], layer[order], experts[order]
+        else:  # token-major logs: a token's rows in layer order, tokens one after another
+            lo, ly, ex = local, layer, experts
         same = lo[1:] == lo[:-1]
         first = np.ones(lo.size, dtype=bool)
         first[1:] = ~same
@@ -1040,14 +1058,10 @@ class Accumulator:
             a_exp = np.concatenate([table.last_experts[lo[jc]], a_exp])
             b_exp = np.concatenate([ex[jc], b_exp])
         if a_layer.size:
-            pk = (a_layer << 20) | b_layer
-            uniq, inv = np.unique(pk, return_inverse=True)
-            pmap = np.array(
-                [self._pair_index(int(u >> 20), int(u & 0xFFFFF)) for u in uniq], dtype=np.int64
-            )
-            pidx = pmap[inv.ravel()]
+            pidx = self._pair_indices(self._row_of_layer[a_layer], self._row_of_layer[b_layer])
             if pidx.size > 1 and (pidx[1:] < pidx[:-1]).any():
-                by_pair = np.argsort(pidx, kind="stable")
+                small = pidx.astype(np.int16) if pidx.max() < 1 << 15 else pidx
+                by_pair = np.argsort(small, kind="stable")  # radix sort for int16
                 pidx, a_exp, b_exp = pidx[by_pair], a_exp[by_pair], b_exp[by_pair]
             self._add_pairs(pidx, a_exp, b_exp)
         # remember each token's last (highest) row
@@ -1396,6 +1410,13 @@ def _has_duplicate(xt: np.ndarray) -> bool:
         if eq.any() and (eq & (xt[i] >= 0)).any():
             return True
     return False
+
+
+def _sorted_by(major: np.ndarray, minor: np.ndarray) -> bool:
+    """Whether rows are in ``(major, minor)`` order, ``minor`` strictly rising within a
+    run of equal ``major``."""
+    step = major[1:] - major[:-1]
+    return bool((step >= 0).all() and ((step > 0) | (minor[1:] > minor[:-1])).all())
 
 
 def _take_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:

@@ -92,8 +92,12 @@ def scan_block(data: bytes) -> Scan:
     line_start[:1] = 0
     line_start[1:] = nl[:-1] + 1
     struct = _structural(data)
-    tok = ~(struct | (buf <= 32))
-    edge = np.diff(tok.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    tok = (~(struct | (buf <= 32))).view(np.int8)
+    edge = np.empty(buf.size + 1, dtype=np.int8)  # +1 where a token starts, -1 after it
+    edge[0] = edge[-1] = 0
+    if buf.size:
+        edge[0], edge[-1] = tok[0], -tok[-1]
+        np.subtract(tok[1:], tok[:-1], out=edge[1:-1])
     tok_start = np.flatnonzero(edge == 1)
     tok_end = np.flatnonzero(edge == -1)
     first_tok = np.searchsorted(tok_start, line_start)
