@@ -50,3 +50,15 @@ def test_installed_entry_point_runs():
     )
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"placer {__version__}"
+
+
+def test_every_command_is_documented_in_the_readme():
+    """sqlite-utils' habit: a command nobody documented fails the build."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    root = typer.main.get_command(app)
+    top_level = [name for name, _ in _commands(root) if " " not in name]
+    assert top_level
+    missing = [name for name in top_level if f"placer {name}" not in readme]
+    assert not missing, f"commands missing from README.md: {missing}"
