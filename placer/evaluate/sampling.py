@@ -59,7 +59,11 @@ cell.
 part of an interval start, so the ``experts`` segments of ``u`` and their sets are
 enumerated once per window and layer (a table of ``orders x experts`` sets, each with
 its probability).  A token then costs one lookup in the table's cumulative
-probabilities (a guide table) and a row copy; nothing is redrawn or rejected.
+probabilities (a guide table) and a row copy.  A window drawing fewer tokens than the
+table has sets looks each token's points up in its order instead (binary searches on
+keys sorted by order and ``u``).  Nothing is redrawn or rejected.  Orders: one per
+anchor (at least ``SAMPLING_ORDERINGS`` in all), ``SAMPLING_ORDERINGS`` without
+co-activation.
 """
 
 from __future__ import annotations
