@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placer.evaluate.sampling import (
     build_sampler,
@@ -148,3 +150,30 @@ def test_certain_expert_is_a_companion_of_every_anchor():
     np.testing.assert_allclose(sampler.marginals, pi, atol=1e-9)
     ids = sampler.sample(3000, np.random.default_rng(1))
     assert (ids == 0).any(axis=1).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    num_experts=st.integers(2, 12),
+    top_k=st.integers(1, 5),
+    windows=st.integers(1, 3),
+)
+def test_marginals_are_exact_whatever_the_counts(data, num_experts, top_k, windows):
+    """Any loads (zeros included) and any symmetric pair counts, even ones that do not fit
+    the loads: calibration plus the plain share still give every expert exactly pi."""
+    counts_strategy = st.lists(st.integers(0, 50), min_size=num_experts, max_size=num_experts)
+    loads = np.array([data.draw(counts_strategy) for _ in range(windows)], dtype=float)
+    upper_counts = data.draw(st.lists(st.integers(0, 40), min_size=num_experts ** 2,
+                                      max_size=num_experts ** 2))
+    pairs = np.triu(np.array(upper_counts, dtype=float).reshape(num_experts, num_experts), 1)
+    coact = pairs + pairs.T
+    sampler = build_sampler(loads[0], top_k, np.random.default_rng(0), coact=coact,
+                            load_all=loads.sum(axis=0))
+    pi = target_inclusion(loads[0], top_k)
+    np.testing.assert_allclose(sampler.marginals, pi, atol=1e-9)
+    assert 0.0 <= sampler.correction <= 1.0
+    ids = sampler.sample(50, np.random.default_rng(1))
+    picked = np.sort(ids, axis=1)
+    assert ((picked[:, 1:] != picked[:, :-1]) | (picked[:, 1:] < 0)).all()
+    assert set(np.unique(ids[ids >= 0])) <= set(np.flatnonzero(pi > 0))

@@ -406,7 +406,7 @@ def _components(
             rows.append(np.repeat(anchors, per, axis=0))
             weights.append(np.repeat(anchor_weight * (1.0 - eta) / per, per))
     if eta > 0.0:
-        plain = np.clip(pi - (1.0 - eta) * mixed, 0.0, None) / eta
+        plain = pi if eta >= 1.0 else np.clip(pi - (1.0 - eta) * mixed, 0.0, None) / eta
         per = max(1, int(np.ceil(eta * constants.SAMPLING_ORDERINGS)))
         rows.append(np.repeat(_capped(plain[None], float(picks)), per, axis=0))
         weights.append(np.full(per, eta / per))
