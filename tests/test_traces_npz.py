@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from placer import constants
 from placer.errors import TraceError, UsageError
 from placer.traces import (
     TokenChunk,
@@ -164,3 +165,18 @@ def test_duplicate_expert_found_with_and_without_pair_counts(tmp_path, coact):
         read_routing(path, coact=coact)
     assert str(e.value) == (f"{path}: topk_ids[1, 1, 0]: expert 5 appears twice in one"
                             " token's top-k [5, 0, 5]")
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_kept_tokens_survive_chunk_buffers(tmp_path, monkeypatch, layers):
+    """The reader reuses its chunk arrays; the per-token trace keeps copies (one layer is
+    the case where a transposed chunk is still contiguous)."""
+    rng = np.random.default_rng(4)
+    ids = np.argsort(rng.random((50, layers, 6)), axis=2)[:, :, :2]
+    weights = rng.random(ids.shape).astype(np.float32)
+    path = tmp_path / "k.npz"
+    write_npz_trace(path, ids, layer_ids=np.arange(layers), topk_weights=weights)
+    monkeypatch.setattr(constants, "CHUNK_ROWS", 7)
+    trace = read_routing(path, keep_tokens=True).trace
+    np.testing.assert_array_equal(trace.topk_ids, ids)
+    np.testing.assert_array_equal(trace.topk_weights, weights)

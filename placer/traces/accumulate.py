@@ -270,6 +270,7 @@ class Accumulator:
         self._result: RoutingData | None = None
         self._scratch_buf: np.ndarray | None = None
         self._columns: np.ndarray | None = None
+        self._hot: np.ndarray | None = None
 
     # -- reader API ----------------------------------------------------------------
     def begin_source(self, source: str, format_name: str) -> None:
@@ -472,7 +473,8 @@ class Accumulator:
 
         Parameters
         ----------
-        chunk: the tokens; ``topk_ids [tokens, layers, k]``.
+        chunk: the tokens; ``topk_ids [tokens, layers, k]``.  Nothing keeps a reference to
+            its arrays, so readers may reuse them for the next chunk.
         layer_ids: ``[layers]`` absolute layer id of each column, strictly increasing.
         token_offset: index of the chunk's first token in its file, for messages.
         array: name of the id array, for messages (``"topk_ids"``).
@@ -560,11 +562,12 @@ class Accumulator:
             kept = slice(None) if keep_rows is None else keep_rows
             self._keep.tokens.append(np.tile(glob, lid.size)[kept])
             self._keep.layers.append(np.repeat(lid, t)[kept])
-            original = np.ascontiguousarray(ids.transpose(1, 0, 2)).reshape(-1, k)
+            # copies: readers may reuse the chunk's arrays for the next chunk
+            original = np.array(ids.transpose(1, 0, 2)).reshape(-1, k)
             self._keep.experts.append(original[kept])
             self._keep.weights.append(
                 None if weights is None
-                else np.ascontiguousarray(
+                else np.array(
                     np.asarray(weights, dtype=np.float32).transpose(1, 0, 2)
                 ).reshape(-1, k)[kept]
             )
@@ -923,8 +926,8 @@ class Accumulator:
         for a, b in itertools.pairwise(bounds):
             _load_into(load, base[a:b], xt[:, a:b], has_none, scratch)
             if coact:
-                _pairs_into(self._coact[int(rows[a])].reshape(-1), xs[:, a:b], xs[:, a:b], ew,
-                            scratch, triangle=True)
+                self._add_pair_counts(self._coact[int(rows[a])], xs[:, a:b], xs[:, a:b],
+                                      triangle=True)
         if coact and has_none:
             self._clear_trash()
 
@@ -952,11 +955,11 @@ class Accumulator:
             _load_into(load, tok_base + int(rows[c]) * e, xt[c], has_none, scratch)
             if coact:
                 if xt.shape[1] > 1:
-                    _pairs_into(self._coact[int(rows[c])].reshape(-1), xs[c], xs[c], ew,
-                                scratch, triangle=True)
+                    self._add_pair_counts(self._coact[int(rows[c])], xs[c], xs[c],
+                                          triangle=True)
                 if c + 1 < lid.size:
-                    _pairs_into(self._aff[pidx[c]].reshape(-1), xs[c], xs[c + 1], ew,
-                                scratch, triangle=False)
+                    self._add_pair_counts(self._aff[pidx[c]], xs[c], xs[c + 1],
+                                          triangle=False)
         if coact:
             if has_none:
                 self._clear_trash()
@@ -965,10 +968,32 @@ class Accumulator:
                 self._raise_duplicate(flat, where)
 
     def _columns_buffer(self, size: int) -> np.ndarray:
-        """``[size]`` intp, reused from chunk to chunk (chunks have the same size)."""
+        """``[size]`` int32 (expert ids and the -1 column fit), reused from chunk to chunk
+        (chunks have the same size)."""
         if self._columns is None or self._columns.size < size:
-            self._columns = np.empty(size, dtype=np.intp)
+            self._columns = np.empty(size, dtype=np.int32)
         return self._columns[:size]
+
+    def _add_pair_counts(
+        self, counts: np.ndarray, a: np.ndarray, b: np.ndarray, *, triangle: bool
+    ) -> None:
+        """:func:`_pairs_into` the ``[width, width]`` matrix ``counts``.
+
+        Many pairs are counted into a reused zeroed matrix that stays in cache, then
+        added to ``counts`` in one sequential pass: the accumulators of all layers are
+        tens of MB, and scattered increments into a cold one cost half as much again.
+        """
+        ew = counts.shape[0]
+        per_column = a.shape[0] * (b.shape[0] - 1) // 2 if triangle else a.shape[0] * b.shape[0]
+        n = a.shape[1] * per_column
+        if 8 * n < ew * ew:
+            _pairs_into(counts.reshape(-1), a, b, ew, self._scratch(), triangle=triangle)
+            return
+        if self._hot is None or self._hot.size != ew * ew:
+            self._hot = np.zeros(ew * ew, dtype=np.int64)
+        _pairs_into(self._hot, a, b, ew, self._scratch(), triangle=triangle)
+        counts += self._hot.reshape(ew, ew)
+        self._hot[:] = 0
 
     def _scratch(self) -> np.ndarray:
         """Reusable intp work space for codes (see :func:`_pairs_into`): fresh large
@@ -1025,10 +1050,9 @@ class Accumulator:
             xa, xb = np.where(xa < 0, ew - 1, xa), np.where(xb < 0, ew - 1, xb)
         cuts = np.flatnonzero(pidx[1:] != pidx[:-1]) + 1
         bounds = np.concatenate([[0], cuts, [pidx.size]]).tolist()
-        scratch = self._scratch()
         for a, b in itertools.pairwise(bounds):
-            _pairs_into(self._aff[int(pidx[a])].reshape(-1), xa[:, a:b], xb[:, a:b], ew,
-                        scratch, triangle=False)
+            self._add_pair_counts(self._aff[int(pidx[a])], xa[:, a:b], xb[:, a:b],
+                                  triangle=False)
         if none:
             self._clear_trash()
 
@@ -1371,7 +1395,7 @@ def _pairs_into(
 ) -> None:
     """``flat[a[i, r] * width + b[j, r]] += 1`` for every column ``r`` and pair ``(i, j)``.
 
-    ``a [ka, n]``, ``b [kb, n]`` expert ids (intp, >= 0) one column per row of experts;
+    ``a [ka, n]``, ``b [kb, n]`` expert ids (>= 0) one column per row of experts;
     ``flat`` a ``[width, width]`` count matrix, flattened; ``triangle``: ``a`` is ``b``
     and only pairs ``j > i`` count (pairs within one row).  Codes are made in blocks of
     at most ``_BLOCK_CODES`` in ``scratch`` (intp, ``3 x _BLOCK_CODES``), so they stay in
@@ -1387,7 +1411,7 @@ def _pairs_into(
         hi = min(n, lo + step)
         m = hi - lo
         ha = head[: ka * m].reshape(ka, m)
-        np.multiply(a[:, lo:hi], width, out=ha)
+        np.multiply(a[:, lo:hi], width, out=ha, dtype=np.intp)
         if triangle:
             for i in range(ka - 1):
                 out = codes[: (kb - 1 - i) * m].reshape(kb - 1 - i, m)

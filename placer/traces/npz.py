@@ -155,14 +155,16 @@ def _read(path: Path, acc: Accumulator) -> None:
                 f_w.close()
                 f_w = None
             per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
+            buffers: dict[str, np.ndarray] = {}
             try:
                 done = 0
                 while done < t:
                     n = min(per_tok, t - done)
-                    ids = _read_rows(f_ids, dtype, (n, nl, k), where, "topk_ids")
+                    ids = _read_rows(f_ids, dtype, (n, nl, k), where, "topk_ids", buffers)
                     w = None
                     if f_w is not None:
-                        w = _read_rows(f_w, w_dtype, (n, nl, k), where, "topk_weights")
+                        w = _read_rows(f_w, w_dtype, (n, nl, k), where, "topk_weights",
+                                       buffers)
                     if sort_cols:
                         ids = ids[:, order]
                         w = None if w is None else w[:, order]
@@ -187,17 +189,32 @@ def _ratio(path: Path, zf: zipfile.ZipFile) -> float:
 
 
 def _read_rows(
-    f: IO[bytes], dtype: np.dtype[Any], shape: tuple[int, int, int], where: str, name: str
+    f: IO[bytes], dtype: np.dtype[Any], shape: tuple[int, int, int], where: str, name: str,
+    buffers: dict[str, np.ndarray],
 ) -> np.ndarray:
+    """The next ``shape`` array of member ``f``, in ``buffers[name]`` (reused: valid until
+    the next call).  Read in pieces of ``_PIECE_BYTES``: one ``read`` of a whole chunk
+    makes the zip reader build several chunk-sized bytes objects, fresh pages each."""
     nbytes = int(np.prod(shape)) * dtype.itemsize
-    data = f.read(nbytes)
-    if len(data) != nbytes:
-        raise TraceError(
-            f"{name} ends early: the member is truncated",
-            where=f"{where}: {name}",
-            hint="the file may be incomplete; write it again",
-        )
-    return np.frombuffer(data, dtype=dtype).reshape(shape)
+    buf = buffers.get(name)
+    if buf is None or buf.size < nbytes:
+        buf = buffers[name] = np.empty(nbytes, dtype=np.uint8)
+    pos = 0
+    while pos < nbytes:
+        piece = f.read(min(_PIECE_BYTES, nbytes - pos))
+        if not piece:
+            raise TraceError(
+                f"{name} ends early: the member is truncated",
+                where=f"{where}: {name}",
+                hint="the file may be incomplete; write it again",
+            )
+        buf[pos : pos + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
+        pos += len(piece)
+    return buf[:nbytes].view(dtype).reshape(shape)
+
+
+#: Bytes per read of a member (the heap reuses pieces this size).
+_PIECE_BYTES = 1 << 20
 
 
 def _layer_ids(zf: zipfile.ZipFile, names: set[str], nl: int, where: str) -> np.ndarray:
