@@ -43,6 +43,7 @@ class SearchParams:
     balance_iterations: int = constants.CPSAT_BALANCE_ITERATIONS
     cost_iterations: int = constants.CPSAT_COST_ITERATIONS
     patience: int = constants.CPSAT_PATIENCE
+    cost_patience: int = constants.CPSAT_COST_PATIENCE
     submodel_dtime: float = constants.CPSAT_SUBMODEL_DTIME
     full_model_max_vars: int = constants.CPSAT_FULL_MODEL_MAX_VARS
     full_model_dtime: float = constants.CPSAT_FULL_MODEL_DTIME
@@ -264,7 +265,8 @@ def _lns_cost(
 ) -> tuple[np.ndarray, int, int]:
     """Pass 2 by neighbourhoods: around a heavy pair that is split, or at random."""
     tried = kept = stall = 0
-    while tried < params.cost_iterations and stall < params.patience and clock.left() > 0:
+    patience = min(params.patience, params.cost_patience)
+    while tried < params.cost_iterations and stall < patience and clock.left() > 0:
         size = _neighbourhood_size(data, params, stall)
         gpus = _cost_neighbourhood(data, x, rng, size, tried)
         model = LayerModel(

@@ -43,6 +43,8 @@ class CpsatOptions:
     neighbourhood_slots: slots freed per large-neighbourhood step.
     balance_iterations, cost_iterations: most steps of each pass per layer.
     patience: a pass stops after this many steps in a row without improvement.
+    cost_patience: the traffic/migration pass stops after ``min(patience, cost_patience)``
+        such steps (its steps are the slow ones; late ones rarely pay).
     submodel_dtime: CP-SAT deterministic-time limit of one step.
     full_model_max_vars: layers whose full model is at most this big are solved in
         one model (exact status and bound) instead of by neighbourhoods.
@@ -55,6 +57,7 @@ class CpsatOptions:
     balance_iterations: int = constants.CPSAT_BALANCE_ITERATIONS
     cost_iterations: int = constants.CPSAT_COST_ITERATIONS
     patience: int = constants.CPSAT_PATIENCE
+    cost_patience: int = constants.CPSAT_COST_PATIENCE
     submodel_dtime: float = constants.CPSAT_SUBMODEL_DTIME
     full_model_max_vars: int = constants.CPSAT_FULL_MODEL_MAX_VARS
     full_model_dtime: float = constants.CPSAT_FULL_MODEL_DTIME
@@ -62,7 +65,7 @@ class CpsatOptions:
     pairs_per_expert: int = constants.CPSAT_PAIRS_PER_EXPERT
 
     def __post_init__(self) -> None:
-        for name in ("neighbourhood_slots", "patience", "pairs_per_expert"):
+        for name in ("neighbourhood_slots", "patience", "cost_patience", "pairs_per_expert"):
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"expected {name} >= 1", where=f"--option {name}")
         for name in ("balance_iterations", "cost_iterations", "full_model_max_vars"):
@@ -198,6 +201,7 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         balance_iterations=options.balance_iterations,
         cost_iterations=options.cost_iterations,
         patience=options.patience,
+        cost_patience=options.cost_patience,
         submodel_dtime=options.submodel_dtime,
         full_model_max_vars=options.full_model_max_vars,
         full_model_dtime=options.full_model_dtime,
