@@ -74,9 +74,10 @@ def verdict(value: float, target: float) -> str:
     return f"misses ({value / target:.0%} of target)"
 
 
-def _speed_rows(folder: Path) -> tuple[list[str], dict[str, float]]:
+def _speed_rows(folder: Path) -> tuple[list[str], dict[tuple[str, str], float]]:
+    """Table rows, and CPU-time rates with co-activation on by (shape, format)."""
     rows = []
-    best: dict[str, float] = {}
+    best: dict[tuple[str, str], float] = {}
     shapes = [
         ("DeepSeek-V3 shape (58 x 256, top-8)", 12_000, 58, 256, 8, np.arange(3, 61)),
         ("Mixtral shape (32 x 8, top-2)", 60_000, 32, 8, 2, np.arange(32)),
@@ -112,8 +113,8 @@ def _speed_rows(folder: Path) -> tuple[list[str], dict[str, float]]:
                     f"| {label} | {fmt} | {'on' if coact else 'off'} | {size:.0f} MB |"
                     f" {sel / 1e6:.1f} M | {cpu:.2f} s | {rate(sel, cpu)} | {rate(sel, wall)} |"
                 )
-                if coact and k == 8:
-                    best[fmt] = sel / cpu
+                if coact:
+                    best[(label.split(" (")[0], fmt)] = sel / cpu
         rows.append(
             f"| {label} | write npz / jsonl | | | {sel / 1e6:.1f} M |"
             f" {npz_write[0]:.2f} / {jsonl_write[0]:.2f} s |"
@@ -219,7 +220,8 @@ def run() -> str:
     out = ["## ingest", ""]
     out.append(
         f"Machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
-        " (shared with other work: wall-clock rates swing with it; CPU-time rates less)."
+        " (shared with other work: wall-clock rates swing with it; CPU-time rates less);"
+        f" Python {sys.version.split()[0]}, NumPy {np.__version__}, one thread (no BLAS)."
     )
     out.append("")
     with tempfile.TemporaryDirectory(prefix="placer-bench-ingest-") as tmp:
@@ -232,12 +234,15 @@ def run() -> str:
             *speed,
             "",
         ]
-        npz, jl = best.get("npz", 0.0), best.get("jsonl", 0.0)
+        parts = []
+        for fmt, target in (("npz", NPZ_TARGET), ("jsonl", JSONL_TARGET)):
+            for shape in ("DeepSeek-V3 shape", "Mixtral shape"):
+                r = best.get((shape, fmt), 0.0)
+                parts.append(f"{fmt.upper()} {shape} {r / 1e6:.2f} M/s:"
+                             f" {verdict(r, target)}")
         out.append(
-            f"Targets with co-activation on (DeepSeek-V3 shape, CPU time): NPZ >="
-            f" {NPZ_TARGET / 1e6:.0f} M/s: {verdict(npz, NPZ_TARGET)}, {npz / 1e6:.2f} M/s;"
-            f" JSONL >= {JSONL_TARGET / 1e6:.0f} M/s: {verdict(jl, JSONL_TARGET)},"
-            f" {jl / 1e6:.2f} M/s."
+            f"Targets with co-activation on (CPU time): NPZ >= {NPZ_TARGET / 1e6:.0f} M/s,"
+            f" JSONL >= {JSONL_TARGET / 1e6:.0f} M/s. " + "; ".join(parts) + "."
         )
         out.append("")
         out += _real_rows()
