@@ -103,9 +103,6 @@ MAX_LAYER_ID = 1_048_575
 #: warm-up pass (dummy tokens) and raise a TraceWarning.
 WARMUP_RUN_ROWS = 64
 
-#: Codes per np.bincount call when counting co-activation and layer affinity: bounds
-#: the temporaries of one chunk (8 bytes a code).
-BINCOUNT_BLOCK = 1 << 22
 
 #: Inputs at least this large (bytes, all files together) show a progress bar with
 #: progress=True.
@@ -175,8 +172,6 @@ COMBINE_BYTES_PER_VALUE = 2
 #: down), two flops per multiply-add.
 EXPERT_FFN_FLOPS_FACTOR = 6
 
-#: Rejected draws per pick before the sampler falls back (see placer.evaluate.sampling).
-SAMPLING_MAX_ROUNDS = 8
 
 # -- evaluator sampling (placer.evaluate.sampling) ------------------------------------------
 
