@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import PlacementError
-from placer.stats import _ranges
+from placer.stats import format_ranges
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class Placement:
             raise PlacementError(
                 f"layer {foreign[0]} is not an MoE layer of {name}",
                 where=where,
-                hint=f"{name}'s MoE layers are {_ranges(np.array(sorted(moe_layers)))}",
+                hint=f"{name}'s MoE layers are {format_ranges(np.array(sorted(moe_layers)))}",
             )
 
     # -- shape ----------------------------------------------------------------------

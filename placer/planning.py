@@ -22,7 +22,7 @@ from placer.constants import GB
 from placer.errors import InfeasibleError, TraceError, UsageError
 from placer.placement import Placement
 from placer.problem import PlacementProblem
-from placer.stats import ExpertStats, RoutingData, _ranges
+from placer.stats import ExpertStats, RoutingData, format_ranges
 
 __all__ = ["build_problem", "default_slots_per_gpu", "parse_window_range"]
 
@@ -151,8 +151,8 @@ def _check_trace_against_model(stats: ExpertStats, model: Any) -> None:
     moe_layers = [int(i) for i in model.moe_layer_ids]
     foreign = [int(i) for i in stats.layer_ids if int(i) not in set(moe_layers)]
     if foreign:
-        trace_layers = _ranges(stats.layer_ids)
-        hint = f"{name}'s MoE layers are {_ranges(np.array(moe_layers))}"
+        trace_layers = format_ranges(stats.layer_ids)
+        hint = f"{name}'s MoE layers are {format_ranges(np.array(moe_layers))}"
         if (stats.layer_ids < len(moe_layers)).all() and min(moe_layers) > 0:
             hint += (
                 "; the trace may number MoE layers from 0: re-export it with the model's"

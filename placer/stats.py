@@ -7,6 +7,7 @@ arrays; derived figures (skew, drift, pairs) live in ``placer.analysis``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -114,7 +115,7 @@ class ExpertStats:
         if hits.size == 0:
             raise UsageError(
                 f"layer {layer_id} is not in the statistics",
-                hint=f"layers present: {_ranges(self.layer_ids)}",
+                hint=f"layers present: {format_ranges(self.layer_ids)}",
             )
         return int(hits[0])
 
@@ -211,10 +212,10 @@ class RoutingData:
     trace: RoutingTrace | None = None
 
 
-def _ranges(ids: np.ndarray) -> str:
-    """``[3,4,5,9]`` -> ``"3-5, 9"``."""
+def format_ranges(ids: Iterable[int] | np.ndarray) -> str:
+    """Layer or expert ids as runs: ``[3, 4, 5, 9]`` -> ``"3-5, 9"`` (sorted, repeats dropped)."""
     out: list[str] = []
-    vals = sorted(int(i) for i in ids)
+    vals = sorted({int(i) for i in ids})
     i = 0
     while i < len(vals):
         j = i

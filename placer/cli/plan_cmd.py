@@ -32,7 +32,7 @@ from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.placement_io import read_placement, write_placement
 from placer.planning import build_problem
 from placer.problem import PlacementProblem, SolveParams, SolveResult, solve, solver_names
-from placer.stats import ExpertStats, _ranges
+from placer.stats import ExpertStats, format_ranges
 
 #: Solver used when ``--solver`` is not given.
 DEFAULT_SOLVER = "cpsat"
@@ -67,7 +67,7 @@ def plan_summary(
             "model": getattr(problem.model, "name", None),
             "topology": getattr(problem.topology, "name", None),
             "num_experts": stats.num_experts,
-            "layers": _ranges(stats.layer_ids),
+            "layers": format_ranges(stats.layer_ids),
             "num_layers": stats.num_layers,
             "num_windows": stats.num_windows,
             "num_gpus": problem.num_gpus,

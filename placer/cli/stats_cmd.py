@@ -26,6 +26,7 @@ from placer.cli.common import (
     top_k_option,
 )
 from placer.errors import PlacerWarning, UsageError
+from placer.stats import format_ranges
 
 
 def register(app: typer.Typer) -> None:
@@ -80,7 +81,7 @@ def stats(
             raise UsageError(
                 f"layer {missing[0]} is not in the trace",
                 where="--layer",
-                hint=f"layers present: {_ranges(sorted(present))}",
+                hint=f"layers present: {format_ranges(sorted(present))}",
             )
         layers = list(dict.fromkeys(layer))
     summary = summarize(routing.stats, top=top, layers=layers)
@@ -210,16 +211,6 @@ def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.1f}%"
 
 
-def _ranges(ids: list[int]) -> str:
-    parts: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ", ".join(parts)
 
 
 # -- placer synth -------------------------------------------------------------------------

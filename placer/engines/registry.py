@@ -22,6 +22,7 @@ import numpy as np
 
 from placer.errors import EngineFormatError, PlacementError, UsageError
 from placer.placement import Placement
+from placer.stats import format_ranges
 
 
 class EngineModel(Protocol):
@@ -204,14 +205,14 @@ def fit_to_model(placement: Placement, model: EngineModel, engine: str) -> Place
     if extra:
         raise EngineFormatError(
             f"layer {extra[0]} of the placement is not a MoE layer of {model.name}"
-            f" (MoE layers: {_ranges(want)})",
+            f" (MoE layers: {format_ranges(want)})",
             hint="layer ids are the model's absolute layer indices",
         )
     missing = sorted(set(want) - set(have))
     if missing:
         raise EngineFormatError(
             f"{engine} needs a placement for every MoE layer of {model.name};"
-            f" {len(missing)} missing ({_ranges(missing)})",
+            f" {len(missing)} missing ({format_ranges(missing)})",
             hint="plan with statistics that cover every MoE layer",
         )
     rows = [have.index(i) for i in want]
@@ -324,18 +325,6 @@ def write_json(path: Path, doc: Any) -> None:
     path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
 
 
-def _ranges(ids: Sequence[int]) -> str:
-    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
-    vals = sorted(set(ids))
-    out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 def _load_builtin_engines() -> None:

@@ -40,7 +40,7 @@ from placer.evaluate.timing import INTER_NODE, INTRA_NODE, comm_time_us, compute
 from placer.evaluate.traffic import MODES, Fabric, Segments, layer_traffic
 from placer.evaluate.windows import resolve_window_range, token_windows
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
-from placer.stats import ExpertStats, RoutingData, _ranges
+from placer.stats import ExpertStats, RoutingData, format_ranges
 
 if TYPE_CHECKING:
     from placer.models import ModelSpec
@@ -200,8 +200,8 @@ def _check_inputs(
     foreign = [int(i) for i in placement.layer_ids if int(i) not in moe_layers]
     if foreign:
         raise PlacementError(
-            f"placement layer {_ranges(np.array(foreign))} is not a MoE layer of {model.name}",
-            hint=f"MoE layers of {model.name}: {_ranges(np.array(sorted(moe_layers)))}",
+            f"placement layer {format_ranges(foreign)} is not a MoE layer of {model.name}",
+            hint=f"MoE layers of {model.name}: {format_ranges(np.array(sorted(moe_layers)))}",
         )
 
 
@@ -211,8 +211,8 @@ def _evaluated_layers(placement: Placement, stats: ExpertStats) -> tuple[Placeme
     missing = [int(i) for i in stats.layer_ids if int(i) not in in_placement]
     if missing:
         raise PlacementError(
-            f"the placement has no layer {_ranges(np.array(missing))} of the routing data",
-            hint=f"placement layers: {_ranges(placement.layer_ids)}; plan for every MoE layer"
+            f"the placement has no layer {format_ranges(np.array(missing))} of the routing data",
+            hint=f"placement layers: {format_ranges(placement.layer_ids)}; plan for every MoE layer"
             " of the trace",
         )
     in_stats = {int(i): row for row, i in enumerate(stats.layer_ids.tolist())}
@@ -220,7 +220,7 @@ def _evaluated_layers(placement: Placement, stats: ExpertStats) -> tuple[Placeme
     if len(keep) < placement.num_layers:
         skipped = [int(i) for i in placement.layer_ids if int(i) not in in_stats]
         warnings.warn(
-            f"placement layer {_ranges(np.array(skipped))} has no routing data and is not"
+            f"placement layer {format_ranges(np.array(skipped))} has no routing data and is not"
             " evaluated", PlacerWarning, stacklevel=3,
         )
         placement = Placement(
@@ -369,7 +369,7 @@ def _trace_source(
     missing = [int(i) for i in placement.layer_ids if int(i) not in trace_cols]
     if missing:
         raise DataError(
-            f"the per-token trace has no column for layer {_ranges(np.array(missing))}",
+            f"the per-token trace has no column for layer {format_ranges(np.array(missing))}",
             hint="read the trace with keep_tokens=True for every layer",
         )
     cols = [trace_cols[int(i)] for i in placement.layer_ids]

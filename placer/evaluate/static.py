@@ -12,7 +12,7 @@ import numpy as np
 
 from placer.errors import DataError, PlacementError
 from placer.placement import Placement, gpu_loads
-from placer.stats import ExpertStats, _ranges
+from placer.stats import ExpertStats, format_ranges
 
 if TYPE_CHECKING:
     from placer.topology import Topology
@@ -33,8 +33,8 @@ def stats_rows(placement: Placement, stats: ExpertStats) -> np.ndarray:
     missing = [int(i) for i in placement.layer_ids if int(i) not in index]
     if missing:
         raise PlacementError(
-            f"the routing data has no layer {_ranges(np.array(missing))} of the placement",
-            hint=f"layers in the routing data: {_ranges(stats.layer_ids)}",
+            f"the routing data has no layer {format_ranges(np.array(missing))} of the placement",
+            hint=f"layers in the routing data: {format_ranges(stats.layer_ids)}",
         )
     return np.array([index[int(i)] for i in placement.layer_ids], dtype=np.int64)
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import TraceError, TraceWarning, UsageError
-from placer.stats import ExpertStats, Provenance, RoutingData, RoutingTrace
+from placer.stats import ExpertStats, Provenance, RoutingData, RoutingTrace, format_ranges
 from placer.traces.windows import WindowGrid
 
 __all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
@@ -598,7 +598,7 @@ class Accumulator:
                 raise UsageError(
                     f"layer {missing[0]} is not in {where}",
                     where="--layers",
-                    hint=f"layers present: {_ranges(lid)}",
+                    hint=f"layers present: {format_ranges(lid)}",
                 )
             cols = np.isin(lid, self._layer_filter)
             self.skip("layer not selected", int(w * (~cols).sum()))
@@ -621,9 +621,9 @@ class Accumulator:
         else:
             if self._layer_ids != [int(i) for i in lid] or self._load.shape != (w, nl, e):
                 raise TraceError(
-                    f"load [{w}, {nl}, {e}] with layers {_ranges(lid)} does not match the first"
-                    f" input's [{', '.join(map(str, self._load.shape))}] with layers"
-                    f" {_ranges(np.asarray(self._layer_ids))}",
+                    f"load [{w}, {nl}, {e}] with layers {format_ranges(lid)} does not match"
+                    f" the first input's [{', '.join(map(str, self._load.shape))}] with layers"
+                    f" {format_ranges(np.asarray(self._layer_ids))}",
                     where=where,
                     hint="aggregated files read together are summed: same windows, layers,"
                     " experts",
@@ -1214,7 +1214,7 @@ class Accumulator:
         ):
             out.append(
                 f"the header declares {self._num_layers_declared} layers but rows name"
-                f" {layer_ids.size} ({_ranges(layer_ids)})"
+                f" {layer_ids.size} ({format_ranges(layer_ids)})"
             )
         if self._grid.merged_from is not None and self._window_mode == "fixed":
             out.append(
@@ -1242,7 +1242,7 @@ class Accumulator:
             raise UsageError(
                 f"layer {missing[0]} has no rows in the trace",
                 where="--layers",
-                hint=f"layers present: {_ranges(present)}",
+                hint=f"layers present: {format_ranges(present)}",
             )
 
     def _result_tokens(self) -> RoutingData:
@@ -1470,7 +1470,3 @@ def _emit(messages: list[str]) -> None:
         warnings.warn(m, TraceWarning, stacklevel=5)  # the caller of read_routing
 
 
-def _ranges(ids: np.ndarray) -> str:
-    from placer.stats import _ranges as ranges
-
-    return ranges(np.asarray(ids))
