@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement
 from placer.stats import ExpertStats
@@ -102,7 +103,7 @@ class SolveParams:
     jobs: int = 1
     balance_tolerance: float = 0.005
     traffic_weight: float = 1.0
-    migration_weight: float = 1.0
+    migration_weight: float = constants.DEFAULT_MIGRATION_WEIGHT
     robust: str = "max"
     options: dict[str, Any] = field(default_factory=dict)
 

@@ -269,7 +269,8 @@ def plan(
         1.0, "--traffic-weight", help="Weight of remote copies (co-location) in the second pass."
     ),
     migration_weight: float = typer.Option(
-        1.0, "--migration-weight", help="Weight of weight moves from --current."
+        constants.DEFAULT_MIGRATION_WEIGHT, "--migration-weight",
+        help="Weight of weight moves from --current."
     ),
     robust: str = typer.Option(
         "max", "--robust", help="Balance the worst window (max) or the summed load (mean)."
