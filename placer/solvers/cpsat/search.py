@@ -39,14 +39,15 @@ class SearchParams:
     balance_tolerance: float
     traffic_weight: float
     migration_weight: float
-    neighbourhood_slots: int = constants.CPSAT_NEIGHBOURHOOD_SLOTS
-    balance_iterations: int = constants.CPSAT_BALANCE_ITERATIONS
-    cost_iterations: int = constants.CPSAT_COST_ITERATIONS
-    patience: int = constants.CPSAT_PATIENCE
-    cost_patience: int = constants.CPSAT_COST_PATIENCE
-    submodel_dtime: float = constants.CPSAT_SUBMODEL_DTIME
-    full_model_max_vars: int = constants.CPSAT_FULL_MODEL_MAX_VARS
-    full_model_dtime: float = constants.CPSAT_FULL_MODEL_DTIME
+    # the search knobs of ``CpsatOptions``, copied by name (defaults live there only)
+    neighbourhood_slots: int
+    balance_iterations: int
+    cost_iterations: int
+    patience: int
+    cost_patience: int
+    submodel_dtime: float
+    full_model_max_vars: int
+    full_model_dtime: float
 
 
 @dataclass

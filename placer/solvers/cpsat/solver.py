@@ -197,14 +197,8 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         balance_tolerance=params.balance_tolerance,
         traffic_weight=params.traffic_weight,
         migration_weight=params.migration_weight,
-        neighbourhood_slots=options.neighbourhood_slots,
-        balance_iterations=options.balance_iterations,
-        cost_iterations=options.cost_iterations,
-        patience=options.patience,
-        cost_patience=options.cost_patience,
-        submodel_dtime=options.submodel_dtime,
-        full_model_max_vars=options.full_model_max_vars,
-        full_model_dtime=options.full_model_dtime,
+        **{f.name: getattr(options, f.name)
+           for f in fields(SearchParams) if hasattr(options, f.name)},
     )
     tasks = []
     for row in range(stats.num_layers):
