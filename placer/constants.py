@@ -139,6 +139,12 @@ CPSAT_BALANCE_GAP = 5e-4
 CPSAT_PAIR_MASS = 0.95
 #: ... and at most this many pairs per expert of the layer.
 CPSAT_PAIRS_PER_EXPERT = 8
+#: ``robust="cvar"``: objective 1 averages the hot shards of this share of the windows,
+#: the worst ones (the conditional value at risk at level 1 - fraction).
+CPSAT_CVAR_FRACTION = 0.25
+#: With a batch size to plan for, each GPU's load counts this many standard deviations
+#: of its per-batch noise (about the 98th percentile of one GPU's load).
+CPSAT_NOISE_Z = 2.0
 
 #: Cost of a copy across nodes relative to one inside a node when no topology gives
 #: bandwidths (DeepSeek-V3: 160 GB/s NVLink vs 50 GB/s InfiniBand per GPU).

@@ -81,6 +81,10 @@ class PlacementProblem:
         return int(self.node_of_gpu.max()) + 1
 
 
+#: Values of ``SolveParams.robust``.
+ROBUST_MODES = ("max", "cvar", "std", "mean")
+
+
 @dataclass(frozen=True)
 class SolveParams:
     """Knobs shared by all solvers; each solver documents which it reads.
@@ -92,9 +96,16 @@ class SolveParams:
     jobs: layers solved in parallel (processes).
     balance_tolerance: relative slack on the hot-shard load that the traffic and
         migration objectives may spend (0.005 = 0.5%).
+    traffic_first: measure ``balance_tolerance`` from the hint's (EPLB's) hot shard,
+        which the second pass may then exceed, instead of from the balance lower bound
+        (capped at EPLB's hot shard).
     traffic_weight: weight of co-location versus migration once balance is fixed.
     migration_weight: weight of one weight move.
-    robust: balance the worst window (``"max"``) or the mean matrix (``"mean"``).
+    robust: balance the worst window (``"max"``), the mean of the worst windows
+        (``"cvar"``), or the mean matrix (``"mean"``).
+    batch_tokens: plan for the hot shard of batches of this many tokens: the planner
+        adds each GPU's per-batch load noise (``cpsat``); None plans for the windows'
+        loads alone.
     options: solver-specific extras.
     """
 
@@ -102,9 +113,11 @@ class SolveParams:
     seed: int = 0
     jobs: int = 1
     balance_tolerance: float = 0.005
+    traffic_first: bool = False
     traffic_weight: float = 1.0
     migration_weight: float = constants.DEFAULT_MIGRATION_WEIGHT
     robust: str = "max"
+    batch_tokens: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -114,8 +127,12 @@ class SolveParams:
             raise UsageError("jobs must be at least 1", where="--jobs")
         if not 0 <= self.balance_tolerance <= 1:
             raise UsageError("expected balance tolerance in [0, 1]", where="--balance-tolerance")
-        if self.robust not in ("max", "mean"):
-            raise UsageError("robust must be 'max' or 'mean'", where="--robust")
+        if self.batch_tokens is not None and self.batch_tokens < 1:
+            raise UsageError("expected batch tokens >= 1", where="--batch-tokens")
+        if self.robust not in ROBUST_MODES:
+            raise UsageError(
+                f"robust must be one of {', '.join(ROBUST_MODES)}", where="--robust"
+            )
 
 
 @dataclass(frozen=True)

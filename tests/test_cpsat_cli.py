@@ -94,7 +94,12 @@ def test_replan_with_current_counts_moves(clustered_trace, tmp_path):
     [
         (["--option", "patience"], "error: --option: expected KEY=VALUE, got 'patience'\n"),
         (["--option", "bogus=1"], "error: --option: unknown cpsat option 'bogus'\n"),
-        (["--robust", "median"], "error: --robust: robust must be 'max' or 'mean'\n"),
+        (["--robust", "median"],
+         "error: --robust: robust must be one of max, cvar, std, mean\n"),
+        (["--batch-tokens", "0"], "error: --batch-tokens: expected batch tokens >= 1\n"),
+        (["--option", "noise_z=-1"], "error: --option noise_z: expected noise_z >= 0\n"),
+        (["--option", "cvar_fraction=0"],
+         "error: --option cvar_fraction: expected cvar_fraction in (0, 1]\n"),
     ],
 )
 def test_bad_solver_settings_are_usage_errors(clustered_trace, tmp_path, args, stderr):
@@ -103,6 +108,19 @@ def test_bad_solver_settings_are_usage_errors(clustered_trace, tmp_path, args, s
     assert result.exit_code == 2
     assert result.stderr.startswith(stderr)
     assert not out.exists()
+
+
+def test_traffic_first_batch_tokens_and_robust_modes_end_to_end(clustered_trace, tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(str(clustered_trace), "-g", "4", "-r", "4", "-o", str(out), "--json",
+                   "--traffic-first", "--balance-tolerance", "0.05", "--batch-tokens", "64",
+                   "--robust", "std", *FAST)
+    assert result.exit_code == 0, result.stderr
+    versus = json.loads(result.stdout)["versus"]
+    # traffic first with 5% of slack: the hot shard may exceed EPLB's, by at most that
+    # much on the planner's own objective (checked per layer in test_cpsat.py)
+    assert versus["columns"] == ["cpsat", "eplb"]
+    assert read_placement(out).num_physical == 12
 
 
 def test_infeasible_memory_budget_names_the_budget(clustered_trace, tmp_path):

@@ -265,6 +265,11 @@ def plan(
         0.005, "--balance-tolerance",
         help="Hot-shard slack (over a perfect split) that traffic and moves may use.",
     ),
+    traffic_first: bool = typer.Option(
+        False, "--traffic-first",
+        help="Measure --balance-tolerance from EPLB's hot shard (which may then be exceeded"
+        " by that much) to buy co-location; default: never above EPLB's hot shard.",
+    ),
     traffic_weight: float = typer.Option(
         1.0, "--traffic-weight", help="Weight of remote copies (co-location) in the second pass."
     ),
@@ -273,7 +278,14 @@ def plan(
         help="Weight of weight moves from --current."
     ),
     robust: str = typer.Option(
-        "max", "--robust", help="Balance the worst window (max) or the summed load (mean)."
+        "max", "--robust",
+        help="Balance the worst window (max), the mean of the worst windows (cvar, share:"
+        " --option cvar_fraction=F) or the summed load (mean).",
+    ),
+    batch_tokens: int | None = typer.Option(
+        None, "--batch-tokens",
+        help="Plan for the hot shard of batches of this many tokens (adds per-batch load"
+        " noise; small decode batches favour evenly spread replicas).",
     ),
     option: list[str] = typer.Option(
         [], "--option", metavar="KEY=VALUE",
@@ -306,7 +318,7 @@ def plan(
     params = SolveParams(
         time_limit_s=time_limit, seed=seed, jobs=jobs, balance_tolerance=balance_tolerance,
         traffic_weight=traffic_weight, migration_weight=migration_weight, robust=robust,
-        options=_parse_options(option),
+        traffic_first=traffic_first, batch_tokens=batch_tokens, options=_parse_options(option),
     )
 
     model_spec = _load_model(model)

@@ -5,11 +5,12 @@ matrix ``X: [E, G]`` (expert ``e`` has a replica on GPU ``g``); replica counts a
 ``X.sum(axis=1)``.  This module holds what a layer needs (:class:`LayerData`) and
 computes the three objectives exactly, in floating point, from ``X``:
 
-1. balance -- the hottest GPU's load relative to the mean GPU load, in the worst
-   window (``robust="max"``) or of the summed load (``robust="mean"``).  Each
-   window is normalized to the same total first, so a long window does not
-   outweigh a short one.  This is the evaluator's per-window hot-shard ratio
-   (``placer.evaluate.window_hot_shard``), maximized over windows.
+1. balance -- the hottest GPU's load relative to the mean GPU load, per window:
+   in the worst window (``robust="max"``), averaged over the worst ``tail`` windows
+   (``robust="cvar"``: the conditional value at risk of the windows' hot shards), or
+   of the summed load (``robust="mean"``).  Each window is normalized to the same
+   total first, so a long window does not outweigh a short one.  This is the
+   evaluator's per-window hot-shard ratio (``placer.evaluate.window_hot_shard``).
 2. traffic -- expected cost of the copies a token sends, from pairs of
    co-activated experts: two experts of one token dispatched to the same GPU share
    one copy, to the same node share one inter-node copy (DeepEP normal mode).
@@ -52,6 +53,13 @@ class LayerData:
     replica_range: ``[E, 2]`` int64, the fewest and most replicas an expert may get.
     scale: factor turning shares into CP-SAT integers (:func:`load_scale`).
     identical_gpus: GPUs of one node are interchangeable (uniform links and types).
+    tail: objective 1 averages the hot shards of this many worst windows (1: the
+        worst window alone).
+    noise: ``[windows, E]`` float64 or None: the variance of one expert's load, in
+        squared hot-shard units, when it has one replica (``c`` replicas each carry
+        ``noise / c**2``): over windows (``robust="std"``, :func:`window_variance`) and
+        per batch (``batch_tokens``, :func:`batch_variance`).
+    noise_weight: the weight of a GPU's load variance in its ratio (:func:`noise_weight`).
     """
 
     layer_id: int
@@ -68,6 +76,9 @@ class LayerData:
     replica_range: np.ndarray
     scale: float
     identical_gpus: bool = True
+    tail: int = 1
+    noise: np.ndarray | None = None
+    noise_weight: float = 0.0
 
     @property
     def num_experts(self) -> int:
@@ -86,21 +97,42 @@ class LayerData:
         return self.num_gpus * self.slots_per_gpu
 
     # -- balance --------------------------------------------------------------------
+    def effective_share(self, counts: np.ndarray | int) -> np.ndarray:
+        """``[windows, E]`` share of the window's load one replica carries, with
+        ``counts`` replicas per expert, plus the batch-noise term when planning for
+        small batches (so that ``G * sum`` over a GPU's replicas is its ratio)."""
+        counts = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
+        out = self.shares / counts
+        if self.noise is not None and self.noise_weight > 0:
+            out = out + self.noise_weight * self.noise / (self.num_gpus * counts**2)
+        return np.asarray(out, dtype=np.float64)
+
     def gpu_ratio(self, x: np.ndarray) -> np.ndarray:
-        """``[windows, G]`` float64: each GPU's load over the window's mean GPU load."""
-        counts = x.sum(axis=1)
-        per_replica = self.shares / np.maximum(counts, 1)[None, :]  # [W, E]
+        """``[windows, G]`` float64: each GPU's load over the window's mean GPU load
+        (with the variance term, see :func:`noise_weight`)."""
+        per_replica = self.effective_share(x.sum(axis=1)[None, :])  # [W, E]
         return (per_replica @ x.astype(np.float64)) * self.num_gpus
 
-    def balance(self, x: np.ndarray) -> float:
-        """Objective 1: the hottest GPU over the mean GPU load, worst window."""
-        return float(self.gpu_ratio(x).max())
+    def hot_shard(self, x: np.ndarray) -> float:
+        """The plain hot-shard ratio (no batch-noise term), worst window."""
+        counts = np.maximum(x.sum(axis=1), 1)[None, :]
+        return float(((self.shares / counts) @ x.astype(np.float64)).max() * self.num_gpus)
 
-    def balance_key(self, x: np.ndarray) -> tuple[float, float]:
-        """Objective 1, then the sum of squared per-GPU worst ratios (ties: flatter wins)."""
+    def window_hot(self, x: np.ndarray) -> np.ndarray:
+        """``[windows]`` float64: each window's hot-shard ratio."""
+        return self.gpu_ratio(x).max(axis=1)
+
+    def balance(self, x: np.ndarray) -> float:
+        """Objective 1: the hot shard, averaged over the ``tail`` worst windows."""
+        return _top_mean(self.window_hot(x), self.tail)
+
+    def balance_key(self, x: np.ndarray) -> tuple[float, float, float]:
+        """Objective 1, then the worst window, then the sum of squared per-GPU worst
+        ratios (ties: flatter wins)."""
         ratio = self.gpu_ratio(x)
         worst = ratio.max(axis=0)
-        return float(worst.max()), float((worst**2).sum())
+        return _top_mean(ratio.max(axis=1), self.tail), float(worst.max()), float(
+            (worst**2).sum())
 
     def balance_bound(self) -> float:
         """A lower bound on :meth:`balance` for any placement.
@@ -109,8 +141,8 @@ class LayerData:
         it may have: ``G * max share / most replicas``.
         """
         most = np.minimum(self.replica_range[:, 1], self.num_gpus).astype(np.float64)
-        item = (self.shares / most[None, :]).max(axis=1) * self.num_gpus
-        return float(max(1.0, item.max()))
+        item = (self.shares / most[None, :]).max(axis=1) * self.num_gpus  # [W]
+        return _top_mean(np.maximum(item, 1.0), self.tail)
 
     # -- traffic --------------------------------------------------------------------
     def traffic(self, x: np.ndarray) -> float:
@@ -164,6 +196,55 @@ class LayerData:
         if self.current is not None and migration_weight > 0:
             out += migration_weight * self.moves(x) / self.num_physical
         return out
+
+
+def _top_mean(values: np.ndarray, count: int) -> float:
+    """Mean of the ``count`` largest of ``values`` (all of them when fewer)."""
+    count = max(1, min(int(count), values.size))
+    return float(np.sort(values)[-count:].mean())
+
+
+def tail_windows(num_windows: int, fraction: float) -> int:
+    """Windows a ``cvar`` objective averages: ``ceil(fraction * W)``, at least 1."""
+    return max(1, min(num_windows, int(np.ceil(fraction * num_windows - 1e-9))))
+
+
+def batch_variance(shares: np.ndarray, num_gpus: int, top_k: int, batch_tokens: int) -> np.ndarray:
+    """``[W, E]`` variance of each expert's per-batch load, one replica, in squared
+    hot-shard units, for batches of ``batch_tokens`` tokens.
+
+    A batch of ``B`` tokens selects expert ``e`` about ``Binomial(B, pi_e)`` times,
+    ``pi_e = top_k * share_e``; in units of the mean GPU load ``B top_k / G`` an expert
+    with ``c`` replicas adds ``G**2 pi_e (1 - pi_e) / (B top_k**2 c**2)`` to the variance
+    of each of its GPUs' load.
+    """
+    pi = np.clip(top_k * shares, 0.0, 1.0)
+    out: np.ndarray = num_gpus**2 * pi * (1.0 - pi) / (batch_tokens * top_k**2)
+    return out
+
+
+def window_variance(shares: np.ndarray, num_gpus: int) -> np.ndarray:
+    """``[1, E]`` variance over windows of each expert's load share, one replica, in
+    squared hot-shard units (``G**2 Var_w(share_e)``): noise and drift as the trace saw
+    them, at its window size."""
+    out: np.ndarray = num_gpus**2 * shares.var(axis=0, keepdims=True)
+    return out
+
+
+def noise_weight(noise: np.ndarray, hint_counts: np.ndarray, num_gpus: int, z: float) -> float:
+    """Weight of a GPU's load variance ``V`` in its ratio: ``z / (2 sqrt(v0))``.
+
+    A GPU's tail load ``mean + z sqrt(V)`` is bounded from above by the tangent of the
+    square root at the typical variance ``v0`` (the hint's mean over GPUs and windows):
+    ``sqrt(V) <= sqrt(v0) / 2 + V / (2 sqrt(v0))``, which keeps every GPU's ratio linear
+    in the placement.  The constant ``z sqrt(v0) / 2`` is the same for every GPU and is
+    left out.  0 when there is no variance.
+    """
+    counts = np.maximum(hint_counts, 1).astype(np.float64)
+    typical = float((noise / counts[None, :]).sum(axis=1).mean()) / num_gpus
+    if typical <= 0 or z <= 0:
+        return 0.0
+    return float(z / (2.0 * np.sqrt(typical)))
 
 
 def load_scale(shares: np.ndarray, num_gpus: int, slots_per_gpu: int, layer_id: int) -> float:

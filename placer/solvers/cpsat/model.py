@@ -12,7 +12,9 @@ Variables (names carry their indices, as ``x_{e}_{g}``):
 - ``y[e, c]``  expert ``e`` has ``c`` replicas (only when it has several choices);
 - ``z[e, g, c] = x[e, g] AND y[e, c]``, so that a GPU's load
   ``sum_e sum_c load[w, e] / c * z[e, g, c]`` is linear;
-- ``T``        the hottest GPU's load over windows (balance objective);
+- ``T``        the hottest GPU's load over windows (balance objective); with a
+  tail of ``k > 1`` windows, ``T_w`` per window and the sum of the ``k`` largest as
+  ``k t + sum_w max(0, T_w - t)`` (the linear form of the conditional value at risk);
 - ``s[i, j, g]``, ``n[i, k]``, ``t[i, j, k]``  pair ``(i, j)`` shares GPU ``g``;
   expert ``i`` is on node ``k``; pair shares node ``k`` (traffic objective).
 
@@ -98,15 +100,14 @@ class LayerModel:
         self.z: dict[tuple[int, int, int], cp_model.IntVar] = {}
         self.counts: dict[int, list[int]] = {}
         self.loads: dict[tuple[int, int], cp_model.LinearExprT] = {}
-        self.constant_load = 0
-        self.hottest: cp_model.IntVar | None = None
+        self.constant_load = np.zeros(data.num_windows, dtype=np.int64)
 
         self._select_free_experts(free_counts)
         self._add_slot_constraints()
         self._add_replica_constraints()
         self._add_load_expressions()
         if mode == BALANCE:
-            self._add_load_objective()
+            self.model.minimize(self._hot_expression())
         else:
             assert cap is not None  # internal: the search always passes a cap in cost mode
             self._add_load_cap(cap)
@@ -174,7 +175,7 @@ class LayerModel:
                 m.add(sum(self.z[e, g, c] for c in options) == self.x[e, g])
 
     def _coefficient(self, w: int, e: int, c: int) -> int:
-        return round(self.data.shares[w, e] / c * self.scale)
+        return round(float(self._per_replica[c][w, e]) * self.scale)
 
     def _add_load_expressions(self) -> None:
         """Integer load of every GPU in every window that the model can change."""
@@ -182,7 +183,10 @@ class LayerModel:
         current_counts = x.sum(axis=1)
         free_set = set(self.free.tolist())
         multi = {e for e in free_set if len(self.counts[e]) > 1}
-        constant_max = 0
+        needed = {int(c) for c in current_counts} | {c for cs in self.counts.values() for c in cs}
+        self._per_replica = {c: data.effective_share(c) for c in needed if c > 0}
+        # no GPU carries more than every expert's whole (one-replica) share
+        self.load_top = int(np.ceil(data.effective_share(1).sum(axis=1).max() * self.scale))
         for w in range(data.num_windows):
             for g in range(data.num_gpus):
                 terms: list[cp_model.LinearExprT] = []
@@ -209,22 +213,52 @@ class LayerModel:
                 if terms:
                     self.loads[w, g] = sum(terms) + constant
                 else:
-                    constant_max = max(constant_max, constant)
-        self.constant_load = constant_max
+                    self.constant_load[w] = max(self.constant_load[w], constant)
 
-    def _add_load_objective(self) -> None:
-        """Minimize T, the hottest GPU's load over every window."""
-        top = int(self.unit * self.data.num_gpus * 2 + self.constant_load + 1)
-        self.hottest = self.model.new_int_var(self.constant_load, top, "T")
-        for expr in self.loads.values():
-            self.model.add(self.hottest >= expr)
-        self.model.minimize(self.hottest)
+    def _hot_expression(self) -> cp_model.LinearExprT:
+        """The hot-shard objective in integer loads, times the tail ``k``.
+
+        ``k = 1``: one ``T`` above every GPU's load in every window.  ``k > 1``: the sum
+        of the ``k`` largest window maxima ``T_w``, as ``k t + sum_w u_w`` with
+        ``u_w >= T_w - t``, ``u_w >= 0`` (exact at the optimum over ``t``).
+        """
+        m, data = self.model, self.data
+        top = int(self.load_top * 2 + int(self.constant_load.max()) + 1)
+        tail = self.objective_windows
+        if tail == 1:
+            hottest = m.new_int_var(int(self.constant_load.max()), top, "T")
+            for expr in self.loads.values():
+                m.add(hottest >= expr)
+            return hottest
+        level = m.new_int_var(0, top, "t")
+        excess = []
+        for w in range(data.num_windows):
+            peak = m.new_int_var(int(self.constant_load[w]), top, f"T_{w}")
+            for g in range(data.num_gpus):
+                if (w, g) in self.loads:
+                    m.add(peak >= self.loads[w, g])
+            u = m.new_int_var(0, top, f"u_{w}")
+            m.add(u >= peak - level)
+            excess.append(u)
+        return tail * level + sum(excess)
 
     def _add_load_cap(self, cap: float) -> None:
-        """No GPU may exceed the balance cap in any window (rounding slack: S / 2)."""
+        """The hot shard may not exceed the cap (rounding slack: S / 2 per window).
+
+        With a tail of one window every GPU's load in every window is capped; with a
+        longer tail, the mean of the tail windows' maxima.
+        """
         limit = int(np.floor(cap * self.unit)) + (self.data.slots_per_gpu + 1) // 2
-        for expr in self.loads.values():
-            self.model.add(expr <= limit)
+        if self.objective_windows == 1:
+            for expr in self.loads.values():
+                self.model.add(expr <= limit)
+            return
+        self.model.add(self._hot_expression() <= self.objective_windows * limit)
+
+    @property
+    def objective_windows(self) -> int:
+        """Windows the balance objective sums (divide its value by this and ``unit``)."""
+        return min(max(self.data.tail, 1), self.data.num_windows)
 
     def _add_colocation_terms(self, weight: float) -> list[cp_model.LinearExprT]:
         """Reward pairs of co-activated experts on one GPU and, across nodes, on one node.

@@ -37,6 +37,7 @@ class SearchParams:
     seed: int
     time_limit_s: float
     balance_tolerance: float
+    traffic_first: bool
     traffic_weight: float
     migration_weight: float
     # the search knobs of ``CpsatOptions``, copied by name (defaults live there only)
@@ -131,7 +132,8 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
         data.current is not None and params.migration_weight > 0
     )
     if has_cost:
-        cap = balance_cap(balance1, hint_balance, bound, params.balance_tolerance)
+        cap = balance_cap(balance1, hint_balance, bound, params.balance_tolerance,
+                          params.traffic_first)
         x2 = _relabel_to_current(data, x1) if data.current is not None else x1
         # start from the cheapest placement that meets the cap: pass 1's, the current one,
         # or the hint's (pass 1 may have traded the hint's co-location for balance)
@@ -175,13 +177,22 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
     )
 
 
-def balance_cap(first: float, hint: float, bound: float, tolerance: float) -> float:
-    """Hot-shard ratio the second pass may reach: ``min(hint, max((1 + tol) * bound, first))``.
+def balance_cap(
+    first: float, hint: float, bound: float, tolerance: float, traffic_first: bool = False
+) -> float:
+    """Hot-shard ratio the second pass may reach.
 
-    The tolerance is measured from the balance lower bound (about 1.0, a perfectly even
+    Balance first (the default): ``min(hint, max((1 + tol) * bound, first))``.  The
+    tolerance is measured from the balance lower bound (about 1.0, a perfectly even
     split), so the default 0.005 promises a hot shard within 0.5% of the mean GPU load
     whenever the balance pass got there; it never exceeds the hint's (EPLB's) hot shard.
+
+    Traffic first: ``max(first, (1 + tol) * hint)``, the tolerance measured from the
+    hint's hot shard: ``--traffic-first --balance-tolerance 0.01`` trades up to 1% of
+    hot shard over EPLB's for co-location.
     """
+    if traffic_first:
+        return max(first, (1.0 + tolerance) * hint)
     return min(hint, max((1.0 + tolerance) * bound, first))
 
 
@@ -206,7 +217,7 @@ def _full_balance(
         return start, 0.0, False
     unit = scale / data.num_gpus
     slack = 0.5 * data.slots_per_gpu / unit  # rounding of the integer loads
-    bound = max(0.0, result.bound / unit - slack)
+    bound = max(0.0, result.bound / model.objective_windows / unit - slack)
     return result.x, bound, result.status == "OPTIMAL"
 
 

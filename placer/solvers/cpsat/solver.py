@@ -2,7 +2,8 @@
 
 Reads from :class:`placer.problem.SolveParams`: ``time_limit_s`` (wall-clock cap
 per layer), ``seed``, ``jobs`` (layers solved in parallel processes),
-``balance_tolerance``, ``traffic_weight``, ``migration_weight``, ``robust``, and
+``balance_tolerance``, ``traffic_first``, ``traffic_weight``, ``migration_weight``,
+``robust``, ``batch_tokens``, and
 ``options`` (see :class:`CpsatOptions`).
 
 The answer's ``objective`` is objective 1 averaged over layers: the robust hot-shard
@@ -24,7 +25,14 @@ from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement
 from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver, solve
-from placer.solvers.cpsat.layer import LayerData, load_scale
+from placer.solvers.cpsat.layer import (
+    LayerData,
+    batch_variance,
+    load_scale,
+    noise_weight,
+    tail_windows,
+    window_variance,
+)
 from placer.solvers.cpsat.replicas import replica_range
 from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
 from placer.solvers.cpsat.traffic import identical_gpus, link_costs, select_pairs
@@ -50,6 +58,10 @@ class CpsatOptions:
         one model (exact status and bound) instead of by neighbourhoods.
     full_model_dtime: deterministic-time limit of a full model.
     pair_mass, pairs_per_expert: co-activation pairs kept (``traffic.select_pairs``).
+    cvar_fraction: with ``robust="cvar"``, the share of windows (the worst ones) whose
+        hot shards objective 1 averages.
+    noise_z: with a batch size (``SolveParams.batch_tokens``), the standard deviations
+        of per-batch load noise added to each GPU's load (``layer.batch_noise``).
     """
 
     hint: str = "eplb"
@@ -63,6 +75,8 @@ class CpsatOptions:
     full_model_dtime: float = constants.CPSAT_FULL_MODEL_DTIME
     pair_mass: float = constants.CPSAT_PAIR_MASS
     pairs_per_expert: int = constants.CPSAT_PAIRS_PER_EXPERT
+    cvar_fraction: float = constants.CPSAT_CVAR_FRACTION
+    noise_z: float = constants.CPSAT_NOISE_Z
 
     def __post_init__(self) -> None:
         for name in ("neighbourhood_slots", "patience", "cost_patience", "pairs_per_expert"):
@@ -74,6 +88,10 @@ class CpsatOptions:
         for name in ("submodel_dtime", "full_model_dtime"):
             if not float(getattr(self, name)) > 0:
                 raise UsageError(f"expected {name} > 0", where=f"--option {name}")
+        if not self.noise_z >= 0:
+            raise UsageError("expected noise_z >= 0", where="--option noise_z")
+        if not 0 < self.cvar_fraction <= 1:
+            raise UsageError("expected cvar_fraction in (0, 1]", where="--option cvar_fraction")
         if not 0 < self.pair_mass <= 1:
             raise UsageError("expected pair_mass in (0, 1]", where="--option pair_mass")
         if self.hint == "cpsat":
@@ -129,20 +147,28 @@ def _mask_to_row(mask: np.ndarray, slots_per_gpu: int, before: np.ndarray | None
 
 def layer_data(
     problem: PlacementProblem, row: int, hint_counts: np.ndarray, robust: str,
-    options: CpsatOptions | None = None,
+    options: CpsatOptions | None = None, batch_tokens: int | None = None,
 ) -> LayerData:
     """The planning data of layer row ``row`` of ``problem`` (pure).
 
     ``hint_counts: [E]`` replica counts of the hint, kept inside the allowed range.
+    ``batch_tokens``: plan for the per-batch hot shard of batches of this many tokens
+    (adds the batch-noise term, :func:`placer.solvers.cpsat.layer.batch_noise`).
     """
     options = options or CpsatOptions()
     stats = problem.stats
     layer_id = int(stats.layer_ids[row])
     load = stats.load[:, row, :].astype(np.float64)  # [W, E]
     totals = load.sum(axis=1)
-    if robust == "max" and (totals > 0).sum() >= 1:
+    noise = None
+    if robust in ("max", "cvar") and (totals > 0).sum() >= 1:
         windows = load[totals > 0]
         shares = windows / windows.sum(axis=1, keepdims=True)
+    elif robust == "std" and (totals > 0).sum() >= 1:
+        windows = load[totals > 0]
+        noise = window_variance(windows / windows.sum(axis=1, keepdims=True), problem.num_gpus)
+        summed = load.sum(axis=0, keepdims=True)
+        shares = summed / max(float(summed.sum()), 1.0)
     else:
         summed = load.sum(axis=0, keepdims=True)
         shares = summed / max(float(summed.sum()), 1.0)
@@ -155,6 +181,11 @@ def layer_data(
     coact = None if stats.coact is None else stats.coact[row]
     pairs, rate = select_pairs(coact, tokens, options.pair_mass, options.pairs_per_expert)
     gpu_cost, node_cost = link_costs(problem.topology, problem.node_of_gpu)
+    if batch_tokens:
+        per_batch = batch_variance(shares, problem.num_gpus, max(stats.top_k, 1), batch_tokens)
+        noise = per_batch if noise is None else noise + per_batch
+    weight = 0.0 if noise is None else noise_weight(noise, hint_counts, problem.num_gpus,
+                                                     options.noise_z)
     current = None
     fixed = [hint_counts]
     if problem.current is not None:
@@ -175,6 +206,9 @@ def layer_data(
         replica_range=replica_range(shares, problem.num_gpus, problem.num_physical, fixed),
         scale=load_scale(shares, problem.num_gpus, problem.slots_per_gpu, layer_id),
         identical_gpus=identical_gpus(problem.topology, problem.node_of_gpu),
+        tail=tail_windows(shares.shape[0], options.cvar_fraction) if robust == "cvar" else 1,
+        noise=noise,
+        noise_weight=weight,
     )
 
 
@@ -195,6 +229,7 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         seed=params.seed,
         time_limit_s=params.time_limit_s,
         balance_tolerance=params.balance_tolerance,
+        traffic_first=params.traffic_first,
         traffic_weight=params.traffic_weight,
         migration_weight=params.migration_weight,
         **{f.name: getattr(options, f.name)
@@ -203,7 +238,8 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     tasks = []
     for row in range(stats.num_layers):
         hint_row = hint.layer_row(int(stats.layer_ids[row]))
-        data = layer_data(problem, row, hint_mask[hint_row].sum(axis=1), params.robust, options)
+        data = layer_data(problem, row, hint_mask[hint_row].sum(axis=1), params.robust, options,
+                          params.batch_tokens)
         tasks.append((data, hint_mask[hint_row], search))
 
     if params.jobs > 1 and len(tasks) > 1:
