@@ -16,6 +16,7 @@ from placer.evaluate import (
     evaluation_parts,
     expected_remote_copies,
     parse_window_range,
+    remote_copy_bounds,
     window_hot_shard,
 )
 from placer.evaluate.batches import group_position, make_batches
@@ -166,6 +167,37 @@ def test_expected_remote_copies_matches_enumeration_for_top2():
                 gpu_total += weight * len({ga, gb} - {src})
                 node_total += weight * len({node[ga], node[gb]} - {node[src]})
     assert expected[0].tolist() == pytest.approx([gpu_total / 30, node_total / 30])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_remote_copy_bounds_bracket_the_exact_figure_for_top4(seed):
+    """Top-4 of 8 experts, clustered tokens; enumerate every source GPU and replica choice:
+    the exact remote GPUs and nodes per token lie between the two bounds."""
+    rng = np.random.default_rng(seed)
+    topo = cluster((2, 2))
+    pl = placement([[0, 1, 4, 2, 3, 5, 4, 5, 0, 6, 7, 1]], 4, num_experts=8,
+                   layer_ids=(0,))  # 3 slots per GPU, experts 0, 1, 4, 5 twice
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    ids = np.array([rng.choice(groups[rng.integers(2)] if rng.random() < 0.7 else range(8),
+                               size=4, replace=False) for _ in range(40)])
+    routing = routing_of(ids[:, None, :].astype(np.int32), np.array([0]), np.arange(40),
+                         np.full(40, -1), num_experts=8)
+    bounds = remote_copy_bounds(pl, routing.stats, topo)[0]  # [gpu|node, lower|upper]
+    node = topo.node_of_gpu
+    replicas = {e: [s // 3 for s in range(12) if pl.physical_to_logical[0, s] == e]
+                for e in range(8)}
+    gpu_total = node_total = 0.0
+    for token in ids.tolist():
+        choices = list(itertools.product(*(replicas[e] for e in token)))
+        for src in range(4):
+            for gpus in choices:
+                weight = 1 / (4 * len(choices))
+                gpu_total += weight * len(set(gpus) - {src})
+                node_total += weight * len({node[g] for g in gpus} - {node[src]})
+    exact = np.array([gpu_total, node_total]) / 40
+    assert (bounds[:, 0] <= exact + 1e-12).all() and (exact <= bounds[:, 1] + 1e-12).all()
+    assert (bounds[:, 0] < bounds[:, 1]).any()  # top-4: triples meet, the bounds differ
+    np.testing.assert_allclose(bounds[:, 0], expected_remote_copies(pl, routing.stats, topo)[0])
 
 
 def test_expected_remote_copies_needs_coactivation():

@@ -10,7 +10,7 @@ are the exact closed forms planners optimise.  The model is documented in
 
 from placer.evaluate.core import METRIC_KEYS, EvalParams, Evaluation, evaluate
 from placer.evaluate.dispatch import POLICIES, static_dispatch_table
-from placer.evaluate.static import expected_remote_copies, window_hot_shard
+from placer.evaluate.static import expected_remote_copies, remote_copy_bounds, window_hot_shard
 from placer.evaluate.traffic import MODES
 from placer.evaluate.windows import (
     default_split,
@@ -30,6 +30,7 @@ __all__ = [
     "evaluation_parts",
     "expected_remote_copies",
     "parse_window_range",
+    "remote_copy_bounds",
     "resolve_window_range",
     "static_dispatch_table",
     "window_hot_shard",

@@ -109,3 +109,80 @@ def expected_remote_copies(
     pairs_node = 0.5 * (coact * shared_node).sum(axis=(1, 2))
     node = (singles_node - pairs_node) / tokens
     return np.stack([gpu, node], axis=1)
+
+
+def remote_copy_bounds(
+    placement: Placement, stats: ExpertStats, topology: Topology
+) -> np.ndarray:
+    """Lower and upper bounds on the deliveries per token off the source GPU and node
+    (``normal`` mode), valid for every routing that has these loads and pair counts.
+
+    Aggregated statistics give single and pair frequencies only; how often three or more
+    experts of one token meet on one GPU is unknown, so the expected number of GPUs (or
+    nodes) a token touches is only bracketed.  With ``A_i`` the event "the token selects
+    expert ``i`` and sends it to this GPU" (``P = load_i f_ig / T``, pairs
+    ``coact_ij f_ig f_jg / T``, replicas chosen independently):
+
+    - lower: ``sum P(A_i) - sum_{i<j} P(A_i A_j)`` (Bonferroni; the closed form of
+      :func:`expected_remote_copies`);
+    - upper: ``sum P(A_i) - sum over the edges of a maximum-weight spanning tree of the
+      pair probabilities`` (Hunter's bound, the tightest of the tree bounds).
+
+    Both are weighted as in :func:`expected_remote_copies` (``1 - 1/G`` per GPU,
+    ``1 - G_n / G`` per node).  The lower bound is exact when no three experts of a
+    token share a GPU (always for ``top_k <= 2``); the upper one is exact when, besides,
+    the co-activated pairs on each GPU form a forest.
+
+    Returns
+    -------
+    ``[layers, 2, 2]`` float64: ``[layer, gpu|node, lower|upper]``, layers in the
+    placement's order.
+
+    Raises DataError when the statistics carry no co-activation.
+    """
+    lower = expected_remote_copies(placement, stats, topology)
+    rows = stats_rows(placement, stats)
+    tokens = max(stats.total_tokens, 1)
+    num_gpus = placement.num_gpus
+    load = stats.mean_load[rows].astype(np.float64)  # [L, E]
+    coact = stats.coact[rows].astype(np.float64)  # type: ignore[index]
+    f = placement.expert_gpu_mask / placement.replica_counts[:, :, None]  # [L, E, G]
+    node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
+    num_nodes = int(node_of_gpu.max()) + 1
+    onehot = np.eye(num_nodes)[node_of_gpu]  # [G, N]
+    f_node = f @ onehot  # [L, E, N]
+    w = 1.0 - onehot.sum(axis=0) / num_gpus  # [N]
+    upper = np.zeros_like(lower)
+    for layer in range(placement.num_layers):
+        gpu_tree = sum(_max_spanning_tree(coact[layer], f[layer, :, g])
+                       for g in range(num_gpus))
+        upper[layer, 0] = (1.0 - 1.0 / num_gpus) * (load[layer].sum() - gpu_tree) / tokens
+        node_sum = 0.0
+        for n in range(num_nodes):
+            if w[n] <= 0:
+                continue
+            share = f_node[layer, :, n]
+            single = float((load[layer] * share).sum())
+            node_sum += w[n] * (single - _max_spanning_tree(coact[layer], share))
+        upper[layer, 1] = node_sum / tokens
+    return np.stack([lower, upper], axis=2)
+
+
+def _max_spanning_tree(coact: np.ndarray, share: np.ndarray) -> float:
+    """Weight of a maximum spanning tree (Prim) of ``coact[i, j] share_i share_j`` over
+    the experts with ``share > 0``."""
+    members = np.flatnonzero(share > 0)
+    if members.size < 2:
+        return 0.0
+    weight = coact[np.ix_(members, members)] * np.outer(share[members], share[members])
+    best = weight[0].copy()
+    in_tree = np.zeros(members.size, dtype=bool)
+    in_tree[0] = True
+    total = 0.0
+    for _ in range(members.size - 1):
+        candidates = np.where(in_tree, -np.inf, best)
+        nxt = int(np.argmax(candidates))
+        total += float(candidates[nxt])
+        in_tree[nxt] = True
+        best = np.maximum(best, weight[nxt])
+    return total
