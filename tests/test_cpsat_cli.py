@@ -123,6 +123,29 @@ def test_traffic_first_batch_tokens_and_robust_modes_end_to_end(clustered_trace,
     assert read_placement(out).num_physical == 12
 
 
+def test_top4_summary_shows_the_data_bounds(tmp_path):
+    """Top-4 statistics bracket remote copies; the summary prints the bracket per column."""
+    rng = np.random.default_rng(2)
+    groups = np.array([[0, 1, 2, 3], [4, 5, 6, 7]])
+    topk = np.stack([rng.permutation(groups[rng.integers(2)]) for _ in range(200)])
+    trace = tmp_path / "top4.npz"
+    write_npz_trace(trace, topk[:, None, :], layer_ids=[0], step=np.arange(200) // 50,
+                    meta={"num_experts": 8, "top_k": 4})
+    out = tmp_path / "plan.json"
+    result = _plan(str(trace), "-g", "4", "-r", "4", "-o", str(out), *FAST)
+    assert result.exit_code == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines()
+            if line.startswith("remote GPUs, data bounds")]
+    assert len(rows) == 1 and rows[0].count("-") == 2
+    assert "data bounds: any routing with these loads and pair counts" in result.stdout
+    result = _plan(str(trace), "-g", "4", "-r", "4", "-o", str(out), "--json", *FAST)
+    versus = json.loads(result.stdout)["versus"]
+    for name in ("cpsat", "eplb"):
+        low, high = versus[name]["remote_gpus_per_token_bounds"]
+        assert 0 <= low <= high <= 4 * (1 - 1 / 4) + 1e-9  # 4 GPUs at most, less the source
+        assert versus[name]["remote_nodes_per_token_bounds"] is None  # one node
+
+
 def test_infeasible_memory_budget_names_the_budget(clustered_trace, tmp_path):
     result = _plan(str(clustered_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "-S", "5",
                    "-o", str(tmp_path / "plan.json"))

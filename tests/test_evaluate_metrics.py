@@ -182,7 +182,15 @@ def test_remote_copy_bounds_bracket_the_exact_figure_for_top4(seed):
                                size=4, replace=False) for _ in range(40)])
     routing = routing_of(ids[:, None, :].astype(np.int32), np.array([0]), np.arange(40),
                          np.full(40, -1), num_experts=8)
-    bounds = remote_copy_bounds(pl, routing.stats, topo)[0]  # [gpu|node, lower|upper]
+    stats = routing.stats
+    if seed == 3:  # thresholded counts, as published statistics often are: drop light pairs
+        coact = stats.coact.copy()
+        coact[coact < 4] = 0
+        from dataclasses import replace
+
+        stats = replace(stats, coact=coact)
+        assert coact.sum() < routing.stats.coact.sum()
+    bounds = remote_copy_bounds(pl, stats, topo)[0]  # [gpu|node, lower|upper]
     node = topo.node_of_gpu
     replicas = {e: [s // 3 for s in range(12) if pl.physical_to_logical[0, s] == e]
                 for e in range(8)}
@@ -197,7 +205,9 @@ def test_remote_copy_bounds_bracket_the_exact_figure_for_top4(seed):
     exact = np.array([gpu_total, node_total]) / 40
     assert (bounds[:, 0] <= exact + 1e-12).all() and (exact <= bounds[:, 1] + 1e-12).all()
     assert (bounds[:, 0] < bounds[:, 1]).any()  # top-4: triples meet, the bounds differ
-    np.testing.assert_allclose(bounds[:, 0], expected_remote_copies(pl, routing.stats, topo)[0])
+    # at least the closed form when the counts are complete (also the likeliest expert)
+    if seed != 3:
+        assert (bounds[:, 0] >= expected_remote_copies(pl, stats, topo)[0] - 1e-12).all()
 
 
 def test_expected_remote_copies_needs_coactivation():

@@ -145,12 +145,29 @@ def _remote_copies(problem: PlacementProblem, placement: Placement) -> tuple[Any
     return float(remote[:, 0].mean()), node, how
 
 
+def _remote_bounds(problem: PlacementProblem, placement: Placement) -> Any:
+    """``[[gpu lower, upper], [node lower, upper]]`` remote copies per token that any
+    routing with the statistics' loads and pairs lies within (mean over layers), for
+    top-k > 2 with co-activation counts; None otherwise (top-2: the closed form is exact)."""
+    from types import SimpleNamespace
+
+    from placer.evaluate import remote_copy_bounds
+
+    stats = problem.stats
+    if stats.coact is None or stats.top_k <= 2:
+        return None
+    topology = problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
+    bounds = remote_copy_bounds(placement, stats, topology)  # type: ignore[arg-type]
+    return bounds.mean(axis=0).round(6).tolist()
+
+
 def _side_metrics(
     problem: PlacementProblem, result: SolveResult, gap: float | None
 ) -> dict[str, Any]:
     """One column of the side-by-side: figures of ``result`` on ``problem``'s statistics."""
     basic = basic_metrics(result.placement, problem.stats)
     remote_gpu, remote_node, how = _remote_copies(problem, result.placement)
+    bounds = _remote_bounds(problem, result.placement)
     moves = None
     if problem.current is not None:
         moves = float(result.placement.moves_from(problem.current))
@@ -160,6 +177,9 @@ def _side_metrics(
         "remote_gpus_per_token": remote_gpu,
         "remote_nodes_per_token": remote_node,
         "remote_copies_from": how,
+        "remote_gpus_per_token_bounds": None if bounds is None else bounds[0],
+        "remote_nodes_per_token_bounds": (
+            bounds[1] if bounds is not None and problem.num_nodes > 1 else None),
         "moves": moves,
         "seconds": round(result.seconds, 3),
         "gap": gap,
@@ -203,7 +223,16 @@ def render_versus(versus: dict[str, Any]) -> list[str]:
             value = versus[name][key]
             cells.append("-" if value is None else fmt.format(value))
         lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
+    for label, key in (("remote GPUs, data bounds", "remote_gpus_per_token_bounds"),
+                       ("remote nodes, data bounds", "remote_nodes_per_token_bounds")):
+        spans = [versus[name].get(key) for name in (mine, theirs)]
+        if any(span is not None for span in spans):
+            cells = ["-" if span is None else f"{span[0]:.2f}-{span[1]:.2f}" for span in spans]
+            lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
     lines.append(f"remote copies: {versus[mine]['remote_copies_from']}")
+    if any(versus[name].get("remote_gpus_per_token_bounds") for name in (mine, theirs)):
+        lines.append("data bounds: any routing with these loads and pair counts"
+                     " (docs/evaluate.md)")
     winners = versus.get("winners")
     if winners:
         lines.append(

@@ -124,7 +124,10 @@ def remote_copy_bounds(
     ``coact_ij f_ig f_jg / T``, replicas chosen independently):
 
     - lower: ``sum P(A_i) - sum_{i<j} P(A_i A_j)`` (Bonferroni; the closed form of
-      :func:`expected_remote_copies`);
+      :func:`expected_remote_copies`), less the pair mass the counts miss (partial,
+      thresholded counts: ``top_k (top_k - 1) / 2`` pairs per token minus those counted,
+      any of which could share a GPU), and never below the likeliest single expert per
+      GPU;
     - upper: ``sum P(A_i) - sum over the edges of a maximum-weight spanning tree of the
       pair probabilities`` (Hunter's bound, the tightest of the tree bounds).
 
@@ -153,6 +156,17 @@ def remote_copy_bounds(
     f_node = f @ onehot  # [L, E, N]
     w = 1.0 - onehot.sum(axis=0) / num_gpus  # [N]
     upper = np.zeros_like(lower)
+    k = max(stats.top_k, 1)
+    counted = np.triu(coact, k=1).sum(axis=(1, 2))  # [L]
+    missing = np.maximum(load.sum(axis=1) / k * (k * (k - 1) / 2) - counted, 0.0) / tokens
+    lower = lower.copy()
+    lower[:, 0] -= (1.0 - 1.0 / num_gpus) * missing
+    lower[:, 1] -= w.max() * missing
+    single = load[:, :, None] * f  # [L, E, G]
+    single_node = load[:, :, None] * f_node  # [L, E, N]
+    lower[:, 0] = np.maximum(lower[:, 0],
+                             (1.0 - 1.0 / num_gpus) * single.max(axis=1).sum(axis=1) / tokens)
+    lower[:, 1] = np.maximum(lower[:, 1], (single_node.max(axis=1) @ w) / tokens)
     for layer in range(placement.num_layers):
         gpu_tree = sum(_max_spanning_tree(coact[layer], f[layer, :, g])
                        for g in range(num_gpus))
