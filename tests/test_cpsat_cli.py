@@ -135,9 +135,9 @@ def test_top4_summary_shows_the_data_bounds(tmp_path):
     result = _plan(str(trace), "-g", "4", "-r", "4", "-o", str(out), *FAST)
     assert result.exit_code == 0, result.stderr
     rows = [line for line in result.stdout.splitlines()
-            if line.startswith("remote GPUs, data bounds")]
+            if line.startswith("remote GPUs, bounds")]
     assert len(rows) == 1 and rows[0].count("-") == 2
-    assert "data bounds: any routing with these loads and pair counts" in result.stdout
+    assert "bounds: any routing with these loads and pair counts" in result.stdout
     result = _plan(str(trace), "-g", "4", "-r", "4", "-o", str(out), "--json", *FAST)
     versus = json.loads(result.stdout)["versus"]
     for name in ("cpsat", "eplb"):

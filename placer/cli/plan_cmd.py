@@ -223,15 +223,15 @@ def render_versus(versus: dict[str, Any]) -> list[str]:
             value = versus[name][key]
             cells.append("-" if value is None else fmt.format(value))
         lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
-    for label, key in (("remote GPUs, data bounds", "remote_gpus_per_token_bounds"),
-                       ("remote nodes, data bounds", "remote_nodes_per_token_bounds")):
+    for label, key in (("remote GPUs, bounds", "remote_gpus_per_token_bounds"),
+                       ("remote nodes, bounds", "remote_nodes_per_token_bounds")):
         spans = [versus[name].get(key) for name in (mine, theirs)]
         if any(span is not None for span in spans):
             cells = ["-" if span is None else f"{span[0]:.2f}-{span[1]:.2f}" for span in spans]
             lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
     lines.append(f"remote copies: {versus[mine]['remote_copies_from']}")
     if any(versus[name].get("remote_gpus_per_token_bounds") for name in (mine, theirs)):
-        lines.append("data bounds: any routing with these loads and pair counts"
+        lines.append("bounds: any routing with these loads and pair counts"
                      " (docs/evaluate.md)")
     winners = versus.get("winners")
     if winners:

@@ -129,7 +129,8 @@ def remote_copy_bounds(
       any of which could share a GPU), and never below the likeliest single expert per
       GPU;
     - upper: ``sum P(A_i) - sum over the edges of a maximum-weight spanning tree of the
-      pair probabilities`` (Hunter's bound, the tightest of the tree bounds).
+      pair probabilities`` (Hunter's bound, the tightest of the tree bounds), at most 1
+      per GPU or node.
 
     Both are weighted as in :func:`expected_remote_copies` (``1 - 1/G`` per GPU,
     ``1 - G_n / G`` per node).  The lower bound is exact when no three experts of a
@@ -168,16 +169,19 @@ def remote_copy_bounds(
                              (1.0 - 1.0 / num_gpus) * single.max(axis=1).sum(axis=1) / tokens)
     lower[:, 1] = np.maximum(lower[:, 1], (single_node.max(axis=1) @ w) / tokens)
     for layer in range(placement.num_layers):
-        gpu_tree = sum(_max_spanning_tree(coact[layer], f[layer, :, g])
-                       for g in range(num_gpus))
-        upper[layer, 0] = (1.0 - 1.0 / num_gpus) * (load[layer].sum() - gpu_tree) / tokens
+        touched = sum(  # P(token touches g), at most 1
+            min(float(single[layer, :, g].sum()) - _max_spanning_tree(coact[layer],
+                                                                       f[layer, :, g]),
+                float(tokens))
+            for g in range(num_gpus))
+        upper[layer, 0] = (1.0 - 1.0 / num_gpus) * touched / tokens
         node_sum = 0.0
         for n in range(num_nodes):
             if w[n] <= 0:
                 continue
             share = f_node[layer, :, n]
-            single = float((load[layer] * share).sum())
-            node_sum += w[n] * (single - _max_spanning_tree(coact[layer], share))
+            node_sum += w[n] * min(float(single_node[layer, :, n].sum())
+                                   - _max_spanning_tree(coact[layer], share), float(tokens))
         upper[layer, 1] = node_sum / tokens
     return np.stack([lower, upper], axis=2)
 
