@@ -219,6 +219,32 @@ def test_invariants_on_random_problems(num_experts, num_gpus, extra, windows, se
             <= robust_ratio(eplb, problem.stats) + 1e-12).all()
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    num_experts=st.integers(4, 10), num_gpus=st.integers(2, 4), extra=st.integers(0, 2),
+    windows=st.integers(1, 4), seed=st.integers(0, 10_000), lns=st.booleans(),
+    robust=st.sampled_from(["max", "cvar", "std", "mean"]),
+    batch_tokens=st.sampled_from([None, 8, 256]), traffic_first=st.booleans(),
+)
+def test_invariants_under_every_robust_setting(num_experts, num_gpus, extra, windows, seed,
+                                               lns, robust, batch_tokens, traffic_first):
+    """Valid placements, and never worse than EPLB on the planner's own objective by more
+    than the traffic-first slack, whatever the objective's form."""
+    slots = min(-(-num_experts // num_gpus) + extra, num_experts)
+    problem = make_problem(make_stats(num_experts, num_windows=windows, seed=seed),
+                           num_gpus, slots)
+    options = {"patience": 2, "balance_iterations": 6, "cost_iterations": 6}
+    result = solve(problem, "cpsat", SolveParams(
+        time_limit_s=1.0, seed=seed, robust=robust, batch_tokens=batch_tokens,
+        traffic_first=traffic_first, balance_tolerance=0.05,
+        options={**options, **(LNS if lns else {})}))
+    assert (result.placement.expert_gpu_mask.sum(axis=1) == slots).all()
+    slack = 1.05 if traffic_first else 1.0
+    for layer in result.details["layers"]:
+        assert layer["balance"] <= slack * layer["eplb_balance"] * (1 + 1e-9)
+        assert layer["bound"] <= layer["balance"] + 1e-9
+
+
 # -- migration and co-location -----------------------------------------------------------------
 def test_current_placement_within_the_balance_cap_is_kept(medium):
     """With a tolerance that lets the hot shard go back up to EPLB's, EPLB's own plan as the
