@@ -83,7 +83,7 @@ def expected_remote_copies(
 
     Raises DataError when the statistics carry no co-activation.
     """
-    rows = stats_rows(placement, stats)
+    stats_rows(placement, stats)  # a placement that does not fit is reported first
     if stats.coact is None:
         raise DataError(
             "the routing data has no co-activation counts",
@@ -91,14 +91,7 @@ def expected_remote_copies(
         )
     tokens = max(stats.total_tokens, 1)
     num_gpus = placement.num_gpus
-    load = stats.mean_load[rows].astype(np.float64)  # [L, E]
-    coact = stats.coact[rows].astype(np.float64)  # [L, E, E]
-    f = placement.expert_gpu_mask / placement.replica_counts[:, :, None]  # [L, E, G]
-    node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
-    num_nodes = int(node_of_gpu.max()) + 1
-    onehot = np.eye(num_nodes)[node_of_gpu]  # [G, N]
-    f_node = f @ onehot  # [L, E, N]
-    w = 1.0 - onehot.sum(axis=0) / num_gpus  # [N]
+    load, coact, f, f_node, w = _dispatch_shares(placement, stats, topology)
 
     shared_gpu = np.einsum("lig,ljg->lij", f, f)
     pairs_gpu = 0.5 * (coact * shared_gpu).sum(axis=(1, 2))
@@ -145,17 +138,9 @@ def remote_copy_bounds(
     Raises DataError when the statistics carry no co-activation.
     """
     lower = expected_remote_copies(placement, stats, topology)
-    rows = stats_rows(placement, stats)
     tokens = max(stats.total_tokens, 1)
     num_gpus = placement.num_gpus
-    load = stats.mean_load[rows].astype(np.float64)  # [L, E]
-    coact = stats.coact[rows].astype(np.float64)  # type: ignore[index]
-    f = placement.expert_gpu_mask / placement.replica_counts[:, :, None]  # [L, E, G]
-    node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
-    num_nodes = int(node_of_gpu.max()) + 1
-    onehot = np.eye(num_nodes)[node_of_gpu]  # [G, N]
-    f_node = f @ onehot  # [L, E, N]
-    w = 1.0 - onehot.sum(axis=0) / num_gpus  # [N]
+    load, coact, f, f_node, w = _dispatch_shares(placement, stats, topology)
     upper = np.zeros_like(lower)
     k = max(stats.top_k, 1)
     counted = np.triu(coact, k=1).sum(axis=(1, 2))  # [L]
@@ -176,7 +161,7 @@ def remote_copy_bounds(
             for g in range(num_gpus))
         upper[layer, 0] = (1.0 - 1.0 / num_gpus) * touched / tokens
         node_sum = 0.0
-        for n in range(num_nodes):
+        for n in range(w.size):
             if w[n] <= 0:
                 continue
             share = f_node[layer, :, n]
@@ -184,6 +169,23 @@ def remote_copy_bounds(
                                    - _max_spanning_tree(coact[layer], share), float(tokens))
         upper[layer, 1] = node_sum / tokens
     return np.stack([lower, upper], axis=2)
+
+
+def _dispatch_shares(
+    placement: Placement, stats: ExpertStats, topology: Topology
+) -> tuple[np.ndarray, ...]:
+    """``load [L, E]``, ``coact [L, E, E]`` (float64, placement's layers), the share of
+    each expert's selections sent to each GPU ``f [L, E, G]`` and node
+    ``f_node [L, E, N]``, and each node's chance of not being the source ``w [N]``."""
+    rows = stats_rows(placement, stats)
+    assert stats.coact is not None  # callers check
+    load = stats.mean_load[rows].astype(np.float64)
+    coact = stats.coact[rows].astype(np.float64)
+    f = placement.expert_gpu_mask / placement.replica_counts[:, :, None]
+    node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
+    onehot = np.eye(int(node_of_gpu.max()) + 1)[node_of_gpu]  # [G, N]
+    w = 1.0 - onehot.sum(axis=0) / placement.num_gpus
+    return load, coact, f, f @ onehot, w
 
 
 def _max_spanning_tree(coact: np.ndarray, share: np.ndarray) -> float:
