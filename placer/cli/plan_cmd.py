@@ -119,8 +119,6 @@ def _remote_copies(problem: PlacementProblem, placement: Placement) -> tuple[Any
     pairwise bound beyond, which strong co-location can push below zero; for top-k > 2 the
     evaluator's sampled batches are used when the model and topology are known.
     """
-    from types import SimpleNamespace
-
     from placer.evaluate import EvalParams, evaluate, expected_remote_copies
 
     stats = problem.stats
@@ -135,9 +133,8 @@ def _remote_copies(problem: PlacementProblem, placement: Placement) -> tuple[Any
         ).metrics
         node = metrics["remote_copies_per_token_node"] if multi else None
         return metrics["remote_copies_per_token_gpu"], node, "evaluator, sampled batches"
-    topology = problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
     try:
-        remote = expected_remote_copies(placement, stats, topology)  # type: ignore[arg-type]
+        remote = expected_remote_copies(placement, stats, _nodes_of(problem))
     except DataError:
         return None, None, "no co-activation counts"
     how = "evaluator, closed form" + (" (pairwise bound)" if stats.top_k > 2 else "")
@@ -145,19 +142,23 @@ def _remote_copies(problem: PlacementProblem, placement: Placement) -> tuple[Any
     return float(remote[:, 0].mean()), node, how
 
 
+def _nodes_of(problem: PlacementProblem) -> Any:
+    """The topology, or what the closed forms read of one (``node_of_gpu``) without it."""
+    from types import SimpleNamespace
+
+    return problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
+
+
 def _remote_bounds(problem: PlacementProblem, placement: Placement) -> Any:
     """``[[gpu lower, upper], [node lower, upper]]`` remote copies per token that any
     routing with the statistics' loads and pairs lies within (mean over layers), for
     top-k > 2 with co-activation counts; None otherwise (top-2: the closed form is exact)."""
-    from types import SimpleNamespace
-
     from placer.evaluate import remote_copy_bounds
 
     stats = problem.stats
     if stats.coact is None or stats.top_k <= 2:
         return None
-    topology = problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
-    bounds = remote_copy_bounds(placement, stats, topology)  # type: ignore[arg-type]
+    bounds = remote_copy_bounds(placement, stats, _nodes_of(problem))
     return bounds.mean(axis=0).round(6).tolist()
 
 

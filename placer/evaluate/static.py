@@ -83,16 +83,14 @@ def expected_remote_copies(
 
     Raises DataError when the statistics carry no co-activation.
     """
-    stats_rows(placement, stats)  # a placement that does not fit is reported first
-    if stats.coact is None:
-        raise DataError(
-            "the routing data has no co-activation counts",
-            hint="read a per-token trace (co-activation is counted by default)",
-        )
-    tokens = max(stats.total_tokens, 1)
-    num_gpus = placement.num_gpus
-    load, coact, f, f_node, w = _dispatch_shares(placement, stats, topology)
+    shares = _dispatch_shares(placement, stats, topology)
+    return _pairwise(shares, max(stats.total_tokens, 1), placement.num_gpus)
 
+
+def _pairwise(shares: tuple[np.ndarray, ...], tokens: int, num_gpus: int) -> np.ndarray:
+    """``[layers, 2]`` the closed form of :func:`expected_remote_copies` from
+    :func:`_dispatch_shares`."""
+    load, coact, f, f_node, w = shares
     shared_gpu = np.einsum("lig,ljg->lij", f, f)
     pairs_gpu = 0.5 * (coact * shared_gpu).sum(axis=(1, 2))
     gpu = (1.0 - 1.0 / num_gpus) * (load.sum(axis=1) - pairs_gpu) / tokens
@@ -137,15 +135,15 @@ def remote_copy_bounds(
 
     Raises DataError when the statistics carry no co-activation.
     """
-    lower = expected_remote_copies(placement, stats, topology)
     tokens = max(stats.total_tokens, 1)
     num_gpus = placement.num_gpus
-    load, coact, f, f_node, w = _dispatch_shares(placement, stats, topology)
+    shares = _dispatch_shares(placement, stats, topology)
+    load, coact, f, f_node, w = shares
+    lower = _pairwise(shares, tokens, num_gpus)
     upper = np.zeros_like(lower)
     k = max(stats.top_k, 1)
     counted = np.triu(coact, k=1).sum(axis=(1, 2))  # [L]
     missing = np.maximum(load.sum(axis=1) / k * (k * (k - 1) / 2) - counted, 0.0) / tokens
-    lower = lower.copy()
     lower[:, 0] -= (1.0 - 1.0 / num_gpus) * missing
     lower[:, 1] -= w.max() * missing
     single = load[:, :, None] * f  # [L, E, G]
@@ -176,9 +174,15 @@ def _dispatch_shares(
 ) -> tuple[np.ndarray, ...]:
     """``load [L, E]``, ``coact [L, E, E]`` (float64, placement's layers), the share of
     each expert's selections sent to each GPU ``f [L, E, G]`` and node
-    ``f_node [L, E, N]``, and each node's chance of not being the source ``w [N]``."""
-    rows = stats_rows(placement, stats)
-    assert stats.coact is not None  # callers check
+    ``f_node [L, E, N]``, and each node's chance of not being the source ``w [N]``.
+
+    Raises DataError when the statistics carry no co-activation."""
+    rows = stats_rows(placement, stats)  # a placement that does not fit is reported first
+    if stats.coact is None:
+        raise DataError(
+            "the routing data has no co-activation counts",
+            hint="read a per-token trace (co-activation is counted by default)",
+        )
     load = stats.mean_load[rows].astype(np.float64)
     coact = stats.coact[rows].astype(np.float64)
     f = placement.expert_gpu_mask / placement.replica_counts[:, :, None]
