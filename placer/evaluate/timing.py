@@ -5,18 +5,23 @@ Communication (one phase: dispatch, or combine with the transposed copies)::
     bytes[g, h]  = copies[g, h] * payload
     send_c[g]    = sum of bytes[g, h] over peers h whose link class is c (1 intra, 2 inter)
     recv_c[g]    = sum of bytes[h, g] over the same peers
-    link[g]      = max over c of max(send_c[g], recv_c[g]) / injection_gbps[g, c]
-    pair[g]      = max over h of max(bytes[g, h], bytes[h, g]) / bandwidth_gbps[g, h]
+    link_c[g]    = max(send_c[g], recv_c[g]) / injection_gbps[g, c] / 1e3 + phase_us[g, c]
+                   (0 when g exchanges nothing over class c)
+    pair[g]      = max over h of max(bytes[g, h], bytes[h, g]) / bandwidth_gbps[g, h] / 1e3
     latency[g]   = max over peers h exchanging at least one copy with g of latency_us[g, h]
-    comm_us[g]   = max(link[g], pair[g]) / 1e3 + latency[g]
+    comm_us[g]   = max(link_1[g], link_2[g], pair[g]) + latency[g]
 
-Link classes run in parallel (NVLink and the NIC are separate links), sending and
-receiving use separate directions, and messages to all peers are in flight at once, so
-the slowest of these bounds sets the time and one latency is paid per phase.
+Bandwidths are *achieved* rates (nominal times the calibrated efficiency of the link
+technology, :mod:`placer.topology.calibration`) and ``phase_us`` is the calibrated fixed
+cost of a phase on that technology.  Link classes run in parallel (NVLink and the NIC
+are separate links), sending and receiving use separate directions, and messages to all
+peers are in flight at once, so the slowest of these bounds sets the time and one
+latency is paid per phase.
 
 Compute: a GPU runs each of its slots that received tokens; one expert FFN costs
 ``max(expert_bytes / hbm_bandwidth, 6 * hidden * ffn * tokens / peak_flops)``
-(weights read once; three matrices of ``hidden x ffn``, two flops per multiply-add).
+(weights read once; three matrices of ``hidden x ffn``, two flops per multiply-add),
+with bandwidth and FLOPS scaled by the topology's compute calibration.
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ def comm_time_us(copies: np.ndarray, payload_bytes: float, fabric: Fabric) -> np
     sent_bytes = copies.astype(np.float64) * float(payload_bytes)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(sent_bytes > 0, sent_bytes / fabric.bandwidth_gbps[None], 0.0)
-    busiest = np.maximum(ratio.max(axis=2), ratio.max(axis=1))  # [B, G] bytes / GB/s
+    busiest = np.maximum(ratio.max(axis=2), ratio.max(axis=1)) / _BYTES_PER_GBPS_US  # [B, G]
+    phase_us = fabric.phase_us
     for link_class in (INTRA_NODE, INTER_NODE):
         mask = (fabric.link_class == link_class).astype(np.float64)
         send = (sent_bytes * mask[None]).sum(axis=2)
@@ -56,10 +62,13 @@ def comm_time_us(copies: np.ndarray, payload_bytes: float, fabric: Fabric) -> np
         volume = np.maximum(send, recv)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(volume > 0, volume / fabric.injection_gbps[None, :, link_class], 0.0)
+        t /= _BYTES_PER_GBPS_US
+        if phase_us is not None:
+            t += np.where(volume > 0, phase_us[None, :, link_class], 0.0)
         busiest = np.maximum(busiest, t)
     active = (copies > 0) | (copies.transpose(0, 2, 1) > 0)
     latency = np.where(active, fabric.latency_us[None], 0.0).max(axis=2)
-    result: np.ndarray = busiest / _BYTES_PER_GBPS_US + latency
+    result: np.ndarray = busiest + latency
     return result
 
 

@@ -13,7 +13,13 @@ Communication modes (DeepEP)
 ``low_latency`` (decode kernels)
     one copy per (token, expert) selection straight from the source GPU to the GPU
     holding the chosen replica, no deduplication, no relay; selections served by the
-    source GPU cost nothing.
+    source GPU cost nothing.  Copies inside a node use the node's fabric, as DeepEP's
+    low-latency kernels do when NVLink is allowed (its default since mid-2025, and the
+    setting of its published low-latency table).
+``low_latency_rdma``
+    the same copies, every one of them through the NICs, same-node ones included:
+    DeepEP's original pure-RDMA low-latency kernels (NVLink not allowed).  Needs a NIC
+    on every GPU.
 
 Combine returns exactly the dispatch copies in the opposite direction (relays reduce
 before sending on), so one copy matrix describes both phases.
@@ -27,10 +33,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from placer.errors import UsageError
+
 if TYPE_CHECKING:
     from placer.topology import Topology
 
-MODES = ("normal", "low_latency")
+MODES = ("normal", "low_latency", "low_latency_rdma")
+
+#: Modes that send one copy per selection (no deduplication, no relay).
+PER_SELECTION_MODES = ("low_latency", "low_latency_rdma")
 
 
 @dataclass(frozen=True)
@@ -43,10 +54,13 @@ class Fabric:
     node_start: ``[N]`` int64 lowest rank of each node (ranks are node-major).
     node_size: ``[N]`` int64 GPUs per node.
     local_index: ``[G]`` int64 index of each GPU within its node.
-    link_class: ``[G, G]`` int8 LinkClass of each pair.
-    bandwidth_gbps: ``[G, G]`` float64 path bandwidth, GB/s per direction.
+    link_class: ``[G, G]`` int8 LinkClass the pair's copies travel over (in
+        ``low_latency_rdma`` mode same-node pairs are INTER_NODE: they use the NIC).
+    bandwidth_gbps: ``[G, G]`` float64 achieved path bandwidth (calibration applied),
+        GB/s per direction.
     latency_us: ``[G, G]`` float64 path latency, microseconds.
-    injection_gbps: ``[G, 3]`` float64 bandwidth of each GPU's links per link class.
+    injection_gbps: ``[G, 3]`` float64 achieved bandwidth of each GPU's links per class.
+    phase_us: ``[G, 3]`` float64 fixed cost of one phase on each GPU's links per class.
     gpu_of_node_index: ``[N, max GPUs per node]`` int64, the i-th GPU of each node (-1 pad).
     """
 
@@ -59,6 +73,7 @@ class Fabric:
     latency_us: np.ndarray
     injection_gbps: np.ndarray
     gpu_of_node_index: np.ndarray
+    phase_us: np.ndarray | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -69,7 +84,11 @@ class Fabric:
         return int(self.node_start.size)
 
     @classmethod
-    def from_topology(cls, topology: Topology) -> Fabric:
+    def from_topology(cls, topology: Topology, mode: str = "normal") -> Fabric:
+        """The evaluator's view of ``topology`` at achieved speeds, for ``mode``.
+
+        Raises UsageError for ``low_latency_rdma`` on a GPU without a NIC.
+        """
         node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
         num_nodes = int(node_of_gpu.max()) + 1
         node_size = np.bincount(node_of_gpu, minlength=num_nodes).astype(np.int64)
@@ -81,16 +100,23 @@ class Fabric:
             local_index[members] = np.arange(members.size)
             gpu_of_node_index[n, : members.size] = members
             node_start[n] = members[0] if members.size else 0
+        link_class = np.asarray(topology.link_class, dtype=np.int64)
+        bandwidth = np.asarray(topology.achieved_bandwidth_gbps, dtype=np.float64)
+        latency = np.asarray(topology.latency_us, dtype=np.float64)
+        injection = np.asarray(topology.achieved_injection_gbps, dtype=np.float64)
+        if mode == "low_latency_rdma":
+            link_class, bandwidth, latency = _through_nics(topology, link_class, injection)
         return cls(
             node_of_gpu=node_of_gpu,
             node_start=node_start,
             node_size=node_size,
             local_index=local_index,
-            link_class=np.asarray(topology.link_class, dtype=np.int64),
-            bandwidth_gbps=np.asarray(topology.bandwidth_gbps, dtype=np.float64),
-            latency_us=np.asarray(topology.latency_us, dtype=np.float64),
-            injection_gbps=np.asarray(topology.injection_gbps, dtype=np.float64),
+            link_class=link_class,
+            bandwidth_gbps=bandwidth,
+            latency_us=latency,
+            injection_gbps=injection,
             gpu_of_node_index=gpu_of_node_index,
+            phase_us=np.asarray(topology.phase_us, dtype=np.float64),
         )
 
     def relay(self, source: np.ndarray, node: np.ndarray) -> np.ndarray:
@@ -139,6 +165,35 @@ class Fabric:
     def forwarded(self) -> np.ndarray:
         """``[G, G]`` bool: a token from g reaches h through a relay other than h."""
         return self.off_node & (self.relay_of_dest != np.arange(self.num_gpus)[None, :])
+
+
+def _through_nics(
+    topology: Topology, link_class: np.ndarray, injection: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pair class, bandwidth and latency when every copy goes through the NICs.
+
+    A same-node pair becomes INTER_NODE: NIC to NIC (loopback through the switch the
+    NICs share), at the narrower NIC's achieved rate and the latency of the nearest
+    other-node path of the sender (or, on a single node, its fabric latency).
+    """
+    nic = injection[:, 2]
+    if not np.isfinite(nic).all():
+        missing = int(np.flatnonzero(~np.isfinite(nic))[0])
+        raise UsageError(
+            f"mode low_latency_rdma sends every copy through a NIC, and GPU"
+            f" {topology.gpu_names[missing]} has none",
+            where="--mode",
+            hint="give every node nic_gbps in the topology, or use --mode low_latency",
+        )
+    same = link_class == 1
+    bandwidth = np.where(same, np.minimum(nic[:, None], nic[None, :]),
+                         topology.achieved_bandwidth_gbps)
+    off = link_class == 2
+    nearest = np.where(off, topology.latency_us, np.inf).min(axis=1)
+    nearest = np.where(np.isfinite(nearest), nearest, topology.latency_us.max(axis=1))
+    latency = np.where(same, nearest[:, None], topology.latency_us)
+    classes = np.where(same, 2, link_class)
+    return classes, bandwidth, latency
 
 
 @dataclass(frozen=True)
@@ -216,7 +271,7 @@ def layer_traffic(
     gpu: ``[selections]`` int64 GPU serving each selection.
     num_tokens: tokens in the block.  width: ``top_k``.
     segments: the (batch, source) runs of the block's tokens.
-    mode: ``"normal"`` or ``"low_latency"`` (see the module docstring).
+    mode: one of :data:`MODES` (see the module docstring).
     """
     num_gpus, num_nodes = fabric.num_gpus, fabric.num_nodes
     nb, num_seg = segments.num_batches, segments.num_segments
@@ -235,7 +290,7 @@ def layer_traffic(
     np.add.at(gpu_load, sb, served)
     copies = np.zeros((nb, num_gpus, num_gpus), dtype=np.int64)
 
-    if mode == "low_latency":
+    if mode in PER_SELECTION_MODES:
         local = served[seg_rows, ss].copy()
         remote = served.copy()
         remote[seg_rows, ss] = 0

@@ -15,10 +15,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from dataclasses import replace
 
 import networkx as nx
 import numpy as np
 
+from placer.errors import UsageError
+from placer.topology.calibration import DEFAULT_CALIBRATION
 from placer.topology.schema import NodeSpec, TopologySpec
 from placer.topology.types import LinkClass, Topology
 
@@ -181,6 +184,34 @@ def injection(graph: nx.Graph, gpus: list[str], node_of_gpu: np.ndarray) -> np.n
     return result
 
 
+def link_kinds(
+    spec: TopologySpec, graph: nx.Graph, gpus: list[str], injection_gbps: np.ndarray
+) -> np.ndarray:
+    """``[G, 3]`` str link technology (calibration key) of each GPU's traffic classes.
+
+    Intra-node: the fabric's ``link``; with no fabric, the kind of the GPU's first
+    explicit link (``links:``), or the network's kind when its node's GPUs talk through
+    their NICs.  Inter-node: the network's kind for GPUs with a NIC.
+    """
+    network = spec.network.kind if spec.network is not None else ""
+    kinds = np.full((len(gpus), 3), "", dtype="<U32")
+    nodes = [node for node in spec.nodes for _ in range(node.num_gpus)]
+    for rank, (vertex, node) in enumerate(zip(gpus, nodes, strict=True)):
+        if np.isfinite(injection_gbps[rank, LinkClass.INTER_NODE]):
+            kinds[rank, LinkClass.INTER_NODE] = network
+        if not np.isfinite(injection_gbps[rank, LinkClass.INTRA_NODE]):
+            continue
+        kind = node.fabric.link
+        if not kind:
+            own = sorted(
+                str(edge["kind"]) for other, edge in graph[vertex].items()
+                if graph.nodes[other]["role"] not in ("nic", "network")
+            )
+            kind = own[0] if own else network
+        kinds[rank, LinkClass.INTRA_NODE] = kind
+    return kinds
+
+
 def build_topology(spec: TopologySpec, source: str) -> Topology:
     """Build the graph and every per-pair matrix of ``spec``.
 
@@ -212,6 +243,10 @@ def build_topology(spec: TopologySpec, source: str) -> Topology:
         node_of_gpu[:, None] == node_of_gpu[None, :], LinkClass.INTRA_NODE, LinkClass.INTER_NODE
     ).astype(np.int8)
     np.fill_diagonal(link_class, LinkClass.SAME_GPU)
+    injection_gbps = injection(graph, gpus, node_of_gpu)
+    calibration = DEFAULT_CALIBRATION
+    if spec.calibration is not None:
+        calibration = calibration.merged(spec.calibration)
     return Topology(
         name=spec.name,
         gpu_names=tuple(gpus),
@@ -221,8 +256,39 @@ def build_topology(spec: TopologySpec, source: str) -> Topology:
         bandwidth_gbps=bandwidth,
         latency_us=latency,
         link_class=link_class,
-        injection_gbps=injection(graph, gpus, node_of_gpu),
+        injection_gbps=injection_gbps,
         graph=graph,
         source=source,
         description=spec.description,
+        link_kind=link_kinds(spec, graph, gpus, injection_gbps),
+        calibration=calibration,
+        spec=spec,
+    )
+
+
+def replicate_first_node(topology: Topology, num_nodes: int) -> Topology:
+    """``num_nodes`` copies of ``topology``'s first node (see Topology.with_nodes)."""
+    spec = topology.spec
+    assert spec is not None
+    if num_nodes < 1:
+        raise UsageError(f"expected at least 1 node, got {num_nodes}")
+    if num_nodes > 1 and (spec.network is None or spec.nodes[0].nic_gbps is None):
+        raise UsageError(
+            f"topology {topology.name} has no network or NICs, so it cannot span"
+            f" {num_nodes} nodes",
+            hint="use a topology whose nodes have nic_gbps and a network:",
+        )
+    if spec.links or spec.switches:
+        raise UsageError(
+            f"topology {topology.name} has explicit links:, which cannot be replicated",
+            hint="describe the node with a fabric: instead",
+        )
+    first = spec.nodes[0]
+    nodes = tuple(replace(first, name=f"node{i}") for i in range(num_nodes))
+    resized = build_topology(replace(spec, nodes=nodes), topology.source)
+    return replace(
+        resized,
+        name=(topology.name if num_nodes == len(spec.nodes)
+              else f"{topology.name} ({num_nodes} nodes)"),
+        calibration=topology.calibration,
     )

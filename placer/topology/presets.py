@@ -7,15 +7,19 @@ repository's top-level ``topologies/`` is a link to that folder), named by file 
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from placer.errors import TopologyError
 from placer.topology.graph import build_topology
-from placer.topology.schema import read_spec
+from placer.topology.schema import read_calibration, read_spec
 from placer.topology.types import Topology
 from placer.yaml_schema import YamlDoc, parse_yaml, read_yaml
+
+#: Longest chain of overlays (``extends:``) followed before giving up.
+_MAX_EXTENDS = 8
 
 _PRESET_PACKAGE = "placer"
 _PRESET_FOLDER = ("data", "topologies")
@@ -58,9 +62,50 @@ def _unknown(name: str) -> TopologyError:
     )
 
 
-def topology_from_doc(doc: YamlDoc, source: str | None = None) -> Topology:
-    """Check and build a parsed document."""
+def topology_from_doc(
+    doc: YamlDoc, source: str | None = None, *, _chain: tuple[str, ...] = ()
+) -> Topology:
+    """Check and build a parsed document (a topology, or an overlay with ``extends:``)."""
+    if isinstance(doc.data, dict) and "extends" in doc.data:
+        return _overlay(doc, source, _chain)
     return build_topology(read_spec(doc), source or doc.source)
+
+
+def _overlay(doc: YamlDoc, source: str | None, chain: tuple[str, ...]) -> Topology:
+    """A base topology with the overlay's ``calibration``, ``name`` and ``description``."""
+    root = doc.root()
+    base = root.string("extends")
+    name = root.string("name", None)
+    description = root.string("description", None)
+    section = root.section("calibration", None)
+    calibration = read_calibration(section) if section is not None else None
+    for key in list(root.value):
+        if key not in ("extends", "name", "description", "calibration"):
+            raise root.fail(
+                str(key), f"an overlay (extends: {base}) cannot set '{key}'",
+                hint="an overlay sets only name, description and calibration; copy the base"
+                " file and edit it to change the cluster itself",
+            )
+    root.done()
+    here = Path(doc.source)
+    target: str | Path = base
+    if base.lower() not in preset_names() or Path(base).suffix in (".yaml", ".yml"):
+        target = here.parent / base if here.is_file() and not Path(base).is_absolute() else base
+    key = str(Path(target).resolve()) if isinstance(target, Path) else f"preset {base}"
+    if key in chain or len(chain) >= _MAX_EXTENDS:
+        raise root.fail(
+            "extends", f"overlays extend each other in a loop or too deep ({len(chain) + 1})",
+            hint=f"make the chain end at a preset or a full topology file (at most {_MAX_EXTENDS})",
+        )
+    topology = _load(target, (*chain, key))
+    if calibration is not None:
+        topology = topology.with_calibration(calibration)
+    return replace(
+        topology,
+        name=name or topology.name,
+        description=description if description is not None else topology.description,
+        source=source or doc.source,
+    )
 
 
 def topology_from_dict(data: dict[str, Any], source: str = "<dict>") -> Topology:
@@ -84,12 +129,16 @@ def load_topology(name_or_path: str | Path) -> Topology:
     TopologyError: unknown preset, missing file, or an invalid document (the message
     names the file, line and YAML path).
     """
+    return _load(name_or_path, ())
+
+
+def _load(name_or_path: str | Path, chain: tuple[str, ...]) -> Topology:
     text = str(name_or_path)
     path = Path(text)
     if isinstance(name_or_path, Path) or path.suffix in (".yaml", ".yml") or path.is_file():
-        return topology_from_doc(read_yaml(path, TopologyError))
+        return topology_from_doc(read_yaml(path, TopologyError), _chain=chain)
     name = text.lower()
     if name not in preset_names():
         raise _unknown(text)
     doc = parse_yaml(preset_text(name), f"preset {name}", TopologyError)
-    return topology_from_doc(doc)
+    return topology_from_doc(doc, _chain=chain)

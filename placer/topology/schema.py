@@ -12,9 +12,13 @@ Schema (units: GB/s per direction, microseconds, GB = 1e9 bytes)::
         count: 2                       # optional, default 1
         gpus: 8
         gpu_type: h100-sxm
-        fabric: {kind: nvswitch, gbps: 450, latency_us: 1.0}
+        fabric: {kind: nvswitch, gbps: 450, latency_us: 1.0}   # optional link: nvlink
         nic_gbps: 50                   # per GPU (one NIC per GPU); optional on one node
     network: {kind: infiniband, latency_us: 2.0}   # required with several nodes
+    calibration:                       # optional; over placer's defaults, per key
+      links: {nvlink: {efficiency: 0.84, phase_us: 23}}
+      compute: {hbm_efficiency: 1.0, flops_efficiency: 1.0}
+      source: "where the figures come from"
     switches: [box/plx0]               # optional extra vertices for links:
     links:                             # optional explicit edges
       - {a: node0/gpu0, b: box/plx0, gbps: 32, latency_us: 0.5, kind: pcie}
@@ -24,18 +28,39 @@ Fabric kinds: ``nvswitch`` / ``switch`` (each GPU has one port of ``gbps`` to a 
 groups of ``gpus_per_switch`` behind PCIe switches of ``uplink_gbps`` to one root
 complex), ``none`` (only ``links:``).  ``latency_us`` is GPU-to-GPU through the fabric's
 nearest point (one switch, or the direct link); each switch hop costs half of it.
+A fabric's ``link`` is its link technology, the key of its calibration (default
+``nvlink``, or ``pcie`` for a ``pcie`` fabric; ``xgmi`` for AMD Infinity Fabric meshes).
+
+An *overlay* is a file with ``extends: BASE`` (a preset name, or a path relative to the
+overlay) and only ``name``, ``description`` and ``calibration``: the base topology with
+that calibration laid over its own (what ``placer calibrate`` writes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from placer.constants import DEFAULT_FABRIC_LATENCY_US, DEFAULT_NETWORK_LATENCY_US
+from placer.errors import UsageError
+from placer.topology.calibration import (
+    Calibration,
+    ComputeCalibration,
+    LinkCalibration,
+)
 from placer.topology.types import GpuType
 from placer.yaml_schema import Section, YamlDoc
 
 FABRIC_KINDS = ("nvswitch", "switch", "mesh", "pcie", "none")
 NETWORK_KINDS = ("infiniband", "roce", "ethernet")
+FABRIC_LINKS = ("nvlink", "xgmi", "pcie")
+
+#: Link technology of each fabric kind when ``link:`` is not given.
+_DEFAULT_FABRIC_LINK = {"nvswitch": "nvlink", "switch": "nvlink", "mesh": "nvlink",
+                        "pcie": "pcie", "none": ""}
+
+_T = TypeVar("_T")
 
 _ZERO_HINT = "a link without bandwidth carries nothing; remove it or give its GB/s"
 
@@ -49,6 +74,7 @@ class FabricSpec:
     latency_us: float
     gpus_per_switch: int
     uplink_gbps: float
+    link: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,6 +120,7 @@ class TopologySpec:
     switches: tuple[tuple[str, str], ...]  # (name, YAML path)
     links: tuple[LinkSpec, ...]
     doc: YamlDoc
+    calibration: Calibration | None = None  # the file's own section (None: defaults)
 
 
 def _gpu_type(section: Section, name: str) -> GpuType:
@@ -120,13 +147,48 @@ def _fabric(node: Section, num_gpus: int) -> FabricSpec:
         return FabricSpec("none", 0.0, latency, num_gpus, 0.0)
     gbps = section.number("gbps", zero_hint=_ZERO_HINT)
     latency = section.number("latency_us", DEFAULT_FABRIC_LATENCY_US[kind], strict=False)
+    link = section.string("link", _DEFAULT_FABRIC_LINK[kind], choices=FABRIC_LINKS)
     per_switch = num_gpus
     uplink = gbps
     if kind == "pcie":
         per_switch = section.integer("gpus_per_switch", num_gpus)
         uplink = section.number("uplink_gbps", gbps, zero_hint=_ZERO_HINT)
     section.done()
-    return FabricSpec(kind, gbps, latency, per_switch, uplink)
+    return FabricSpec(kind, gbps, latency, per_switch, uplink, link)
+
+
+def read_calibration(section: Section) -> Calibration:
+    """The ``calibration:`` section: ``links``, ``compute`` and ``source``, all optional."""
+    links: dict[str, LinkCalibration] = {}
+    links_section = section.section("links", None)
+    if links_section is not None:
+        for kind in list(links_section.value):
+            entry = links_section.mapping(str(kind))
+            links[str(kind)] = _checked(entry, lambda e: LinkCalibration(
+                efficiency=e.number("efficiency", 1.0),
+                phase_us=e.number("phase_us", 0.0, strict=False),
+            ))
+        links_section.done()
+    compute = ComputeCalibration()
+    compute_section = section.section("compute", None)
+    if compute_section is not None:
+        compute = _checked(compute_section, lambda e: ComputeCalibration(
+            hbm_efficiency=e.number("hbm_efficiency", 1.0),
+            flops_efficiency=e.number("flops_efficiency", 1.0),
+        ))
+    source = section.string("source", "")
+    section.done()
+    return Calibration(links, compute, source)
+
+
+def _checked(section: Section, build: Callable[[Section], _T]) -> _T:
+    """``build(section)``, with the dataclass's range errors pointed at the file."""
+    try:
+        value = build(section)
+    except UsageError as exc:
+        raise section.fail(None, exc.message, exc.hint) from None
+    section.done()
+    return value
 
 
 def read_spec(doc: YamlDoc) -> TopologySpec:
@@ -218,6 +280,10 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
             )
         )
         link.done()
+    calibration = None
+    calibration_section = root.section("calibration", None)
+    if calibration_section is not None:
+        calibration = read_calibration(calibration_section)
     root.done()
     return TopologySpec(
         name=name,
@@ -227,4 +293,5 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
         switches=tuple(switches),
         links=tuple(links),
         doc=doc,
+        calibration=calibration,
     )

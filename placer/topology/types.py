@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
 
 from placer.constants import DTYPES
 from placer.errors import UsageError
+from placer.topology.calibration import DEFAULT_CALIBRATION, Calibration
+
+if TYPE_CHECKING:
+    from placer.topology.schema import TopologySpec
 
 
 class LinkClass(IntEnum):
@@ -89,6 +95,14 @@ class Topology:
         ``nic``, ``network``, or the kind given in ``links:``).
     source: where it was read from (file path or ``"preset NAME"``).
     description: the file's ``description:``.
+    link_kind: ``[G, 3]`` str, the link technology (calibration key) GPU g uses for
+        each class of traffic: column 0 ``""``; column 1 its fabric's ``link`` (or its
+        NIC's technology when the node has no fabric); column 2 the network's kind
+        (``""`` without a NIC).
+    calibration: achieved-speed figures (placer's defaults with the file's own
+        ``calibration:`` laid over them); nominal arrays above stay nominal, the
+        ``achieved_*`` properties apply it.
+    spec: the checked document it was built from (None when built from arrays).
     """
 
     name: str
@@ -103,15 +117,22 @@ class Topology:
     graph: nx.Graph = field(repr=False)
     source: str = ""
     description: str = ""
+    link_kind: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype="<U32"))
+    calibration: Calibration = DEFAULT_CALIBRATION
+    spec: TopologySpec | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         g = len(self.gpu_names)
+        if self.link_kind.size == 0 and g:
+            kinds = np.full((g, 3), "", dtype="<U32")
+            object.__setattr__(self, "link_kind", kinds)
         for name, arr, shape in (
             ("node_of_gpu", self.node_of_gpu, (g,)),
             ("bandwidth_gbps", self.bandwidth_gbps, (g, g)),
             ("latency_us", self.latency_us, (g, g)),
             ("link_class", self.link_class, (g, g)),
             ("injection_gbps", self.injection_gbps, (g, 3)),
+            ("link_kind", self.link_kind, (g, 3)),
         ):
             if arr.shape != shape:
                 raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
@@ -122,6 +143,64 @@ class Topology:
     @property
     def num_gpus(self) -> int:
         return len(self.gpu_names)
+
+    # -- achieved speeds (calibration applied) ------------------------------------------
+    @cached_property
+    def link_efficiency(self) -> np.ndarray:
+        """``[G, 3]`` float64 achieved / nominal bandwidth of GPU g's links per class."""
+        table = {k: self.calibration.link(k).efficiency for k in np.unique(self.link_kind)}
+        out = np.vectorize(table.__getitem__, otypes=[np.float64])(self.link_kind)
+        out[:, LinkClass.SAME_GPU] = 1.0
+        return _frozen(out)
+
+    @cached_property
+    def phase_us(self) -> np.ndarray:
+        """``[G, 3]`` float64 fixed cost of one all-to-all phase on GPU g's links of each
+        class, microseconds (paid once per phase for each class the GPU uses)."""
+        table = {k: self.calibration.link(k).phase_us for k in np.unique(self.link_kind)}
+        out = np.vectorize(table.__getitem__, otypes=[np.float64])(self.link_kind)
+        out[:, LinkClass.SAME_GPU] = 0.0
+        return _frozen(out)
+
+    @cached_property
+    def achieved_injection_gbps(self) -> np.ndarray:
+        """``[G, 3]`` float64 :attr:`injection_gbps` times :attr:`link_efficiency`."""
+        return _frozen(self.injection_gbps * self.link_efficiency)
+
+    @cached_property
+    def achieved_bandwidth_gbps(self) -> np.ndarray:
+        """``[G, G]`` float64 path bandwidth at the sender's efficiency for the pair's
+        class, GB/s per direction (diagonal inf)."""
+        rows = np.arange(self.num_gpus)[:, None]
+        efficiency = self.link_efficiency[rows, self.link_class.astype(np.int64)]
+        return _frozen(self.bandwidth_gbps * efficiency)
+
+    @property
+    def hbm_efficiency(self) -> float:
+        """Achieved / nominal HBM bandwidth of expert weight reads."""
+        return self.calibration.compute.hbm_efficiency
+
+    @property
+    def flops_efficiency(self) -> float:
+        """Achieved / peak FLOPS of expert GEMMs."""
+        return self.calibration.compute.flops_efficiency
+
+    def with_calibration(self, calibration: Calibration) -> Topology:
+        """The same cluster with ``calibration`` laid over this one's."""
+        return replace(self, calibration=self.calibration.merged(calibration))
+
+    def with_nodes(self, num_nodes: int) -> Topology:
+        """``num_nodes`` copies of this topology's first node on its network, same
+        calibration (a cluster of the same machines at another size).
+
+        Raises UsageError when the topology was not built from a document, or when
+        several nodes need a network this topology does not have.
+        """
+        from placer.topology.graph import replicate_first_node
+
+        if self.spec is None:
+            raise UsageError(f"topology {self.name} was built from arrays; it cannot be resized")
+        return replicate_first_node(self, num_nodes)
 
     @property
     def num_nodes(self) -> int:
