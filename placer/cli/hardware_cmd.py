@@ -20,6 +20,7 @@ from placer.errors import TopologyError
 from placer.models import load_model, model_names, model_to_dict
 from placer.topology import (
     Topology,
+    calibration_rows,
     link_rows,
     load_topology,
     node_rows,
@@ -177,6 +178,23 @@ def topology_show(
                 for r in link_rows(topology)
             ],
         )
+    )
+    _echo()
+    _echo(
+        table(
+            ("traffic", "link", "nominal GB/s/GPU", "efficiency", "achieved GB/s/GPU",
+             "phase us"),
+            [
+                (r["link_class"], r["technology"] + ("" if r["calibrated"] else " (nominal)"),
+                 r["nominal_gbps_per_gpu"], r["efficiency"], r["achieved_gbps_per_gpu"],
+                 r["phase_us"])
+                for r in calibration_rows(topology)
+            ],
+        )
+    )
+    _echo(
+        f"calibration: {topology.calibration.source or 'nominal'}; expert compute at"
+        f" {topology.hbm_efficiency:g} of HBM, {topology.flops_efficiency:g} of peak FLOPS"
     )
     if matrix:
         _echo()

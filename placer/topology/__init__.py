@@ -8,7 +8,13 @@ speed.  The YAML schema is documented in :mod:`placer.topology.schema` and
 ``docs/hardware.md``.
 """
 
-from placer.topology.describe import link_rows, node_rows, topology_to_dict
+from placer.topology.calibration import (
+    DEFAULT_CALIBRATION,
+    Calibration,
+    ComputeCalibration,
+    LinkCalibration,
+)
+from placer.topology.describe import calibration_rows, link_rows, node_rows, topology_to_dict
 from placer.topology.presets import (
     load_topology,
     preset_names,
@@ -20,11 +26,16 @@ from placer.topology.schema import FABRIC_KINDS, NETWORK_KINDS
 from placer.topology.types import GpuType, LinkClass, Topology
 
 __all__ = [
+    "DEFAULT_CALIBRATION",
     "FABRIC_KINDS",
     "NETWORK_KINDS",
+    "Calibration",
+    "ComputeCalibration",
     "GpuType",
+    "LinkCalibration",
     "LinkClass",
     "Topology",
+    "calibration_rows",
     "link_rows",
     "load_topology",
     "node_rows",

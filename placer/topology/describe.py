@@ -73,6 +73,28 @@ def link_rows(topology: Topology) -> list[dict[str, Any]]:
     return rows
 
 
+def calibration_rows(topology: Topology) -> list[dict[str, Any]]:
+    """One row per (traffic class, link technology) the GPUs use: nominal and achieved
+    GB/s per GPU (slowest GPU), efficiency and fixed cost per all-to-all phase."""
+    rows: list[dict[str, Any]] = []
+    for link_class in (LinkClass.INTRA_NODE, LinkClass.INTER_NODE):
+        kinds = topology.link_kind[:, link_class]
+        for kind in sorted(set(kinds.tolist()) - {""}):
+            gpus = kinds == kind
+            nominal = topology.injection_gbps[gpus, link_class]
+            cal = topology.calibration.link(kind)
+            rows.append({
+                "link_class": link_class.name.lower().replace("_", "-"),
+                "technology": kind,
+                "nominal_gbps_per_gpu": float(nominal.min()),
+                "efficiency": cal.efficiency,
+                "achieved_gbps_per_gpu": float(nominal.min() * cal.efficiency),
+                "phase_us": cal.phase_us,
+                "calibrated": kind in topology.calibration.links,
+            })
+    return rows
+
+
 def topology_to_dict(topology: Topology, *, matrices: bool = True) -> dict[str, Any]:
     """Everything about a topology as plain values (inf becomes None in JSON)."""
     result: dict[str, Any] = {
@@ -94,6 +116,14 @@ def topology_to_dict(topology: Topology, *, matrices: bool = True) -> dict[str, 
         ],
         "nodes": node_rows(topology),
         "links": link_rows(topology),
+        "calibration": {
+            "source": topology.calibration.source,
+            "links": calibration_rows(topology),
+            "compute": {
+                "hbm_efficiency": topology.hbm_efficiency,
+                "flops_efficiency": topology.flops_efficiency,
+            },
+        },
         "gpus": [
             {
                 "rank": rank,
