@@ -641,7 +641,7 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         scenarios:                       # extra scenarios, after the product
           - {name: NVL72, topology: gb200-nvl72, redundant: 32, solver: cpsat}
         policy: round_robin              # round_robin | local_first | random
-        mode: normal                     # normal | low_latency
+        mode: normal                     # normal | low_latency | low_latency_rdma
         kv_reserve_gb: 20
         time_limit_s: 5
         seed: 0

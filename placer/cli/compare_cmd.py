@@ -199,7 +199,9 @@ def compare(
         " Default round_robin.", show_default=False,
     ),
     mode: str | None = typer.Option(
-        None, "--mode", help="All-to-all mode: normal or low_latency. Default normal.",
+        None, "--mode",
+        help="All-to-all mode: normal, low_latency (NVLink in a node) or low_latency_rdma"
+        " (every copy through the NICs). Default normal.",
         show_default=False,
     ),
     dtype: str | None = typer.Option(

@@ -47,7 +47,10 @@ def report(
     policy: str = typer.Option(
         "round_robin", "--policy", help="Dispatch policy: round_robin, local_first, random."
     ),
-    mode: str = typer.Option("normal", "--mode", help="All-to-all mode: normal or low_latency."),
+    mode: str = typer.Option(
+        "normal", "--mode",
+        help="All-to-all mode: normal, low_latency or low_latency_rdma (all copies via NICs).",
+    ),
     dtype: str | None = typer.Option(
         None, "--dtype", help="Expert weight dtype (default: the model's).", show_default=False
     ),
