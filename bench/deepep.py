@@ -6,7 +6,9 @@ live in ``placer.calibrate.deepep``.  Each row is evaluated as a user's command 
 (``AllToAllCase.evaluate`` calls ``placer.evaluate.evaluate``) on the ``dgx-h800`` preset
 grown to the row's node count, with DeepEP-test-style routing (4096 tokens per rank and
 top-4 node groups for the normal kernels, 128 tokens per rank and no group limit for the
-low-latency ones), experts placed linearly, FP8 dispatch and BF16 combine.
+low-latency ones), experts placed linearly, FP8 dispatch and BF16 combine.  The
+"low-latency RDMA" rows are DeepEP's first (February 2025) table of the pure-RDMA
+low-latency kernels, evaluated in mode ``low_latency_rdma``.
 
 Published normal-kernel figures are bandwidths; the time behind each is DeepEP's own byte
 count for that row (taken on the same routing) over the bandwidth
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from placer.calibrate.deepep import PUBLISHED, published_time_us
+from placer.calibrate.deepep import PUBLISHED, PUBLISHED_RDMA, published_time_us
 from placer.topology import Calibration, load_topology
 
 TOPOLOGY = "dgx-h800"
@@ -33,7 +35,7 @@ def table(topology_name: str = TOPOLOGY) -> list[dict[str, object]]:
     nominal = replace(calibrated, calibration=Calibration(source="nominal"))
     cache: dict[object, tuple[tuple[float, float], tuple[float, float], object]] = {}
     rows: list[dict[str, object]] = []
-    for row in PUBLISHED:
+    for row in PUBLISHED + PUBLISHED_RDMA:
         case = row.case
         if case not in cache:
             cache[case] = (case.evaluate(nominal), case.evaluate(calibrated), case.topk_ids())

@@ -9,6 +9,11 @@ GPU, hidden 7168, top-8 of 256 experts, FP8 dispatch and BF16 combine:
 - low-latency kernels, 128 tokens per rank, no group limit: *latency* per EP size (and a
   bandwidth that is selections x bytes / latency).
 
+The low-latency table above is the one DeepEP published after its low-latency kernels
+learned to use NVLink inside a node (mode ``low_latency``); its first README (February
+2025) published the same setting with pure-RDMA kernels (every copy through the NIC,
+mode ``low_latency_rdma``): :data:`PUBLISHED_RDMA`.
+
 The normal tables give a bandwidth, not a time.  DeepEP's tests compute it as bytes over
 the kernel's time, with these byte counts (``tests/test_intranode.py``,
 ``tests/test_internode.py``):
@@ -54,7 +59,8 @@ class PublishedRow:
 
     @property
     def label(self) -> str:
-        kind = "normal" if self.case.mode == "normal" else "low-latency"
+        kind = {"normal": "normal", "low_latency": "low-latency",
+                "low_latency_rdma": "low-latency RDMA"}[self.case.mode]
         return f"{kind} EP{self.case.num_gpus} {self.phase}"
 
 
@@ -66,8 +72,9 @@ def _normal(ep: int, dispatch_gbps: float, combine_gbps: float) -> list[Publishe
             PublishedRow(case, "combine", combine_gbps, "GB/s")]
 
 
-def _low_latency(ep: int, dispatch_us: float, combine_us: float) -> list[PublishedRow]:
-    case = AllToAllCase(ep, 8, 128, mode="low_latency")
+def _low_latency(ep: int, dispatch_us: float, combine_us: float,
+                 mode: str = "low_latency") -> list[PublishedRow]:
+    case = AllToAllCase(ep, 8, 128, mode=mode)
     return [PublishedRow(case, "dispatch", dispatch_us, "us"),
             PublishedRow(case, "combine", combine_us, "us")]
 
@@ -77,6 +84,16 @@ PUBLISHED: tuple[PublishedRow, ...] = tuple(
     _normal(8, 153, 158) + _normal(16, 43, 43) + _normal(32, 58, 57) + _normal(64, 51, 50)
     + _low_latency(8, 77, 114) + _low_latency(16, 118, 195) + _low_latency(32, 155, 273)
     + _low_latency(64, 173, 314) + _low_latency(128, 192, 369) + _low_latency(256, 194, 360)
+)
+
+
+#: DeepEP's first low-latency table (README, February 2025): pure RDMA, same setting.
+PUBLISHED_RDMA: tuple[PublishedRow, ...] = tuple(
+    _low_latency(8, 163, 318, "low_latency_rdma") + _low_latency(16, 173, 329, "low_latency_rdma")
+    + _low_latency(32, 182, 350, "low_latency_rdma")
+    + _low_latency(64, 186, 353, "low_latency_rdma")
+    + _low_latency(128, 192, 369, "low_latency_rdma")
+    + _low_latency(256, 194, 360, "low_latency_rdma")
 )
 
 
