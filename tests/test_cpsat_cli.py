@@ -54,7 +54,8 @@ def test_default_solver_is_cpsat_with_side_by_side(clustered_trace, tmp_path):
         "hot shard, median layer", "hot shard, worst layer", "remote GPUs per token",
         "remote nodes per token", "weight moves", "solve time, s", "gap to bound",
     ]
-    assert lines[header + 8] == "remote copies: evaluator, closed form"
+    assert lines[header + 8] == ("remote copies: evaluator, closed form"
+                                 " (exact: top-2, every pair counted)")
     assert lines[header + 9].startswith("layers won: cpsat ")
     doc = json.loads(out.read_text())
     assert doc["solver"]["name"] == "cpsat"

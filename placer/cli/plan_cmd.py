@@ -112,34 +112,129 @@ def render_summary(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-def _remote_copies(problem: PlacementProblem, placement: Placement) -> tuple[Any, Any, str]:
-    """Remote GPUs and nodes per token (mean over layers) and how they were measured.
+def remote_figures(
+    problem: PlacementProblem, placement: Placement, stats: ExpertStats | None = None
+) -> dict[str, Any]:
+    """Remote GPUs and nodes per token (normal mode, uniform source rank, mean over layers),
+    the bracket the statistics prove, and how they were obtained.
 
-    The evaluator's closed form (``expected_remote_copies``) is exact for top-2 and a
-    pairwise bound beyond, which strong co-location can push below zero; for top-k > 2 the
-    evaluator's sampled batches are used when the model and topology are known.
+    ``stats`` (default ``problem.stats``) must hold loads and pair counts over the same
+    tokens: pass every window of the trace, as ``--fit`` statistics keep the pair counts
+    of all windows (:func:`placer.evaluate.remote_copy_bounds`).  The estimate is
+
+    - the closed form (``expected_remote_copies``) when it is exact: top-k <= 2 with every
+      pair counted (:func:`placer.evaluate.static.pairwise_is_exact`), where it equals the
+      bracket's lower end; no bracket is shown then;
+    - otherwise the evaluator's sampled batches when the model and topology are known,
+      drawn from the same statistics (all windows summed), and brought into the bracket
+      when the sampled routing (loads matched, pairs only approximately, sampling noise)
+      falls outside it (the summary says so);
+    - otherwise none: the pairwise closed form is then not an estimate (top-k > 2 counts
+      a triple on one GPU as three saved copies; partial pair counts miss pairs), only the
+      bracket is shown.
+
+    Returns ``{"remote_gpus_per_token", "remote_nodes_per_token",
+    "remote_gpus_per_token_bounds", "remote_nodes_per_token_bounds",
+    "remote_copies_from"}``; node figures are None on one node, the others None when not
+    known.  Every estimate lies in its bracket, every bracket in ``[0, G - 1]``
+    (``[0, N - 1]``).
     """
-    from placer.evaluate import EvalParams, evaluate, expected_remote_copies
+    from placer.evaluate.static import (
+        expected_remote_copies,
+        pairwise_is_exact,
+        remote_copy_bounds,
+    )
 
-    stats = problem.stats
+    stats = problem.stats if stats is None else stats
+    out: dict[str, Any] = {
+        "remote_gpus_per_token": None, "remote_nodes_per_token": None,
+        "remote_gpus_per_token_bounds": None, "remote_nodes_per_token_bounds": None,
+        "remote_copies_from": "no co-activation counts",
+    }
     if stats.coact is None:
-        return None, None, "no co-activation counts"
+        return out
     multi = problem.num_nodes > 1
-    if stats.top_k > 2 and problem.topology is not None and problem.model is not None:
-        metrics = evaluate(
-            placement, stats, problem.topology, problem.model,
-            EvalParams(num_batches=constants.PLAN_VERSUS_BATCHES,
-                       batch_tokens=constants.PLAN_VERSUS_BATCH_TOKENS),
-        ).metrics
-        node = metrics["remote_copies_per_token_node"] if multi else None
-        return metrics["remote_copies_per_token_gpu"], node, "evaluator, sampled batches"
+    nodes = _nodes_of(problem)
+    windows = ""
+    if stats.num_windows != problem.stats.num_windows:
+        windows = f", all {stats.num_windows} windows (pair counts cover the whole trace)"
     try:
-        remote = expected_remote_copies(placement, stats, _nodes_of(problem))
-    except DataError:
-        return None, None, "no co-activation counts"
-    how = "evaluator, closed form" + (" (pairwise bound)" if stats.top_k > 2 else "")
-    node = float(remote[:, 1].mean()) if multi else None
-    return float(remote[:, 0].mean()), node, how
+        bounds = remote_copy_bounds(placement, stats, nodes).mean(axis=0)  # [gpu|node, lo|hi]
+        if pairwise_is_exact(stats):
+            remote = expected_remote_copies(placement, stats, nodes).mean(axis=0)
+            # exact means equal to the lower bound; counts no routing can have are not
+            if np.allclose(remote, bounds[:, 0], rtol=1e-9, atol=1e-12):
+                out["remote_gpus_per_token"] = float(bounds[0, 0])
+                out["remote_nodes_per_token"] = float(bounds[1, 0]) if multi else None
+                out["remote_copies_from"] = (
+                    f"evaluator, closed form (exact: top-{stats.top_k}, every pair"
+                    f" counted){windows}")
+                return out
+    except DataError as exc:
+        out["remote_copies_from"] = f"not shown: {exc.message}"
+        return out
+    out["remote_gpus_per_token_bounds"] = _outward(bounds[0], problem.num_gpus - 1)
+    if multi:
+        out["remote_nodes_per_token_bounds"] = _outward(bounds[1], problem.num_nodes - 1)
+    if problem.topology is None or problem.model is None:
+        out["remote_copies_from"] = (
+            f"bounds only (top-{stats.top_k}"
+            + ("" if stats.top_k > 2 else ", pairs missing from the counts")
+            + ": the pairwise closed form is not an estimate here; with --model and"
+            " --topology the evaluator samples one)" + windows)
+        return out
+    sampled = _sampled_remote(problem, placement, stats)
+    how = "evaluator, sampled batches" + windows
+    moved = []
+    for column, label, value in ((0, "GPUs", sampled[0]), (1, "nodes", sampled[1])):
+        if column == 1 and not multi:
+            continue
+        low, high = out[("remote_gpus_per_token_bounds", "remote_nodes_per_token_bounds")
+                        [column]]
+        inside = min(max(value, low), high)
+        if inside != value:
+            moved.append(f"{label} {value:.3f} sampled")
+        out[("remote_gpus_per_token", "remote_nodes_per_token")[column]] = inside
+    if moved:
+        how += f"; brought into the bounds ({', '.join(moved)})"
+    out["remote_copies_from"] = how
+    return out
+
+
+def _sampled_remote(
+    problem: PlacementProblem, placement: Placement, stats: ExpertStats
+) -> tuple[float, float]:
+    """Remote GPUs and nodes per token from the evaluator's sampled batches, every window
+    of ``stats`` summed into one (the loads the bracket is proven for), with the
+    ``random`` policy (each selection picks a replica uniformly and independently, the
+    bracket's assumption; ``round_robin`` agrees only in expectation over list orders).
+    ``PLAN_VERSUS_BATCHES`` batches of up to ``PLAN_VERSUS_BATCH_TOKENS``, no more tokens
+    than the statistics hold."""
+    from dataclasses import replace
+
+    from placer.evaluate import EvalParams, evaluate
+
+    whole = replace(
+        stats, load=stats.load.sum(axis=0, keepdims=True),
+        tokens=stats.tokens.sum(keepdims=True),
+        window_starts=None if stats.window_starts is None else stats.window_starts[:1],
+    )
+    total = max(int(stats.total_tokens), 1)
+    batches = min(constants.PLAN_VERSUS_BATCHES, total)
+    metrics = evaluate(
+        placement, whole, problem.topology, problem.model,
+        EvalParams(policy="random", num_batches=batches,
+                   batch_tokens=min(constants.PLAN_VERSUS_BATCH_TOKENS, total // batches)),
+    ).metrics
+    return metrics["remote_copies_per_token_gpu"], metrics["remote_copies_per_token_node"]
+
+
+def _outward(span: np.ndarray, others: int) -> list[float]:
+    """``[lower, upper]`` rounded outward to 6 decimals (rounding never narrows it), and
+    never past ``[0, others]`` (``G - 1`` or ``N - 1``, which the bounds respect up to
+    floating-point noise)."""
+    low = max(float(np.floor(span[0] * 1e6) / 1e6), 0.0)
+    return [low, min(max(float(np.ceil(span[1] * 1e6) / 1e6), low), float(others))]
 
 
 def _nodes_of(problem: PlacementProblem) -> Any:
@@ -149,38 +244,21 @@ def _nodes_of(problem: PlacementProblem) -> Any:
     return problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
 
 
-def _remote_bounds(problem: PlacementProblem, placement: Placement) -> Any:
-    """``[[gpu lower, upper], [node lower, upper]]`` remote copies per token that any
-    routing with the statistics' loads and pairs lies within (mean over layers), for
-    top-k > 2 with co-activation counts; None otherwise (top-2: the closed form is exact)."""
-    from placer.evaluate import remote_copy_bounds
-
-    stats = problem.stats
-    if stats.coact is None or stats.top_k <= 2:
-        return None
-    bounds = remote_copy_bounds(placement, stats, _nodes_of(problem))
-    return bounds.mean(axis=0).round(6).tolist()
-
-
 def _side_metrics(
-    problem: PlacementProblem, result: SolveResult, gap: float | None
+    problem: PlacementProblem, result: SolveResult, gap: float | None,
+    stats: ExpertStats | None = None,
 ) -> dict[str, Any]:
-    """One column of the side-by-side: figures of ``result`` on ``problem``'s statistics."""
+    """One column of the side-by-side: figures of ``result`` on ``problem``'s statistics
+    (remote copies on ``stats``, see :func:`remote_figures`)."""
     basic = basic_metrics(result.placement, problem.stats)
-    remote_gpu, remote_node, how = _remote_copies(problem, result.placement)
-    bounds = _remote_bounds(problem, result.placement)
+    remote = remote_figures(problem, result.placement, stats)
     moves = None
     if problem.current is not None:
         moves = float(result.placement.moves_from(problem.current))
     return {
         "hot_shard_ratio_median": basic["hot_shard_ratio_median"],
         "hot_shard_ratio_worst": basic["hot_shard_ratio_worst"],
-        "remote_gpus_per_token": remote_gpu,
-        "remote_nodes_per_token": remote_node,
-        "remote_copies_from": how,
-        "remote_gpus_per_token_bounds": None if bounds is None else bounds[0],
-        "remote_nodes_per_token_bounds": (
-            bounds[1] if bounds is not None and problem.num_nodes > 1 else None),
+        **remote,
         "moves": moves,
         "seconds": round(result.seconds, 3),
         "gap": gap,
@@ -188,19 +266,22 @@ def _side_metrics(
 
 
 def versus_eplb(
-    problem: PlacementProblem, result: SolveResult, baseline: SolveResult
+    problem: PlacementProblem, result: SolveResult, baseline: SolveResult,
+    stats: ExpertStats | None = None,
 ) -> dict[str, Any]:
     """Side-by-side of ``result`` and EPLB's ``baseline`` on the same problem.
 
-    Remote copies (normal mode, uniform source rank, mean over layers) come from the
-    evaluator (:func:`_remote_copies`); None without co-activation counts.
-    ``winners`` counts the layers where the planner's search beat its EPLB hint.
+    Remote copies (normal mode, uniform source rank, mean over layers) and their bracket
+    come from :func:`remote_figures` on ``stats`` (default ``problem.stats``; ``placer
+    plan`` passes every window of the trace, where loads and pair counts agree); None
+    without co-activation counts.  ``winners`` counts the layers where the planner's
+    search beat its EPLB hint.
     """
     winners = result.details.get("winners") if isinstance(result.details, dict) else None
     return {
         "columns": [result.solver, baseline.solver],
-        result.solver: _side_metrics(problem, result, result.gap),
-        baseline.solver: _side_metrics(problem, baseline, None),
+        result.solver: _side_metrics(problem, result, result.gap, stats),
+        baseline.solver: _side_metrics(problem, baseline, None, stats),
         "winners": winners,
     }
 
@@ -228,9 +309,14 @@ def render_versus(versus: dict[str, Any]) -> list[str]:
                        ("remote nodes, bounds", "remote_nodes_per_token_bounds")):
         spans = [versus[name].get(key) for name in (mine, theirs)]
         if any(span is not None for span in spans):
-            cells = ["-" if span is None else f"{span[0]:.2f}-{span[1]:.2f}" for span in spans]
+            cells = [" -" if span is None else f" {_span(span)}" for span in spans]
             lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
-    lines.append(f"remote copies: {versus[mine]['remote_copies_from']}")
+    sources = [versus[name]["remote_copies_from"] for name in (mine, theirs)]
+    if sources[0] == sources[1]:
+        lines.append(f"remote copies: {sources[0]}")
+    else:
+        lines += [f"remote copies, {name}: {how}" for name, how in zip((mine, theirs), sources,
+                                                                       strict=True)]
     if any(versus[name].get("remote_gpus_per_token_bounds") for name in (mine, theirs)):
         lines.append("bounds: any routing with these loads and pair counts"
                      " (docs/evaluate.md)")
@@ -241,6 +327,12 @@ def render_versus(versus: dict[str, Any]) -> list[str]:
             f" {winners.get('eplb', 0)}"
         )
     return lines
+
+
+def _span(span: list[float]) -> str:
+    """``lower-upper`` at 3 decimals, rounded outward: the printed bracket still holds the
+    estimate printed at 3 decimals."""
+    return f"{np.floor(span[0] * 1e3) / 1e3:.3f}-{np.ceil(span[1] * 1e3) / 1e3:.3f}"
 
 
 def plan(
@@ -371,7 +463,8 @@ def plan(
     )
     summary = plan_summary(problem, result, metrics, output)
     if solver != "eplb":
-        summary["versus"] = versus_eplb(problem, result, solve(problem, "eplb", params))
+        summary["versus"] = versus_eplb(problem, result, solve(problem, "eplb", params),
+                                         routing.stats)
     exported = [export_to(result.placement, fmt, path, model_spec) for fmt, path in exports]
     if exported:
         summary["exports"] = exported
