@@ -1,0 +1,382 @@
+"""Measured timings: the CSV ``placer calibrate`` fits, read, checked and written.
+
+Format (``docs/calibrate.md``): UTF-8 CSV, one header row naming the columns (any
+order), then one row per measurement.  Blank lines and lines starting with ``#`` are
+comments.  The ``benchmark`` column says what a row measured:
+
+``all_to_all``
+    one dispatch or combine phase of an MoE all-to-all (one row of DeepEP's test output,
+    or ``bench/gpu_microbench.py``): ``phase`` (dispatch | combine), ``mode`` (normal |
+    low_latency | low_latency_rdma), ``num_gpus``, ``gpus_per_node``,
+    ``tokens_per_gpu``, ``hidden``, ``top_k``, ``num_experts``, ``top_groups`` (0 = no
+    group limit), ``dtype`` (fp8 | bf16, the dispatch payload), ``measured_us``.  Each
+    row is an :class:`~placer.calibrate.workload.AllToAllCase`.
+``expert_gemm``
+    one GPU running its local experts' FFNs (grouped GEMMs): ``num_experts`` (local
+    experts), ``tokens_per_expert``, ``hidden``, ``ffn`` (the expert's intermediate
+    size), ``dtype`` (bf16 | fp8 | mxfp4, the weights), ``measured_us``.
+
+``note`` is an optional free-text column.  Cells of columns a row's benchmark does not
+use stay empty; a header may leave out the columns no row uses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from placer.calibrate.workload import AllToAllCase
+from placer.errors import DataError, UsageError
+from placer.evaluate.traffic import MODES
+from placer.fileio import write_text_atomic
+
+ALL_TO_ALL = "all_to_all"
+EXPERT_GEMM = "expert_gemm"
+BENCHMARKS = (ALL_TO_ALL, EXPERT_GEMM)
+PHASES = ("dispatch", "combine")
+#: Dispatch payloads of all-to-all rows; weight dtypes of GEMM rows.
+A2A_DTYPES = ("fp8", "bf16")
+GEMM_DTYPES = ("bf16", "fp8", "mxfp4")
+
+#: Columns in the order placer writes them.
+COLUMNS = (
+    "benchmark", "phase", "mode", "num_gpus", "gpus_per_node", "tokens_per_gpu", "hidden",
+    "top_k", "num_experts", "top_groups", "tokens_per_expert", "ffn", "dtype",
+    "measured_us", "note",
+)
+#: Columns each benchmark needs (besides ``benchmark`` and ``measured_us``).
+FIELDS = {
+    ALL_TO_ALL: ("phase", "mode", "num_gpus", "gpus_per_node", "tokens_per_gpu", "hidden",
+                 "top_k", "num_experts", "top_groups", "dtype"),
+    EXPERT_GEMM: ("num_experts", "tokens_per_expert", "hidden", "ffn", "dtype"),
+}
+_ALWAYS = ("benchmark", "measured_us", "note")
+_SEE_DOCS = "see docs/calibrate.md, 'Timings CSV'"
+
+
+@dataclass(frozen=True)
+class AllToAllTiming:
+    """One measured all-to-all phase.
+
+    Attributes
+    ----------
+    case: the configuration (routing as DeepEP's tests draw it).
+    phase: ``dispatch`` or ``combine``.
+    measured_us: measured time of the phase, microseconds.
+    note: free text.  where: ``file:line`` it was read from (empty when built in code).
+    """
+
+    case: AllToAllCase
+    phase: str
+    measured_us: float
+    note: str = ""
+    where: str = ""
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise UsageError(f"unknown phase {self.phase!r}", hint="dispatch or combine")
+        _check_time(self.measured_us)
+
+    @property
+    def benchmark(self) -> str:
+        return ALL_TO_ALL
+
+    @property
+    def label(self) -> str:
+        c = self.case
+        groups = f" g{c.top_groups}" if c.top_groups else ""
+        return (f"{c.mode} EP{c.num_gpus}/{c.gpus_per_node} {self.phase}"
+                f" {c.tokens_per_gpu}t {c.dtype}{groups}")
+
+    def record(self) -> dict[str, str]:
+        c = self.case
+        values: dict[str, object] = {
+            "phase": self.phase, "mode": c.mode, "num_gpus": c.num_gpus,
+            "gpus_per_node": c.gpus_per_node, "tokens_per_gpu": c.tokens_per_gpu,
+            "hidden": c.hidden, "top_k": c.top_k, "num_experts": c.num_experts,
+            "top_groups": c.top_groups, "dtype": c.dtype,
+        }
+        return _record(ALL_TO_ALL, values, self.measured_us, self.note)
+
+
+@dataclass(frozen=True)
+class GemmTiming:
+    """One GPU's grouped expert FFN (``num_experts`` local experts), measured.
+
+    Attributes
+    ----------
+    num_experts: local experts run.  tokens_per_expert: tokens each of them processes.
+    hidden: model width.  ffn: expert intermediate size.
+    dtype: expert weights, ``bf16``, ``fp8`` or ``mxfp4``.
+    measured_us: microseconds for all experts.  note, where: as :class:`AllToAllTiming`.
+    """
+
+    num_experts: int
+    tokens_per_expert: int
+    hidden: int
+    ffn: int
+    dtype: str
+    measured_us: float
+    note: str = ""
+    where: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "tokens_per_expert", "hidden", "ffn"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"expected {name} >= 1, got {getattr(self, name)}")
+        if self.dtype not in GEMM_DTYPES:
+            raise UsageError(f"unknown expert dtype {self.dtype!r}",
+                             hint=f"one of: {', '.join(GEMM_DTYPES)}")
+        _check_time(self.measured_us)
+
+    @property
+    def benchmark(self) -> str:
+        return EXPERT_GEMM
+
+    @property
+    def label(self) -> str:
+        return (f"gemm {self.num_experts}x h{self.hidden} f{self.ffn} {self.tokens_per_expert}t"
+                f" {self.dtype}")
+
+    def record(self) -> dict[str, str]:
+        values: dict[str, object] = {
+            "num_experts": self.num_experts, "tokens_per_expert": self.tokens_per_expert,
+            "hidden": self.hidden, "ffn": self.ffn, "dtype": self.dtype,
+        }
+        return _record(EXPERT_GEMM, values, self.measured_us, self.note)
+
+
+Timing = AllToAllTiming | GemmTiming
+
+
+def _check_time(value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"expected a measured time > 0 us, got {value}")
+
+
+def format_us(value: float) -> str:
+    """A time as the CSV writes it: enough digits to read back the same float."""
+    return repr(float(value))
+
+
+def _record(benchmark: str, values: dict[str, object], measured_us: float,
+            note: str) -> dict[str, str]:
+    out = {name: "" for name in COLUMNS}
+    out.update({k: str(v) for k, v in values.items()})
+    out["benchmark"] = benchmark
+    out["measured_us"] = format_us(measured_us)
+    out["note"] = note
+    return out
+
+
+# -- writing --------------------------------------------------------------------------
+
+
+def format_timings(rows: Iterable[Timing], comments: Sequence[str] = ()) -> str:
+    """The CSV text of ``rows``: ``# comment`` lines, the header, one line per row."""
+    buf = io.StringIO()
+    for line in comments:
+        buf.write(f"# {line}\n" if line else "#\n")
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row.record())
+    return buf.getvalue()
+
+
+def write_timings(path: str | os.PathLike[str], rows: Iterable[Timing],
+                  comments: Sequence[str] = ()) -> None:
+    """Write ``rows`` to ``path`` atomically (:func:`format_timings`)."""
+    write_text_atomic(path, format_timings(rows, comments))
+
+
+# -- reading --------------------------------------------------------------------------
+
+
+def read_timings(path: str | os.PathLike[str]) -> list[Timing]:
+    """Read and check a timings CSV (module docstring).
+
+    Raises DataError naming ``file:line:column`` and the column for every problem.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DataError(f"no such file: {p}", hint="give the timings CSV's path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {p}: {exc}", hint="a timings CSV is UTF-8 text") from None
+    return parse_timings(text, str(path))
+
+
+def parse_timings(text: str, source: str = "<text>") -> list[Timing]:
+    """Check CSV ``text`` (read from ``source``, named in errors) and return its rows."""
+    header: list[str] | None = None
+    header_line = 0
+    rows: list[Timing] = []
+    for number, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        cells = [c.strip() for c in next(csv.reader([line]))]
+        if header is None:
+            header = _header(cells, source, number)
+            header_line = number
+            continue
+        rows.append(_row(header, cells, source, number))
+    if header is None or not rows:
+        raise DataError(
+            "no timing rows" if header is not None else "the file is empty",
+            where=f"{source}:{header_line}" if header is not None else source,
+            hint=f"one header row, then one row per measurement; {_SEE_DOCS}",
+        )
+    return rows
+
+
+def _header(cells: list[str], source: str, line: int) -> list[str]:
+    known = set(COLUMNS)
+    if cells and cells[0] in BENCHMARKS:
+        raise DataError(
+            "the first row must be the header", where=f"{source}:{line}:1",
+            hint=f"start the file with the column names, e.g. {','.join(COLUMNS)}",
+        )
+    seen: set[str] = set()
+    for col, name in enumerate(cells, start=1):
+        where = f"{source}:{line}:{col}"
+        if name not in known:
+            close = [c for c in COLUMNS if c.replace("_", "") == name.lower().replace("_", "")]
+            did = f"did you mean '{close[0]}'? " if close else ""
+            raise DataError(
+                f"unknown column {name!r}", where=where,
+                hint=f"{did}known columns: {', '.join(COLUMNS)}; {_SEE_DOCS}",
+            )
+        if name in seen:
+            raise DataError(f"column {name!r} appears twice", where=where,
+                            hint="name each column once")
+        seen.add(name)
+    for name in ("benchmark", "measured_us"):
+        if name not in seen:
+            raise DataError(f"the header has no {name!r} column", where=f"{source}:{line}",
+                            hint=f"every timings CSV has benchmark and measured_us; {_SEE_DOCS}")
+    return cells
+
+
+def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
+    if len(cells) > len(header):
+        raise DataError(
+            f"the row has {len(cells)} cells, the header {len(header)}",
+            where=f"{source}:{line}:{len(header) + 1}",
+            hint="quote cells that contain commas (\"a, b\")",
+        )
+    cells = cells + [""] * (len(header) - len(cells))
+    value = dict(zip(header, cells, strict=True))
+    column = {name: i + 1 for i, name in enumerate(header)}
+
+    def where(name: str) -> str:
+        return f"{source}:{line}:{column[name]}" if name in column else f"{source}:{line}"
+
+    benchmark = value["benchmark"]
+    if benchmark not in BENCHMARKS:
+        raise DataError(f"benchmark: unknown benchmark {benchmark!r}", where=where("benchmark"),
+                        hint=f"one of: {', '.join(BENCHMARKS)}")
+    fields = FIELDS[benchmark]
+    for name in header:
+        if value[name] and name not in fields and name not in _ALWAYS:
+            raise DataError(
+                f"{name}: {benchmark} rows do not use this column, got {value[name]!r}",
+                where=where(name), hint=f"leave it empty; {benchmark} rows use"
+                f" {', '.join(fields)}, measured_us and note",
+            )
+    for name in (*fields, "measured_us"):
+        if name not in column:
+            raise DataError(
+                f"{benchmark} rows need a {name!r} column and the header has none",
+                where=f"{source}:{line}", hint=f"add {name} to the header; {_SEE_DOCS}",
+            )
+        if not value[name]:
+            raise DataError(f"{name}: empty cell", where=where(name),
+                            hint=f"{benchmark} rows give {', '.join(fields)} and measured_us")
+
+    def integer(name: str, low: int = 1) -> int:
+        try:
+            out = int(value[name])
+        except ValueError:
+            out = low - 1
+            if value[name].replace(".", "", 1).isdigit() and float(value[name]).is_integer():
+                out = int(float(value[name]))
+        if out < low:
+            raise DataError(f"{name}: expected an integer >= {low}, got {value[name]!r}",
+                            where=where(name))
+        return out
+
+    def choice(name: str, options: Sequence[str]) -> str:
+        if value[name] not in options:
+            raise DataError(f"{name}: expected one of {', '.join(options)}, got {value[name]!r}",
+                            where=where(name))
+        return value[name]
+
+    try:
+        measured = float(value["measured_us"])
+    except ValueError:
+        measured = math.nan
+    if not (math.isfinite(measured) and measured > 0):
+        raise DataError(f"measured_us: expected a time > 0 in microseconds, got"
+                        f" {value['measured_us']!r}", where=where("measured_us"))
+    note = value.get("note", "")
+    at = f"{source}:{line}"
+    try:
+        if benchmark == EXPERT_GEMM:
+            return GemmTiming(
+                num_experts=integer("num_experts"),
+                tokens_per_expert=integer("tokens_per_expert"),
+                hidden=integer("hidden"), ffn=integer("ffn"),
+                dtype=choice("dtype", GEMM_DTYPES), measured_us=measured, note=note, where=at,
+            )
+        case = AllToAllCase(
+            num_gpus=integer("num_gpus"), gpus_per_node=integer("gpus_per_node"),
+            tokens_per_gpu=integer("tokens_per_gpu"), hidden=integer("hidden"),
+            top_k=integer("top_k"), num_experts=integer("num_experts"),
+            top_groups=integer("top_groups", 0), mode=choice("mode", MODES),
+            dtype=choice("dtype", A2A_DTYPES),
+        )
+        return AllToAllTiming(case, choice("phase", PHASES), measured, note, where=at)
+    except UsageError as exc:  # the configuration's own consistency checks
+        raise DataError(exc.message, where=at, hint=exc.hint or _SEE_DOCS) from None
+
+
+# -- DeepEP's published tables as timings -----------------------------------------------
+
+
+def deepep_timings() -> list[AllToAllTiming]:
+    """Every row of DeepEP's V1 tables (:data:`placer.calibrate.deepep.PUBLISHED`) as a
+    timing: low-latency latencies as published, normal-kernel bandwidths turned back into
+    the time they were measured from (:func:`~placer.calibrate.deepep.published_time_us`),
+    rounded to 0.01 us.  ``bench/data/deepep_v1.csv`` is :data:`DEEPEP_COMMENTS` and
+    these rows (:func:`write_deepep_timings`)."""
+    from placer.calibrate.deepep import PUBLISHED, published_time_us
+
+    ids_of: dict[AllToAllCase, object] = {}
+    out = []
+    for row in PUBLISHED:
+        ids = ids_of.setdefault(row.case, row.case.topk_ids() if row.unit != "us" else None)
+        time_us = round(published_time_us(row, ids), 2)  # type: ignore[arg-type]
+        figure = f"{row.figure:g} {row.unit}"
+        out.append(AllToAllTiming(row.case, row.phase, time_us, note=f"published {figure}"))
+    return out
+
+
+DEEPEP_COMMENTS = (
+    "DeepEP V1 published tables (deepseek-ai/DeepEP, docs/legacy.md): H800, ~160 GB/s NVLink,",
+    "one CX7 InfiniBand 400 Gb/s NIC per GPU; hidden 7168, top-8 of 256 experts.",
+    "Normal kernels publish GB/s: the time is DeepEP's test byte count on placer's routing",
+    "over that bandwidth (placer.calibrate.deepep.published_time_us); low-latency: as published.",
+    "Generated by placer.calibrate.timings.write_deepep_timings(); do not edit by hand.",
+)
+
+
+def write_deepep_timings(path: str | os.PathLike[str]) -> None:
+    """Write DeepEP's published tables as a timings CSV (``bench/data/deepep_v1.csv``)."""
+    write_timings(path, deepep_timings(), DEEPEP_COMMENTS)
