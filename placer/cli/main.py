@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "engines_cmd",    # placer export, placer import
     "compare_cmd",    # placer compare
     "report_cmd",     # placer report
+    "calibrate_cmd",  # placer calibrate
 )
 
 

@@ -1,0 +1,186 @@
+"""``placer calibrate``: fit link and compute efficiencies to measured timings, write an
+overlay topology every ``--topology`` accepts.
+
+Thin: read the timings CSV (:mod:`placer.calibrate.timings`), fit
+(:func:`placer.calibrate.fit.fit_calibration`), print a table per row and the fitted
+figures (or JSON), write ``{extends: BASE, calibration: ...}`` atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+import yaml
+
+from placer.cli.common import handle_errors, print_json, write_text_atomic
+from placer.errors import UsageError
+
+if TYPE_CHECKING:
+    from placer.calibrate.fit import FitResult
+
+_EPILOG = """\b
+Example:
+  placer calibrate bench/data/deepep_v1.csv --topology dgx-h800 -o h800-cal.yaml
+  placer topology show h800-cal.yaml
+  placer evaluate trace.jsonl -p plan.json --topology h800-cal.yaml
+
+Timings CSV format, the model and the fit: docs/calibrate.md.  bench/gpu_microbench.py
+measures such a CSV on a machine with GPUs."""
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``placer calibrate`` to ``app``."""
+    app.command("calibrate", no_args_is_help=True, epilog=_EPILOG)(calibrate)
+
+
+def _is_path(value: str) -> bool:
+    """Whether load_topology reads ``value`` as a file (not a preset name)."""
+    path = Path(value)
+    return path.suffix in (".yaml", ".yml") or path.is_file()
+
+
+def extends_value(base: str, overlay: Path) -> str:
+    """``extends:`` for an overlay written to ``overlay``: a preset name as given; a file
+    relative to the overlay's folder (absolute when no relative path exists)."""
+    if not _is_path(base):
+        return base
+    target = Path(base).resolve()
+    try:
+        return Path(os.path.relpath(target, overlay.resolve().parent)).as_posix()
+    except ValueError:  # another drive
+        return str(target)
+
+
+def overlay_document(result: FitResult, base_name: str, extends: str, name: str,
+                     timings: str) -> str:
+    """The overlay YAML: a comment, ``extends``, ``name``, ``description``, ``calibration``."""
+    doc = {
+        "extends": extends,
+        "name": name,
+        "description": f"{base_name} with link and compute efficiencies fitted by placer"
+                       f" calibrate to {timings}",
+        "calibration": result.calibration.to_dict(),
+    }
+    head = (f"# Written by placer calibrate: {len(result.rows)} rows of {timings} on"
+            f" {base_name}; rms |log(predicted/measured)| {result.rms_log_before:.3f} before,"
+            f" {result.rms_log_after:.3f} after.\n"
+            "# Use it as --topology in any placer command (docs/calibrate.md).\n")
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=1 << 20)
+    return head + body
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+          right: tuple[int, ...]) -> str:
+    """Plain text, columns two spaces apart, the columns ``right`` right-aligned."""
+    cells = [list(headers), *[list(r) for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+        for r in cells
+    )
+
+
+def _line(where: str) -> str:
+    return where.rsplit(":", 1)[-1] if where else "-"
+
+
+def _us(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _figure(value: float, is_phase: bool) -> str:
+    return f"{value:.2f}" if is_phase else f"{value:.4f}"
+
+
+def render(result: FitResult, timings: str, base_name: str) -> str:
+    """The text report: one row per timing, then the fitted parameters."""
+    gemm = sum(r.row.benchmark == "expert_gemm" for r in result.rows)
+    lines = [
+        f"{len(result.rows)} rows of {timings} on {base_name}"
+        f" ({len(result.rows) - gemm} all-to-all, {gemm} expert GEMM)",
+        "",
+        table(
+            ("line", "row", "measured us", "before us", "after us", "before/meas",
+             "after/meas"),
+            [(_line(r.row.where), r.label, _us(r.measured_us), _us(r.before_us),
+              _us(r.after_us), f"{r.ratio_before:.3f}", f"{r.ratio_after:.3f}")
+             for r in result.rows],
+            right=(2, 3, 4, 5, 6),
+        ),
+        "",
+        f"rms |log(predicted/measured)|: {result.rms_log_before:.3f} before,"
+        f" {result.rms_log_after:.3f} after",
+        "",
+    ]
+    rows = []
+    for p in result.parameters:
+        phase = p.name.endswith("phase_us")
+        stderr = "-" if p.stderr is None else _figure(p.stderr, phase)
+        rows.append((p.name, _figure(p.base, phase), _figure(p.value, phase),
+                     stderr, p.note))
+    lines.append(table(("parameter", "base", "fitted", "± stderr", "note"), rows,
+                       right=(1, 2, 3)))
+    return "\n".join(lines)
+
+
+@handle_errors
+def calibrate(
+    timings: Path = typer.Argument(
+        ..., help="Timings CSV: measured all-to-all phases and expert GEMMs (docs/calibrate.md)."
+    ),
+    topology: str = typer.Option(
+        ..., "--topology", "-t",
+        help="Base topology (preset or YAML file): the machines the timings were measured on;"
+        " all-to-all rows grow its first node to their node count.",
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o",
+        help="Write the overlay topology here (.yaml): {extends: BASE, calibration: ...}.",
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="The overlay's name (default: BASE's name + '-calibrated')."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the fit as JSON."),
+) -> None:
+    """Fit link efficiencies, fixed phase costs and expert compute efficiencies to
+    measured timings, and write them as a topology overlay every --topology accepts."""
+    from placer.calibrate.fit import fit_calibration
+    from placer.calibrate.timings import read_timings
+    from placer.topology import load_topology
+
+    if output is not None:
+        if output.suffix not in (".yaml", ".yml"):
+            raise UsageError(f"the overlay must be a .yaml file, got {output}", where="--output",
+                             hint="e.g. -o h800-calibrated.yaml (--topology reads .yaml paths)")
+        if output.exists() and timings.exists() and output.resolve() == timings.resolve():
+            raise UsageError("the overlay would overwrite the timings CSV", where="--output",
+                             hint="write the overlay to another file")
+    base = load_topology(topology)
+    rows = read_timings(timings)
+    source = f"placer calibrate on {timings} ({len(rows)} rows)"
+    result = fit_calibration(rows, base, source=source)
+    overlay_name = name or f"{base.name}-calibrated"
+    text = None
+    if output is not None:
+        text = overlay_document(result, base.name, extends_value(topology, output),
+                                overlay_name, str(timings))
+        write_text_atomic(output, text)
+    if json_out:
+        print_json({
+            "timings": str(timings), "topology": base.name,
+            "overlay": None if output is None else str(output), "name": overlay_name,
+            **result.to_dict(),
+        })
+        return
+    typer.echo(render(result, str(timings), base.name))
+    typer.echo("")
+    if output is None:
+        typer.echo("no overlay written: add -o OVERLAY.yaml to write one")
+    else:
+        typer.echo(f"wrote {output} (extends {extends_value(topology, output)}): use it as"
+                   f" --topology {output}")
