@@ -54,8 +54,9 @@ def replicated(tmp_path: Path) -> Path:
     return _placement(tmp_path, "replicated", np.tile(row, (32, 1)))
 
 
-def _table_values(text: str) -> dict[str, dict[str, list[str]]]:
-    """{part title: {metric: [cells]}} parsed from the rendered tables."""
+def _table_values(text: str, columns: int) -> dict[str, dict[str, list[str]]]:
+    """{part title: {metric: [cells]}} parsed from the rendered tables (``columns``
+    placement columns between the unit and the description)."""
     parts: dict[str, dict[str, list[str]]] = {}
     current: dict[str, list[str]] = {}
     for line in text.splitlines():
@@ -64,7 +65,7 @@ def _table_values(text: str) -> dict[str, dict[str, list[str]]]:
             continue
         cells = line.split()
         if len(cells) >= 3 and cells[0].replace("_", "").isalnum() and cells[0] != "metric":
-            current[cells[0]] = cells[2:]
+            current[cells[0]] = cells[2 : 2 + columns]
     return parts
 
 
@@ -76,7 +77,7 @@ def test_json_parses_and_matches_the_table(trace, linear, replicated):
     assert table.exit_code == 0, table.output
     assert as_json.exit_code == 0, as_json.output
     report = json.loads(as_json.stdout)
-    parsed = _table_values(table.stdout)
+    parsed = _table_values(table.stdout, 2)
     # 8 steps = 8 windows: default split holds out the last quarter
     assert [(p["name"], p["windows"]) for p in report["parts"]] == [
         ("fit", [0, 6]), ("held-out", [6, 8])
@@ -140,7 +141,7 @@ def test_unknown_policy_names_the_option(trace, linear):
                                  "-t", TOPOLOGY, "--policy", "fastest"])
     assert result.exit_code == 2
     assert "error: --policy: unknown dispatch policy 'fastest'" in result.stderr
-    assert "hint: choose one of: round_robin, local_first, random" in result.stderr
+    assert "hint: choose one of: round_robin, sglang, local_first, random" in result.stderr
 
 
 def test_model_and_topology_default_to_the_placements(trace, linear):

@@ -159,7 +159,7 @@ def test_settings_validate_themselves():
     with pytest.raises(UsageError) as info:
         CompareSettings(model="m", policy="fastest")
     assert str(info.value) == "--policy: unknown dispatch policy 'fastest'"
-    assert info.value.hint == "choose one of: round_robin, local_first, random"
+    assert info.value.hint == "choose one of: round_robin, sglang, local_first, random"
     with pytest.raises(UsageError, match="unknown all-to-all mode 'slow'"):
         CompareSettings(model="m", mode="slow")
     with pytest.raises(UsageError, match="time limit must be positive, got 0"):

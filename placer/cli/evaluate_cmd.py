@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from placer.cli.common import err, handle_errors, out, print_json, read_trace
@@ -53,13 +54,57 @@ METRIC_FORMATS: dict[str, tuple[str, str]] = {
     "moe_layer_p50_us": ("us", ".2f"),
     "moe_layer_p99_us": ("us", ".2f"),
     "p99_over_p50": ("ratio", ".3f"),
+    "layer_p50_us_median": ("us", ".2f"),
+    "layer_p99_us_median": ("us", ".2f"),
+    "layer_p99_us_worst": ("us", ".2f"),
+    "layer_p99_over_p50_median": ("ratio", ".3f"),
     "step_p50_us": ("us", ".1f"),
     "step_p99_us": ("us", ".1f"),
+    "step_p99_over_p50": ("ratio", ".3f"),
     "expert_memory_gb": ("GB/GPU", ".2f"),
     "kv_left_gb": ("GB/GPU", ".2f"),
     "num_tokens": ("tokens", ".0f"),
     "num_batches": ("batches", ".0f"),
     "num_layers": ("layers", ".0f"),
+}
+
+
+#: What each metric is, in a few words (the table's last column; docs/evaluate.md defines them).
+METRIC_LABELS: dict[str, str] = {
+    "hot_shard_ratio_median": "GPU load over all batches, median layer",
+    "hot_shard_ratio_worst": "GPU load over all batches, worst layer",
+    "batch_hot_shard_p50": "per (batch, layer), p50",
+    "batch_hot_shard_p99": "per (batch, layer), p99",
+    "static_hot_shard_ratio_median": "even split of summed load, median layer",
+    "static_hot_shard_ratio_worst": "even split of summed load, worst layer",
+    "window_hot_shard_ratio_median": "worst window, even split, median layer",
+    "window_hot_shard_ratio_worst": "worst window, even split, worst layer",
+    "vllm_balancedness": "vLLM EPLB log line (1 = even)",
+    "sglang_balancedness": "SGLang, over all hidden layers (1 = even)",
+    "trtllm_imbalance": "TensorRT-LLM load report (0 = even)",
+    "remote_copies_per_token_gpu": "deliveries to another GPU",
+    "remote_copies_per_token_node": "deliveries to another node",
+    "copies_per_token_intra": "copies over intra-node links",
+    "copies_per_token_inter": "copies over inter-node links",
+    "bytes_per_token_intra": "dispatch + combine bytes, intra-node",
+    "bytes_per_token_inter": "dispatch + combine bytes, inter-node",
+    "all_to_all_us": "dispatch + combine, mean",
+    "compute_us": "slowest GPU's experts, mean",
+    "moe_layer_p50_us": "pooled over (batch, layer) pairs, p50",
+    "moe_layer_p99_us": "pooled over (batch, layer) pairs, p99",
+    "p99_over_p50": "pooled p99/p50 (mostly spread of layers)",
+    "layer_p50_us_median": "each layer's p50 over batches, median",
+    "layer_p99_us_median": "each layer's p99 over batches, median",
+    "layer_p99_us_worst": "each layer's p99 over batches, worst",
+    "layer_p99_over_p50_median": "each layer's p99/p50 over batches, median",
+    "step_p50_us": "step (sum over layers), p50 over batches",
+    "step_p99_us": "step (sum over layers), p99 over batches",
+    "step_p99_over_p50": "step p99/p50 over batches",
+    "expert_memory_gb": "expert weights per GPU",
+    "kv_left_gb": "left for the KV cache, tightest GPU",
+    "num_tokens": "evaluated",
+    "num_batches": "evaluated",
+    "num_layers": "evaluated",
 }
 
 
@@ -105,7 +150,7 @@ def evaluation_report(
 
 
 def render_part(part: dict[str, Any]) -> Table:
-    """One table: metric rows, a column per placement."""
+    """One table: metric rows, a column per placement, then what each metric is."""
     start, stop = part["windows"]
     table = Table(
         title=f"{part['name']}: windows {start}:{stop} ({part['source']})",
@@ -115,10 +160,11 @@ def render_part(part: dict[str, Any]) -> Table:
     table.add_column("unit", no_wrap=True)
     for column in part["placements"]:
         table.add_column(column["name"], justify="right", no_wrap=True)
+    table.add_column("what", no_wrap=True)
     for key in METRIC_KEYS:
         unit = METRIC_FORMATS.get(key, ("", ""))[0]
         table.add_row(key, unit, *(format_metric(key, c["metrics"].get(key))
-                                   for c in part["placements"]))
+                                   for c in part["placements"]), METRIC_LABELS.get(key, ""))
     return table
 
 
@@ -137,7 +183,9 @@ def evaluate_cmd(
         None, "--model", "-m", help="Model preset or YAML file (default: the placement's model)."
     ),
     policy: str = typer.Option(
-        "round_robin", "--policy", help=f"Dispatch policy: {', '.join(POLICIES)}."
+        "round_robin", "--policy",
+        help=f"Dispatch policy: {', '.join(POLICIES)} (round_robin: vLLM, TensorRT-LLM;"
+        " sglang: SGLang's static dispatch; local_first: SGLang's earlier static dispatch).",
     ),
     mode: str = typer.Option("normal", "--mode", help=f"Communication mode: {', '.join(MODES)}."),
     batch_tokens: int | None = typer.Option(
@@ -221,7 +269,20 @@ def evaluate_cmd(
         if i:
             sys.stdout.write("\n")
         table = render_part(part)
-        out.print(table, width=max(100, 34 + 14 * len(part["placements"])))
+        # wide enough for every cell: a console not attached to a terminal is 80 wide
+        wide = Console(highlight=False, soft_wrap=True,
+                       width=max(out.width, _table_width(part)))
+        wide.print(table)
+
+
+def _table_width(part: dict[str, Any]) -> int:
+    """Characters :func:`render_part`'s table needs so that no cell is cut."""
+    widths = [max(len(k) for k in METRIC_KEYS), len("copies/token"),
+              max(len(v) for v in METRIC_LABELS.values())]
+    for column in part["placements"]:
+        cells = [format_metric(k, column["metrics"].get(k)) for k in METRIC_KEYS]
+        widths.append(max(len(column["name"]), *(len(c) for c in cells)))
+    return sum(widths) + 3 * len(widths) + 4
 
 
 def _column(name: str, path: Path, evaluation: Evaluation) -> dict[str, Any]:

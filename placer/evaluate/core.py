@@ -26,7 +26,16 @@ import numpy as np
 from placer import constants
 from placer.errors import DataError, PlacementError, PlacerError, PlacerWarning, UsageError
 from placer.evaluate.batches import Batches, make_batches
-from placer.evaluate.dispatch import POLICIES, choose_slots, random_generator, static_dispatch_table
+from placer.evaluate.dispatch import (
+    POLICIES,
+    STATIC_POLICIES,
+    OrderBias,
+    choose_slots,
+    order_bias_message,
+    random_generator,
+    round_robin_order_bias,
+    static_dispatch_table,
+)
 from placer.evaluate.metrics import (
     nan_percentile,
     ratio,
@@ -34,7 +43,7 @@ from placer.evaluate.metrics import (
     trtllm_imbalance,
     vllm_balancedness,
 )
-from placer.evaluate.sampling import sample_topk, sampled_batch_windows
+from placer.evaluate.sampling import plan_sampled_batches, sample_topk
 from placer.evaluate.static import window_hot_shard
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE, comm_time_us, compute_time_us
 from placer.evaluate.traffic import MODES, Fabric, Segments, layer_traffic
@@ -70,8 +79,13 @@ METRIC_KEYS = (
     "moe_layer_p50_us",
     "moe_layer_p99_us",
     "p99_over_p50",
+    "layer_p50_us_median",
+    "layer_p99_us_median",
+    "layer_p99_us_worst",
+    "layer_p99_over_p50_median",
     "step_p50_us",
     "step_p99_us",
+    "step_p99_over_p50",
     "expert_memory_gb",
     "kv_left_gb",
     "num_tokens",
@@ -93,14 +107,16 @@ class EvalParams:
 
     Attributes
     ----------
-    policy: dispatch policy, one of ``round_robin`` (vLLM, TensorRT-LLM), ``local_first``
-        (SGLang static), ``random``.
+    policy: dispatch policy, one of ``round_robin`` (vLLM, TensorRT-LLM), ``sglang``
+        (current SGLang static dispatch), ``local_first`` (SGLang's earlier static
+        dispatch), ``random``.
     mode: ``normal`` (DeepEP normal kernels: one copy per destination GPU, one per
         destination node across nodes) or ``low_latency`` (one copy per selection).
     batch_tokens: tokens per batch; None = the trace's steps when every token has one,
         else ``constants.DEFAULT_BATCH_TOKENS``.  Sampled batches have this many tokens.
     num_batches: batches to sample when only aggregated statistics are available.
-    seed: seeds sampling, the ``random`` policy and the ``local_first`` table.
+    seed: seeds sampling, the ``random`` policy and the static tables (``sglang`` draws
+        with Python's ``random.Random(42 + seed)``: seed 0 is SGLang's own table).
     dtype: expert dtype (``bf16``, ``fp8``, ``mxfp4``); None = the model's default.
     windows: ``(start, stop)`` windows of the routing data to evaluate; None = all.
     sample: sample batches from the statistics even when a per-token trace is present.
@@ -278,6 +294,7 @@ def evaluate(
         routing = RoutingData(routing)
     stats = routing.stats
     _check_inputs(placement, stats, topology, model)
+    full_placement = placement
     placement, stats_rows = _evaluated_layers(placement, stats)
     dtype = params.dtype or model.default_dtype
     windows = resolve_window_range(
@@ -285,7 +302,7 @@ def evaluate(
         stats.num_windows, option="--eval",
     )
     num_gpus = placement.num_gpus
-    fabric = Fabric.from_topology(topology)
+    fabric = Fabric.from_topology(topology, params.mode)
 
     use_trace = routing.trace is not None and not params.sample
     if use_trace:
@@ -300,7 +317,12 @@ def evaluate(
         )
         source_name = "sampled"
 
-    sim = _simulate(placement, batches, experts_of, fabric, topology, model, dtype, params)
+    table = _static_table(full_placement, placement, topology, params)
+    sim = _simulate(placement, batches, experts_of, fabric, topology, model, dtype, params,
+                    table)
+    if sim.order_bias is not None:
+        warnings.warn(order_bias_message(sim.order_bias, stats.top_k, source_name),
+                      PlacerWarning, stacklevel=2)
 
     # -- figures on the evaluated statistics (no batches) ------------------------------
     window_stats = stats.select_windows(*windows)
@@ -348,6 +370,24 @@ def evaluate(
 ExpertsOf = Callable[[int], np.ndarray]
 
 
+def _static_table(
+    full_placement: Placement, placement: Placement, topology: Topology, params: EvalParams
+) -> np.ndarray | None:
+    """``[layers, G, E]`` static dispatch table of the evaluated rows, or None.
+
+    Built on the whole placement (SGLang builds it over every layer, so a layer's draws
+    depend on the layers before it), then restricted to the evaluated layer rows.
+    """
+    if params.policy not in STATIC_POLICIES:
+        return None
+    table = static_dispatch_table(
+        full_placement, params.seed, policy=params.policy,
+        node_of_gpu=np.asarray(topology.node_of_gpu, dtype=np.int64),
+    )
+    rows = [full_placement.layer_row(int(i)) for i in placement.layer_ids]
+    return table[rows]
+
+
 def _trace_source(
     routing: RoutingData, placement: Placement, windows: tuple[int, int],
     params: EvalParams, num_gpus: int,
@@ -387,10 +427,20 @@ def _sampled_source(
     stats: ExpertStats, placement: Placement, stats_rows: np.ndarray,
     windows: tuple[int, int], params: EvalParams, num_gpus: int,
 ) -> tuple[ExpertsOf, Batches, int]:
-    """Sampled batches (sorted by batch) and a per-layer sampler."""
-    batch_tokens = params.batch_tokens or constants.DEFAULT_BATCH_TOKENS
-    num_batches = params.num_batches
-    batch_window = sampled_batch_windows(windows, num_batches)
+    """Sampled batches (sorted by batch) and a per-layer sampler.
+
+    Windows with too few tokens for the batches drawn from them are merged with their
+    neighbours first (:func:`placer.evaluate.sampling.plan_sampled_batches`, with a
+    PlacerWarning).
+    """
+    plan = plan_sampled_batches(
+        stats.tokens, windows, params.num_batches,
+        params.batch_tokens or constants.DEFAULT_BATCH_TOKENS,
+    )
+    if plan.message:
+        warnings.warn(plan.message, PlacerWarning, stacklevel=3)
+    batch_tokens = plan.batch_tokens
+    num_batches = plan.num_batches
     position = np.tile(np.arange(batch_tokens, dtype=np.int64), num_batches)
     batches = Batches(
         batch_of_token=np.repeat(np.arange(num_batches, dtype=np.int64), batch_tokens),
@@ -401,16 +451,22 @@ def _sampled_source(
     # sampled tokens are exchangeable: order them by (batch, source) like trace tokens
     batches = _reorder(batches, np.lexsort((batches.source, batches.batch_of_token)))
     load_all = stats.mean_load
-    window_ids, window_batches = np.unique(batch_window, return_counts=True)
 
     def experts_of(row: int) -> np.ndarray:
         srow = int(stats_rows[row])
         layer_id = int(placement.layer_ids[row])
+        coact = None if stats.coact is None else stats.coact[srow]
         chunks = []
-        for w, n in zip(window_ids.tolist(), window_batches.tolist(), strict=True):
-            coact = None if stats.coact is None else stats.coact[srow]
-            rng = np.random.default_rng((params.seed, layer_id, _SAMPLING_STREAM, w))
-            chunks.append(sample_topk(stats.load[w, srow], n * batch_tokens, stats.top_k, rng,
+        for (lo, hi), n in zip(plan.groups, plan.group_batches, strict=True):
+            if hi - lo == 1:  # a window on its own: the same draws as ever
+                rng = np.random.default_rng((params.seed, layer_id, _SAMPLING_STREAM, lo))
+                load = stats.load[lo, srow]
+            else:
+                rng = np.random.default_rng(
+                    (params.seed, layer_id, _SAMPLING_STREAM, lo, hi)
+                )
+                load = stats.load[lo:hi, srow].sum(axis=0)
+            chunks.append(sample_topk(load, n * batch_tokens, stats.top_k, rng,
                                       coact=coact, load_all=load_all[srow]))
         return np.concatenate(chunks)
 
@@ -464,6 +520,7 @@ class _Simulation:
     batch_hot_shard: np.ndarray
     layer_time_us: np.ndarray
     gpu_load: np.ndarray
+    order_bias: OrderBias | None = None
 
 
 def _simulate(
@@ -475,18 +532,29 @@ def _simulate(
     model: ModelSpec,
     dtype: str,
     params: EvalParams,
+    table: np.ndarray | None = None,
 ) -> _Simulation:
-    """Replay every (batch, layer): loads, copies, times (tokens sorted by batch)."""
+    """Replay every (batch, layer): loads, copies, times (tokens sorted by batch).
+
+    ``table`` is the ``[layers, G, E]`` static dispatch table of the ``sglang`` and
+    ``local_first`` policies (:func:`_static_table`).
+    """
     num_layers = placement.num_layers
     num_gpus = placement.num_gpus
     num_slots = placement.num_physical
+    num_experts = placement.num_experts
     slots_per_gpu = placement.slots_per_gpu
     num_batches = batches.num_batches
     l2p = placement.logical_to_physical
     counts = placement.replica_counts
-    table = None
-    if params.policy == "local_first":
-        table = static_dispatch_table(placement, params.seed)
+    p2l = placement.physical_to_logical
+    if params.policy in STATIC_POLICIES and table is None:
+        table = static_dispatch_table(placement, params.seed, policy=params.policy,
+                                      node_of_gpu=np.asarray(topology.node_of_gpu))
+    # round robin: selections per (expert, k position), to tell when the order matters
+    watch_order = params.policy == "round_robin"
+    kpos_counts: np.ndarray | None = None
+    slot_total = np.zeros((num_layers, num_slots))
 
     activation_bytes = float(model.activation_bytes(dtype))
     combine_bytes = float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE)
@@ -494,14 +562,16 @@ def _simulate(
     flops_per_token = float(
         constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size * model.moe_intermediate_size
     )
-    hbm = np.asarray(topology.hbm_gbps, dtype=np.float64)
-    tflops = np.array([t.tflops(dtype) for t in topology.gpu_type_of_gpu], dtype=np.float64)
+    hbm = np.asarray(topology.hbm_gbps, dtype=np.float64) * topology.hbm_efficiency
+    tflops = topology.tflops(dtype) * topology.flops_efficiency
     intra = (fabric.link_class == INTRA_NODE)
     inter = (fabric.link_class == INTER_NODE)
 
     shape = (num_batches, num_layers)
     batch_max = np.full(shape, np.nan)
     batch_mean = np.full(shape, np.nan)
+    split_max = np.full(shape, np.nan)  # each expert's count split evenly over replicas
+    split_mean = np.full(shape, np.nan)
     layer_time = np.full(shape, np.nan)
     a2a_time = np.full(shape, np.nan)
     dispatch_time = np.full(shape, np.nan)
@@ -541,6 +611,17 @@ def _simulate(
             gpu = slots // slots_per_gpu
             slot_load = np.bincount(batch[tok] * num_slots + slots, minlength=nb * num_slots)
             slot_load = slot_load.reshape(nb, num_slots)
+            # TensorRT-LLM's report: expert counts split evenly over replicas, per rank
+            expert_load = np.bincount(batch[tok] * num_experts + experts,
+                                      minlength=nb * num_experts).reshape(nb, num_experts)
+            share = expert_load[:, p2l[row]] / counts[row][p2l[row]]  # [nb, P]
+            split_bg = share.reshape(nb, num_gpus, slots_per_gpu).sum(axis=2)
+            if watch_order:
+                if kpos_counts is None:
+                    kpos_counts = np.zeros((num_layers, num_experts, top_k), dtype=np.int64)
+                kpos_counts[row] += np.bincount(
+                    experts * top_k + kpos, minlength=num_experts * top_k
+                ).reshape(num_experts, top_k)
             tok_per_batch = np.bincount(batch[valid.any(axis=1)], minlength=nb)
             traffic = layer_traffic(
                 tok, kpos, gpu, num_tok, top_k, blk.segments, fabric, params.mode
@@ -561,12 +642,15 @@ def _simulate(
 
             put(batch_max, load_bg.max(axis=1))
             put(batch_mean, load_bg.mean(axis=1))
+            put(split_max, split_bg.max(axis=1))
+            put(split_mean, split_bg.mean(axis=1))
             put(layer_time, (t_dispatch + t_compute + t_combine).max(axis=1))
             put(a2a_time, (t_dispatch + t_combine).max(axis=1))
             put(dispatch_time, t_dispatch.max(axis=1))
             put(combine_time, t_combine.max(axis=1))
             put(compute_time, t_compute.max(axis=1))
             gpu_load[row] += load_bg.sum(axis=0)
+            slot_total[row] += slot_load.sum(axis=0)
             tokens[row] += tok_per_batch.sum()
             remote_gpu[row] += traffic.remote_gpu.sum()
             remote_node[row] += traffic.remote_node.sum()
@@ -575,6 +659,7 @@ def _simulate(
             copies_inter[row] += summed[inter].sum()
 
     batch_hot = ratio(batch_max, batch_mean)
+    split_imbalance = ratio(split_max, split_mean) - 1.0  # NaN where a batch has no token
     per_token = np.maximum(tokens, 1)
     total_tokens = max(float(tokens.sum()), 1.0)
     bytes_per_copy = activation_bytes + combine_bytes
@@ -611,15 +696,23 @@ def _simulate(
         "all_to_all_us": col_mean(a2a_time),
         "layer_time_p50_us": col_pct(layer_time, 50),
         "layer_time_p99_us": col_pct(layer_time, 99),
+        "trtllm_imbalance": col_mean(split_imbalance),
     }
+    layer_p50 = per_layer["layer_time_p50_us"]
+    layer_p99 = per_layer["layer_time_p99_us"]
+    step_p50 = nan_percentile(step, 50)
+    step_p99 = nan_percentile(step, 99)
     metrics: dict[str, Any] = {
         "hot_shard_ratio_median": float(np.median(layer_ratio)) if num_layers else np.nan,
         "hot_shard_ratio_worst": float(np.max(layer_ratio)) if num_layers else np.nan,
         "batch_hot_shard_p50": nan_percentile(batch_hot, 50),
         "batch_hot_shard_p99": nan_percentile(batch_hot, 99),
         "vllm_balancedness": vllm_balancedness(batch_max, batch_mean),
-        "sglang_balancedness": sglang_balancedness(batch_max, batch_mean),
-        "trtllm_imbalance": trtllm_imbalance(batch_max, batch_mean),
+        "sglang_balancedness": sglang_balancedness(
+            batch_max, batch_mean,
+            dense_layers=max(model.num_hidden_layers - model.num_moe_layers, 0),
+        ),
+        "trtllm_imbalance": trtllm_imbalance(split_max, split_mean),
         "remote_copies_per_token_gpu": remote_gpu.sum() / total_tokens,
         "remote_copies_per_token_node": remote_node.sum() / total_tokens,
         "copies_per_token_intra": copies_intra.sum() / total_tokens,
@@ -631,12 +724,31 @@ def _simulate(
         "moe_layer_p50_us": p50,
         "moe_layer_p99_us": p99,
         "p99_over_p50": p99 / p50 if p50 > 0 else np.nan,
-        "step_p50_us": nan_percentile(step, 50),
-        "step_p99_us": nan_percentile(step, 99),
+        "layer_p50_us_median": _finite_median(layer_p50),
+        "layer_p99_us_median": _finite_median(layer_p99),
+        "layer_p99_us_worst": _finite_max(layer_p99),
+        "layer_p99_over_p50_median": _finite_median(ratio(layer_p99, layer_p50)),
+        "step_p50_us": step_p50,
+        "step_p99_us": step_p99,
+        "step_p99_over_p50": step_p99 / step_p50 if step_p50 > 0 else np.nan,
     }
-    return _Simulation(metrics, per_layer, batch_hot, layer_time, gpu_load)
+    order_bias = None
+    if kpos_counts is not None:
+        order_bias = round_robin_order_bias(kpos_counts, slot_total, p2l, num_gpus,
+                                            placement.layer_ids)
+    return _Simulation(metrics, per_layer, batch_hot, layer_time, gpu_load, order_bias)
 
 
 def _finite_mean(values: np.ndarray) -> float:
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if finite.size else float("nan")
+
+
+def _finite_median(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if finite.size else float("nan")
+
+
+def _finite_max(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else float("nan")
