@@ -114,7 +114,8 @@ class CompareSettings:
     model: model preset name or YAML path (``placer.models.load_model``); ``""``
         until the command line or the scenario file names one.
     dtype: expert weight dtype (``bf16``, ``fp8``, ``mxfp4``); None = the model's default.
-    policy: dispatch policy the evaluator simulates (``round_robin``, ``local_first``, ``random``).
+    policy: dispatch policy the evaluator simulates (``round_robin``, ``sglang``, ``local_first``,
+        ``random``; :data:`placer.evaluate.POLICIES`).
     mode: all-to-all mode (``normal`` deduplicates copies per GPU and node; ``low_latency`` not).
     kv_reserve_gb: GB per GPU kept for the KV cache when sizing slots; None = capacity default.
     time_limit_s: solver time limit per layer, seconds; None = ``SolveParams`` default.
@@ -640,7 +641,7 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         solvers: [eplb, cpsat]           # default [eplb]
         scenarios:                       # extra scenarios, after the product
           - {name: NVL72, topology: gb200-nvl72, redundant: 32, solver: cpsat}
-        policy: round_robin              # round_robin | local_first | random
+        policy: round_robin              # round_robin | sglang | local_first | random
         mode: normal                     # normal | low_latency | low_latency_rdma
         kv_reserve_gb: 20
         time_limit_s: 5
