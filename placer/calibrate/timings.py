@@ -56,6 +56,24 @@ FIELDS = {
     EXPERT_GEMM: ("num_experts", "tokens_per_expert", "hidden", "ffn", "dtype"),
 }
 _ALWAYS = ("benchmark", "measured_us", "note")
+#: What each column holds (error hints).
+_MEANING = {
+    "phase": "dispatch or combine",
+    "mode": "the communication mode: normal (DeepEP normal kernels), low_latency (one copy"
+            " per selection, NVLink inside a node) or low_latency_rdma (all through the NICs)",
+    "num_gpus": "EP ranks taking part",
+    "gpus_per_node": "ranks per node (the base topology's first node must have as many GPUs)",
+    "tokens_per_gpu": "tokens each rank dispatches",
+    "hidden": "the model width, elements",
+    "top_k": "experts each token selects",
+    "num_experts": "routed experts (all_to_all: all of them; expert_gemm: the GPU's own)",
+    "top_groups": "node groups a token may use, 0 for no group limit",
+    "tokens_per_expert": "tokens each local expert processes",
+    "ffn": "the expert's intermediate size (moe_intermediate_size)",
+    "dtype": "fp8 or bf16 dispatch payload (all_to_all); bf16, fp8 or mxfp4 weights"
+             " (expert_gemm)",
+    "measured_us": "the measured time in microseconds, e.g. 123.4",
+}
 _SEE_DOCS = "see docs/calibrate.md, 'Timings CSV'"
 
 
@@ -309,13 +327,13 @@ def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
                 out = int(float(value[name]))
         if out < low:
             raise DataError(f"{name}: expected an integer >= {low}, got {value[name]!r}",
-                            where=where(name))
+                            where=where(name), hint=f"{_MEANING[name]}; {_SEE_DOCS}")
         return out
 
     def choice(name: str, options: Sequence[str]) -> str:
         if value[name] not in options:
             raise DataError(f"{name}: expected one of {', '.join(options)}, got {value[name]!r}",
-                            where=where(name))
+                            where=where(name), hint=f"{_MEANING[name]}; {_SEE_DOCS}")
         return value[name]
 
     try:
@@ -324,7 +342,8 @@ def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
         measured = math.nan
     if not (math.isfinite(measured) and measured > 0):
         raise DataError(f"measured_us: expected a time > 0 in microseconds, got"
-                        f" {value['measured_us']!r}", where=where("measured_us"))
+                        f" {value['measured_us']!r}", where=where("measured_us"),
+                        hint=f"{_MEANING['measured_us']}; {_SEE_DOCS}")
     note = value.get("note", "")
     at = f"{source}:{line}"
     try:
