@@ -96,7 +96,7 @@ def static_dispatch_table(
     Notes
     -----
     ``sglang`` reproduces SGLang's table exactly, random part included, for a
-    placement exported with ``placer export --engine sglang``.  SGLang builds its table
+    placement exported with ``placer export -f sglang``.  SGLang builds its table
     once in each rank's process, over all hidden layers (dense layers hold the trivial
     row ``arange(P) % E``), with ``random.Random(42)``; before that it narrows each
     (layer, expert) to the rank's nearest replica when there is one, so a rank's
