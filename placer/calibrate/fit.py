@@ -56,6 +56,8 @@ from placer.topology.calibration import (
 #: Efficiencies stay in (0, 2] (LinkCalibration's range).
 _MAX_EFFICIENCY = 2.0
 _MIN_EFFICIENCY = 1e-4
+#: Phase costs stay finite (a second per phase is far outside any measurement).
+_MAX_PHASE_US = 1e6
 #: A sensitivity column below this norm means no row depends on the parameter.
 _ZERO_COLUMN = 1e-10
 #: Normalised sensitivity columns whose smallest singular value falls below this are
@@ -90,7 +92,7 @@ class _Param:
 
     def from_theta(self, theta: float) -> float:
         if self.is_phase:
-            return theta * theta
+            return min(theta * theta, _MAX_PHASE_US)
         return min(max(math.exp(min(theta, 50.0)), _MIN_EFFICIENCY), _MAX_EFFICIENCY)
 
     # sensitivity coordinates: log efficiency, phase cost in microseconds
@@ -515,6 +517,8 @@ def _fit_group(predictor: Predictor, which: np.ndarray, params: list[_Param],
             return v
 
         def residual(theta: np.ndarray) -> np.ndarray:
+            if not np.isfinite(theta).all():
+                return np.full(measured.size, np.inf)
             cal = _calibration(values_of(theta), base, keys)
             return np.log(predictor.predict(cal, which)[which]) - measured
 
