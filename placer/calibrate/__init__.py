@@ -1,7 +1,13 @@
 """Calibration: benchmark cases placer can predict, DeepEP's published figures, and the
 fit of link and compute efficiencies from measured timings (``placer calibrate``)."""
 
-from placer.calibrate.deepep import PUBLISHED, PublishedRow, counted_bytes, published_time_us
+from placer.calibrate.deepep import (
+    PUBLISHED,
+    PUBLISHED_RDMA,
+    PublishedRow,
+    counted_bytes,
+    published_time_us,
+)
 from placer.calibrate.fit import FitResult, FittedParameter, Predictor, RowFit, fit_calibration
 from placer.calibrate.timings import (
     AllToAllTiming,
@@ -18,6 +24,7 @@ from placer.calibrate.workload import AllToAllCase
 
 __all__ = [
     "PUBLISHED",
+    "PUBLISHED_RDMA",
     "AllToAllCase",
     "AllToAllTiming",
     "FitResult",
