@@ -209,12 +209,12 @@ def test_evaluate_samples_when_there_is_no_trace():
     routing = random_routing(400, batch=50, seed=1, holes=False)
     aggregated = RoutingData(routing.stats, None)
     pl = placement([[0, 1, 2, 3], [0, 2, 1, 3]], 2)
-    params = EvalParams(batch_tokens=16, num_batches=20, seed=3)  # 320 of the 400 tokens
+    params = EvalParams(batch_tokens=64, num_batches=20, seed=3)
     ev = evaluate(pl, aggregated, cluster((2,)), tiny_model(), params)
     again = evaluate(pl, aggregated, cluster((2,)), tiny_model(), params)
     other = evaluate(pl, aggregated, cluster((2,)), tiny_model(), replace(params, seed=4))
     assert ev.source == "sampled"
-    assert ev.metrics["num_tokens"] == 16 * 20 and ev.batch_hot_shard.shape == (20, 2)
+    assert ev.metrics["num_tokens"] == 64 * 20 and ev.batch_hot_shard.shape == (20, 2)
     np.testing.assert_array_equal(ev.gpu_load, again.gpu_load)
     assert not np.array_equal(ev.batch_hot_shard, other.batch_hot_shard)
     # sampled loads follow the trace's: GPU shares within a few percent
@@ -240,6 +240,6 @@ def test_sampled_hot_shard_matches_replay_with_a_very_hot_expert():
     model = tiny_model(num_experts=8, top_k=4, layers=(0,))
     replay = evaluate(pl, routing, cluster((4,)), model, EvalParams(batch_tokens=200))
     sampled = evaluate(pl, routing, cluster((4,)), model,
-                       EvalParams(batch_tokens=200, num_batches=20, sample=True))
+                       EvalParams(batch_tokens=200, num_batches=40, sample=True))
     assert sampled.metrics["hot_shard_ratio_median"] == pytest.approx(
         replay.metrics["hot_shard_ratio_median"], rel=0.02)

@@ -81,14 +81,31 @@ def test_plan_leaves_large_windows_alone():
 
 
 def test_plan_merges_small_windows_with_the_next():
-    """8 windows of 2,048 tokens, 8 batches of 4,096 asked: the 16,384 tokens hold only 4
-    batches, so 4 are drawn, starting at windows 0, 2, 4 and 6; each of those holds half
-    a batch and is merged with the next window."""
+    """128 windows of 2,048 tokens, 16 batches of 4,096: batch b starts at window 8 b,
+    which holds half a batch, so it is merged with the next window."""
+    plan = plan_sampled_batches(np.full(128, 2048), (0, 128), 16, 4096)
+    assert plan.groups == [(8 * b, 8 * b + 2) for b in range(16)]
+    assert plan.group_batches == [1] * 16 and plan.num_batches == 16
+    assert "merged windows 0:2, 8:10, 16:18, 24:26 and 12 more" in plan.message
+    assert "4,096 tokens per batch drawn from it" in plan.message
+
+
+def test_plan_needs_a_batch_of_tokens_per_group_when_the_range_is_short():
+    """8 windows of 2,048 tokens, 8 batches of 4,096: the 16,384 tokens cannot give each
+    batch its own 4,096, so groups need one batch of tokens each: windows merged in
+    pairs, 2 batches drawn from each pair, all 8 batches kept."""
     plan = plan_sampled_batches(np.full(8, 2048), (0, 8), 8, 4096)
-    assert plan.num_batches == 4  # 16,384 tokens hold 4 batches of 4,096
     assert plan.groups == [(0, 2), (2, 4), (4, 6), (6, 8)]
-    assert plan.group_batches == [1, 1, 1, 1]
-    assert "drew 4 batches" in plan.message and "merged windows 0:2, 2:4, 4:6, 6:8" in plan.message
+    assert plan.group_batches == [2, 2, 2, 2] and plan.num_batches == 8
+    assert "at least one batch of 4,096 tokens" in plan.message
+
+
+def test_plan_keeps_one_large_window_whatever_the_batches():
+    """One window of 75,773 tokens (the bundled Qwen3 statistics), 32 batches of 4,096:
+    more tokens drawn than it holds, but nothing to merge and each batch is well within
+    the window: unchanged, no message."""
+    plan = plan_sampled_batches(np.array([75_773]), (0, 1), 32, 4096)
+    assert plan.groups == [(0, 1)] and plan.group_batches == [32] and plan.message == ""
 
 
 def test_plan_folds_a_short_tail_into_the_group_before():
@@ -110,8 +127,11 @@ def test_plan_shrinks_the_batch_below_one_batch_of_tokens():
 
 
 def test_plan_respects_the_window_range():
+    """Windows 1:3 hold 4,096 tokens for 2 batches of 4,096 (short): one group of both
+    windows, with both batches."""
     plan = plan_sampled_batches(np.array([10, 2048, 2048, 10]), (1, 3), 2, 4096)
-    assert plan.groups == [(1, 3)] and plan.num_batches == 1 and plan.batch_tokens == 4096
+    assert plan.groups == [(1, 3)] and plan.group_batches == [2]
+    assert plan.batch_tokens == 4096
 
 
 def test_evaluate_merges_small_windows_and_says_why():

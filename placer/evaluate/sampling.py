@@ -481,17 +481,19 @@ def plan_sampled_batches(
     """Spread ``num_batches`` batches of ``batch_tokens`` over windows that hold enough tokens.
 
     Batch ``b`` starts at window ``start + (b * num_windows) // num_batches``
-    (:func:`sampled_batch_windows`).  A window holding fewer tokens than the batches
-    drawn from it (``tokens[w] < batch_tokens x batches``) is a noisy estimate of its
-    routing: every batch drawn from it carries that noise on top of its own, and the
-    per-batch imbalance comes out too high (uniform routing, 2,048-token windows, 4,096-
-    token batches: batch hot shard p99 1.179 sampled against 1.098 replayed).  Such a
-    window is merged with the windows after it (before it, at the end of the range)
-    until the group holds ``batch_tokens`` per batch drawn.  When the whole range holds
-    fewer than ``num_batches x batch_tokens`` tokens, fewer batches are drawn (as many
-    as the tokens fill, as a replay would have); with fewer than ``batch_tokens``, one
-    batch of all the range's tokens.  Windows that hold enough are sampled on their own,
-    exactly as before.
+    (:func:`sampled_batch_windows`).  A window's load is a noisy estimate of its routing
+    when it counts few tokens: every batch drawn from it carries that noise on top of
+    its own (about ``sqrt(1 + batch_tokens / tokens)`` times a replayed batch's count
+    noise), and the per-batch imbalance comes out too high (uniform routing,
+    2,048-token windows, 4,096-token batches: batch hot shard p99 1.179 sampled against
+    1.098 replayed).  So a window holding fewer tokens than the batches drawn from it
+    (``tokens[w] < batch_tokens x batches``) is merged with the windows after it (before
+    it, at the end of the range) until the group holds that many.  When the whole range
+    holds fewer than ``num_batches x batch_tokens`` tokens, that cannot be met; groups
+    then need one batch of tokens each (``tokens >= batch_tokens``) and the batches are
+    kept.  With fewer than ``batch_tokens`` tokens in the range, one batch of all of them
+    is drawn (a replay would have no more).  Windows that hold enough are sampled on
+    their own, exactly as before.
 
     Parameters
     ----------
@@ -514,54 +516,51 @@ def plan_sampled_batches(
             f" {batch_tokens:,}: drew 1 batch of {total:,} tokens"
         )
         batch_tokens, num_batches = total, 1
-    elif 0 < total < num_batches * batch_tokens:
-        fewer = total // batch_tokens
-        notes.append(
-            f"windows {start}:{stop} hold {total:,} tokens, fewer than {num_batches} batches"
-            f" of {batch_tokens:,}: drew {fewer} batch{'es' if fewer > 1 else ''}"
-        )
-        num_batches = fewer
-    per_window = np.bincount(
-        sampled_batch_windows((0, stop - start), num_batches), minlength=stop - start
-    )
+    # tokens a group needs per batch drawn from it, and per group at least
+    per_batch = batch_tokens if total >= num_batches * batch_tokens else 0
+    num_windows = stop - start
+    per_window = np.bincount(sampled_batch_windows((0, num_windows), num_batches),
+                             minlength=num_windows)
+
+    def enough(have: int, need: int) -> bool:
+        return total == 0 or (have >= per_batch * need and have >= batch_tokens)
+
     groups: list[tuple[int, int]] = []
     group_batches: list[int] = []
-    merged: list[tuple[int, int]] = []
     lo = 0
-    while lo < stop - start:
+    while lo < num_windows:
         if per_window[lo] == 0:
             lo += 1
             continue
         hi, have, need = lo + 1, int(counts[lo]), int(per_window[lo])
-        while have < need * batch_tokens and hi < stop - start and total > 0:
+        while not enough(have, need) and hi < num_windows:
             have += int(counts[hi])
             need += int(per_window[hi])
             hi += 1
-        while have < need * batch_tokens and groups and total > 0:
+        while not enough(have, need) and groups:
             # the range's end came first: fold into the group before
             lo, _ = groups.pop()
             need += group_batches.pop()
-            if merged and merged[-1][0] == start + lo:
-                merged.pop()
             have = int(counts[lo:hi].sum())
         groups.append((lo, hi))
         group_batches.append(need)
-        if hi - lo > 1:
-            merged.append((start + lo, start + hi))
         lo = hi
+    merged = [(start + a, start + b) for a, b in groups if b - a > 1]
     if merged:
         shown = ", ".join(f"{a}:{b}" for a, b in merged[:4])
         more = f" and {len(merged) - 4} more" if len(merged) > 4 else ""
+        held = (f"{batch_tokens:,} tokens per batch drawn from it" if per_batch
+                else f"at least one batch of {batch_tokens:,} tokens")
         notes.append(
-            f"merged windows {shown}{more} so each sampled group holds {batch_tokens:,}"
-            " tokens per batch drawn from it (a window holding fewer adds its own sampling"
-            " noise to every batch and inflates the per-batch imbalance)"
+            f"merged windows {shown}{more} so each sampled group holds {held} (a window"
+            " holding fewer adds its own sampling noise to every batch drawn from it and"
+            " inflates the per-batch imbalance)"
         )
     message = ""
     if notes:
         message = (
-            "sampled batches: " + "; ".join(notes) + ". Use --window-tokens, --batch-tokens"
-            " or --num-batches so each window holds batch tokens x batches per window"
+            "sampled batches: " + "; ".join(notes) + ". Use --window-tokens (windows of"
+            " several batches) or a smaller --batch-tokens to choose yourself"
         )
     return BatchPlan(
         groups=[(start + a, start + b) for a, b in groups],
