@@ -396,3 +396,15 @@ def test_cli_lists_and_runs_the_sglang_policy(tmp_path):
         node_copies[policy] = metrics["remote_copies_per_token_node"]
     assert node_copies["sglang"] == 0.0
     assert node_copies["local_first"] > 0.3
+
+
+def test_static_table_input_errors_name_the_problem():
+    from placer.errors import PlacementError, UsageError
+
+    pl = placement([SGL_ROW], 4, layer_ids=(0,))
+    with pytest.raises(UsageError) as info:
+        static_dispatch_table(pl, policy="round_robin")
+    assert info.value.where == "--policy" and "sglang" in info.value.hint
+    with pytest.raises(PlacementError) as info:
+        static_dispatch_table(pl, policy="sglang", node_of_gpu=np.zeros(8, np.int64))
+    assert "4 GPUs" in str(info.value) and info.value.hint

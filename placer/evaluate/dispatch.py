@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from placer.errors import PlacementError, UsageError
 from placer.placement import Placement
 
 POLICIES = ("round_robin", "sglang", "local_first", "random")
@@ -93,6 +94,11 @@ def static_dispatch_table(
     ``[layers, G, E]`` int64: ``table[row, g, e]`` is the slot serving expert ``e`` for
     tokens whose source rank is ``g``, in layer row ``row`` of ``placement``.
 
+    Raises
+    ------
+    UsageError: ``policy`` has no static table.
+    PlacementError: ``node_of_gpu`` does not have one entry per GPU of the placement.
+
     Notes
     -----
     ``sglang`` reproduces SGLang's table exactly, random part included, for a
@@ -113,13 +119,18 @@ def static_dispatch_table(
     if policy == "local_first":
         return _local_first_table(placement, seed)
     if policy != "sglang":
-        raise ValueError(f"no static table for policy {policy!r}")
+        raise UsageError(
+            f"policy {policy!r} has no static dispatch table", where="--policy",
+            hint=f"static policies: {', '.join(STATIC_POLICIES)}",
+        )
     if node_of_gpu is None:
         node_of_gpu = np.zeros(placement.num_gpus, dtype=np.int64)
     node_of_gpu = np.asarray(node_of_gpu, dtype=np.int64)
     if node_of_gpu.shape != (placement.num_gpus,):
-        raise ValueError(
-            f"node_of_gpu must be [G]={placement.num_gpus}, got shape {node_of_gpu.shape}"
+        raise PlacementError(
+            f"node_of_gpu has shape {node_of_gpu.shape}, the placement has"
+            f" {placement.num_gpus} GPUs",
+            hint="pass topology.node_of_gpu of the cluster the placement was planned for",
         )
     key = (
         placement.physical_to_logical.tobytes(), placement.physical_to_logical.shape,
