@@ -408,3 +408,33 @@ def test_static_table_input_errors_name_the_problem():
     with pytest.raises(PlacementError) as info:
         static_dispatch_table(pl, policy="sglang", node_of_gpu=np.zeros(8, np.int64))
     assert "4 GPUs" in str(info.value) and info.value.hint
+
+
+def test_cli_says_the_order_warning_once_for_all_columns_and_parts(tmp_path):
+    """Mixtral (top-2) with every expert twice on 8 GPUs and pairs sorted by expert id:
+    every (placement, part) evaluation finds the bias; ``placer evaluate`` prints one
+    warning naming each of them."""
+    from typer.testing import CliRunner
+
+    from placer.cli.main import app
+    from placer.placement_io import write_placement
+
+    rng = np.random.default_rng(0)
+    n = 1024
+    ids = np.sort(np.argsort(rng.random((n, 32, 8)), axis=2)[:, :, :2], axis=2)
+    trace = tmp_path / "sorted.npz"
+    np.savez(trace, topk_ids=ids.astype(np.int32), step=np.arange(n) // 128,
+             rank=np.full(n, -1), layer_ids=np.arange(32), num_experts=8, top_k=2)
+    row = [0, 4, 1, 5, 2, 6, 3, 7, 4, 0, 5, 1, 6, 2, 7, 3]  # GPU g: experts g, g + 4 mod 8
+    paths = []
+    for name in ("a", "b"):
+        path = tmp_path / f"{name}.json"
+        write_placement(path, Placement(np.tile(row, (32, 1)), np.arange(32), 8, 8),
+                        model_name="mixtral-8x7b")
+        paths += ["-p", str(path)]
+    result = CliRunner().invoke(app, ["evaluate", str(trace), *paths, "-t", "dgx-h100"])
+    assert result.exit_code == 0, result.output
+    lines = [x for x in result.stderr.splitlines() if "round_robin results depend" in x]
+    assert len(lines) == 1
+    for label in ("a on fit", "b on fit", "a on held-out", "b on held-out"):
+        assert label in lines[0]

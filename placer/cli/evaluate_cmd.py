@@ -8,7 +8,10 @@ placement and part; print one table per part with a column per placement (or JSO
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from placer.cli.common import err, handle_errors, out, print_json, read_trace
-from placer.errors import PlacerError, UsageError
+from placer.errors import PlacerError, PlacerWarning, UsageError
 from placer.evaluate import (
     METRIC_KEYS,
     MODES,
@@ -29,6 +32,7 @@ from placer.evaluate import (
     evaluation_parts,
     parse_window_range,
 )
+from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_message
 
 #: Unit and number format of each metric in the table (JSON carries full precision).
 METRIC_FORMATS: dict[str, tuple[str, str]] = {
@@ -241,13 +245,15 @@ def evaluate_cmd(
     parts = evaluation_parts(routing.stats.num_windows, fit_range, eval_range)
     names = column_names(placement)
     report_parts = []
+    relay = _WarningRelay()
     for part_name, windows in parts:
         columns = []
         for path, name, pl in zip(placement, names, placements, strict=True):
             err.print(f"evaluating {path} on {part_name} windows {windows[0]}:{windows[1]}")
             params = EvalParams(**{**base.__dict__, "windows": windows})
             try:
-                evaluation = evaluate(pl, routing, topo, model_spec, params)
+                with relay.collect(f"{name} on {part_name}"):
+                    evaluation = evaluate(pl, routing, topo, model_spec, params)
             except PlacerError as e:
                 e.where = e.where or str(path)
                 raise
@@ -257,6 +263,7 @@ def evaluate_cmd(
             "source": columns[0]["source"] if columns else "trace",
             "placements": columns,
         })
+    relay.flush()
     report = evaluation_report(
         report_parts, trace=[str(p) for p in trace], model=model_spec.name,
         topology=topo.name, params=EvalParams(**{**base.__dict__,
@@ -273,6 +280,42 @@ def evaluate_cmd(
         wide = Console(highlight=False, soft_wrap=True,
                        width=max(out.width, _table_width(part)))
         wide.print(table)
+
+
+class _WarningRelay:
+    """Warnings of many evaluations, said once: repeats dropped, and the round-robin
+    order findings of every (placement, part) gathered into one warning."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.findings: list[tuple[str, OrderBias]] = []
+        self.order: tuple[int, str] = (0, "trace")
+
+    @contextlib.contextmanager
+    def collect(self, label: str) -> Iterator[None]:
+        """Record the warnings of the block; relay them when it ends (even by an error)."""
+        caught: list[warnings.WarningMessage] = []
+        try:
+            with warnings.catch_warnings(record=True) as recorded:
+                warnings.simplefilter("always")
+                caught = recorded
+                yield
+        finally:
+            self._relay(label, caught)
+
+    def _relay(self, label: str, caught: list[warnings.WarningMessage]) -> None:
+        for w in caught:
+            if isinstance(w.message, OrderBiasWarning):
+                self.findings.append((label, w.message.bias))
+                self.order = (w.message.top_k, w.message.source)
+            elif str(w.message) not in self.seen:
+                self.seen.add(str(w.message))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    def flush(self) -> None:
+        if self.findings:
+            warnings.warn(order_bias_message(self.findings, *self.order), PlacerWarning,
+                          stacklevel=2)
 
 
 def _table_width(part: dict[str, Any]) -> int:

@@ -30,8 +30,8 @@ from placer.evaluate.dispatch import (
     POLICIES,
     STATIC_POLICIES,
     OrderBias,
+    OrderBiasWarning,
     choose_slots,
-    order_bias_message,
     random_generator,
     round_robin_order_bias,
     static_dispatch_table,
@@ -321,8 +321,8 @@ def evaluate(
     sim = _simulate(placement, batches, experts_of, fabric, topology, model, dtype, params,
                     table)
     if sim.order_bias is not None:
-        warnings.warn(order_bias_message(sim.order_bias, stats.top_k, source_name),
-                      PlacerWarning, stacklevel=2)
+        warnings.warn(OrderBiasWarning(sim.order_bias, stats.top_k, source_name),
+                      stacklevel=2)
 
     # -- figures on the evaluated statistics (no batches) ------------------------------
     window_stats = stats.select_windows(*windows)

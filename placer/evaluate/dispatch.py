@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placer.errors import PlacementError, UsageError
+from placer.errors import PlacementError, PlacerWarning, UsageError
 from placer.placement import Placement
 
 POLICIES = ("round_robin", "sglang", "local_first", "random")
@@ -436,20 +436,52 @@ def round_robin_order_bias(
     )
 
 
-def order_bias_message(bias: OrderBias, top_k: int, source: str) -> str:
-    """The PlacerWarning text for :func:`round_robin_order_bias`'s finding."""
+class OrderBiasWarning(PlacerWarning):
+    """Round-robin results hinge on the order of top-k lists (:func:`round_robin_order_bias`).
+
+    Attributes
+    ----------
+    bias: the finding.
+    top_k: the routing's top-k.
+    source: ``"trace"`` or ``"sampled"``.
+    """
+
+    def __init__(self, bias: OrderBias, top_k: int, source: str):
+        self.bias = bias
+        self.top_k = top_k
+        self.source = source
+        super().__init__(order_bias_message([("", bias)], top_k, source))
+
+
+def order_bias_message(findings: list[tuple[str, OrderBias]], top_k: int, source: str) -> str:
+    """The warning text for one or more :func:`round_robin_order_bias` findings.
+
+    Parameters
+    ----------
+    findings: ``[(label, bias)]``; a label (``"eplb on fit"``) names the evaluation each
+        finding comes from, ``""`` when there is only one.
+    top_k: the routing's top-k.
+    source: ``"trace"`` or ``"sampled"`` (where the order comes from).
+    """
     origin = ("the sampled top-k lists are ordered hot experts first (docs/evaluate.md,"
               " Positions)" if source == "sampled" else
               "the trace lists each token's experts in a systematic order (by score or by"
               " expert id)")
+    details = []
+    for label, bias in findings:
+        where = f"{label}: " if label else ""
+        details.append(
+            f"{where}{bias.experts} expert(s) in {bias.layers} layer(s); layer"
+            f" {bias.layer_id}'s hot shard {bias.hot_shard:.3f}, {bias.hot_shard_even:.3f}"
+            f" with those replicas used evenly (expert {bias.expert}, {bias.replicas}"
+            f" replicas, busiest {bias.replica_ratio:.2f}x an even share)"
+        )
     return (
-        f"round_robin results depend on the order of each token's top-k list: for"
-        f" {bias.experts} replicated expert(s) in {bias.layers} layer(s) the replica count"
-        f" shares a factor with top_k={top_k}, so the k position alone picks among their"
-        f" replicas, and {origin}. Layer {bias.layer_id}'s hot shard is"
-        f" {bias.hot_shard:.3f}, {bias.hot_shard_even:.3f} with those replicas used"
-        f" evenly (expert {bias.expert}, {bias.replicas} replicas: busiest"
-        f" {bias.replica_ratio:.2f}x an even share). Compare with --policy random, which"
-        " ignores the order, or shuffle each token's top-k list; keep the order only if it"
-        " is the one the engine's top-k kernel returns"
+        f"round_robin results depend on the order of each token's top-k list: replicated"
+        f" experts whose replica count shares a factor with top_k={top_k} have the k"
+        f" position alone pick among their replicas, and {origin}. "
+        + "; ".join(details)
+        + ". Compare with --policy random, which ignores the order, or shuffle each token's"
+        " top-k list; keep the order only if it is the one the engine's top-k kernel"
+        " returns"
     )
