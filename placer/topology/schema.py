@@ -16,7 +16,7 @@ Schema (units: GB/s per direction, microseconds, GB = 1e9 bytes)::
         nic_gbps: 50                   # per GPU (one NIC per GPU); optional on one node
     network: {kind: infiniband, latency_us: 2.0}   # required with several nodes
     calibration:                       # optional; over placer's defaults, per key
-      links: {nvlink: {efficiency: 0.84, phase_us: 23}}
+      links: {nvlink: {efficiency: 0.833, phase_us: 21.2}}
       compute: {hbm_efficiency: 1.0, flops_efficiency: 1.0}
       source: "where the figures come from"
     switches: [box/plx0]               # optional extra vertices for links:
