@@ -164,8 +164,7 @@ def _local_first_table(placement: Placement, seed: int) -> np.ndarray:
         for expert in replicated:
             candidates = l2p[row, expert, : counts[row, expert]]
             holders = candidates // slots_per_gpu
-            column = np.full(num_gpus, -1, dtype=np.int64)
-            column[holders[::-1]] = candidates[::-1]  # the lowest slot on a GPU wins
+            column = _lowest_by(holders, candidates, num_gpus)
             remaining = np.flatnonzero(column < 0)
             if remaining.size:
                 q, rem = divmod(remaining.size, candidates.size)
@@ -246,14 +245,19 @@ def _nearest_replica(
     node when the node holds some but not all replicas, else -1 (a fair draw)."""
     gpus = candidates // slots_per_gpu
     nodes = node_of_gpu[gpus]
-    own = np.full(node_of_gpu.size, -1, dtype=np.int64)
-    own[gpus[::-1]] = candidates[::-1]  # assignment in reverse: the lowest slot wins
-    first_on_node = np.full(num_nodes, -1, dtype=np.int64)
-    first_on_node[nodes[::-1]] = candidates[::-1]
+    own = _lowest_by(gpus, candidates, node_of_gpu.size)
+    first_on_node = _lowest_by(nodes, candidates, num_nodes)
     on_node = np.bincount(nodes, minlength=num_nodes)
     narrows = (on_node > 0) & (on_node < candidates.size)
     by_node = np.where(narrows, first_on_node, -1)[node_of_gpu]
     return np.where(own >= 0, own, by_node)
+
+
+def _lowest_by(group: np.ndarray, slots: np.ndarray, size: int) -> np.ndarray:
+    """``[size]`` int64: the lowest of ``slots`` in each group, -1 for an empty group."""
+    out = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(out, group, slots)
+    return np.where(out == np.iinfo(np.int64).max, -1, out)
 
 
 def _fair_shares(candidates: list[int], count: int, stream: pyrandom.Random) -> list[int]:
