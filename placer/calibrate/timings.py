@@ -371,10 +371,11 @@ def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
 
 def deepep_timings() -> list[AllToAllTiming]:
     """Every row of DeepEP's V1 tables (:data:`placer.calibrate.deepep.PUBLISHED`) and of
-    its first, pure-RDMA low-latency table (``PUBLISHED_RDMA``) as a timing: low-latency latencies as published, normal-kernel bandwidths turned back into
-    the time they were measured from (:func:`~placer.calibrate.deepep.published_time_us`),
-    rounded to 0.01 us.  ``bench/data/deepep_v1.csv`` is :data:`DEEPEP_COMMENTS` and
-    these rows (:func:`write_deepep_timings`)."""
+    its first, pure-RDMA low-latency table (``PUBLISHED_RDMA``) as a timing: low-latency
+    latencies as published, normal-kernel bandwidths turned back into the time they were
+    measured from (:func:`~placer.calibrate.deepep.published_time_us`), rounded to 0.01 us.
+    ``bench/data/deepep_v1.csv`` is :data:`DEEPEP_COMMENTS` and these rows
+    (:func:`write_deepep_timings`)."""
     from placer.calibrate.deepep import PUBLISHED, PUBLISHED_RDMA, published_time_us
 
     ids_of: dict[AllToAllCase, object] = {}

@@ -195,7 +195,9 @@ def compare(
         "--solver; see docs/compare.md.", show_default=False,
     ),
     policy: str | None = typer.Option(
-        None, "--policy", help="Dispatch policy: round_robin, local_first, random."
+        None, "--policy",
+        help="Dispatch policy: round_robin (vLLM, TensorRT-LLM), sglang (SGLang static),"
+        " local_first (SGLang's earlier static), random."
         " Default round_robin.", show_default=False,
     ),
     mode: str | None = typer.Option(

@@ -45,7 +45,9 @@ def report(
         show_default=False,
     ),
     policy: str = typer.Option(
-        "round_robin", "--policy", help="Dispatch policy: round_robin, local_first, random."
+        "round_robin", "--policy",
+        help="Dispatch policy: round_robin (vLLM, TensorRT-LLM), sglang (SGLang static),"
+        " local_first (SGLang's earlier static), random.",
     ),
     mode: str = typer.Option(
         "normal", "--mode",
