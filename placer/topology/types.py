@@ -145,22 +145,25 @@ class Topology:
         return len(self.gpu_names)
 
     # -- achieved speeds (calibration applied) ------------------------------------------
+    def _per_link(self, figure: str, same_gpu: float) -> np.ndarray:
+        """``[G, 3]`` float64 the calibration's ``figure`` for each GPU's link technology
+        of each class (``same_gpu`` in column 0)."""
+        kinds = np.unique(self.link_kind).tolist()
+        table = {k: float(getattr(self.calibration.link(k), figure)) for k in kinds}
+        out = np.vectorize(table.__getitem__, otypes=[np.float64])(self.link_kind)
+        out[:, LinkClass.SAME_GPU] = same_gpu
+        return _frozen(out)
+
     @cached_property
     def link_efficiency(self) -> np.ndarray:
         """``[G, 3]`` float64 achieved / nominal bandwidth of GPU g's links per class."""
-        table = {k: self.calibration.link(k).efficiency for k in np.unique(self.link_kind)}
-        out = np.vectorize(table.__getitem__, otypes=[np.float64])(self.link_kind)
-        out[:, LinkClass.SAME_GPU] = 1.0
-        return _frozen(out)
+        return self._per_link("efficiency", 1.0)
 
     @cached_property
     def phase_us(self) -> np.ndarray:
         """``[G, 3]`` float64 fixed cost of one all-to-all phase on GPU g's links of each
         class, microseconds (paid once per phase for each class the GPU uses)."""
-        table = {k: self.calibration.link(k).phase_us for k in np.unique(self.link_kind)}
-        out = np.vectorize(table.__getitem__, otypes=[np.float64])(self.link_kind)
-        out[:, LinkClass.SAME_GPU] = 0.0
-        return _frozen(out)
+        return self._per_link("phase_us", 0.0)
 
     @cached_property
     def achieved_injection_gbps(self) -> np.ndarray:
