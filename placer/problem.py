@@ -18,6 +18,7 @@ from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement
 from placer.stats import ExpertStats
+from placer.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class SolveParams:
     batch_tokens: plan for the hot shard of batches of this many tokens: the planner
         adds each GPU's per-batch load noise (``cpsat``); None plans for the windows'
         loads alone.
+    workload: the engine and batch regime the plan is judged under (the evaluator's
+        dispatch policy, all-to-all mode and batch size; :class:`placer.workload.Workload`).
     options: solver-specific extras.
     """
 
@@ -118,6 +121,7 @@ class SolveParams:
     migration_weight: float = constants.DEFAULT_MIGRATION_WEIGHT
     robust: str = "max"
     batch_tokens: int | None = None
+    workload: Workload = field(default_factory=Workload)
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
