@@ -173,3 +173,118 @@ def test_installed_placer_plans(skewed_trace, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"placement    {out}\n")
     assert read_placement(out).num_physical == 10
+
+
+# -- the summary: workload, judged windows, verdict (placer.summary) -----------------------
+
+
+@pytest.fixture
+def full_mixtral(tmp_path: Path) -> Path:
+    """200 tokens of Mixtral 8x7B routing over all 32 MoE layers (engine files need every
+    layer), top-2 of 8 skewed to expert 0, 4 steps of 50 tokens; seeded."""
+    rng = np.random.default_rng(7)
+    p = np.array([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])
+    topk = np.array([[rng.choice(8, 2, replace=False, p=p) for _ in range(32)]
+                     for _ in range(200)], dtype=np.int32)
+    path = tmp_path / "mixtral.npz"
+    write_npz_trace(path, topk, layer_ids=list(range(32)), step=np.arange(200) // 50,
+                    meta={"model": "mixtral-8x7b", "num_experts": 8, "top_k": 2})
+    return path
+
+
+H100 = ["-t", "dgx-h100", "-m", "mixtral-8x7b", "-r", "8"]
+
+
+def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_trace,
+                                                                         tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(str(skewed_trace), *H100, "-s", "round_robin", "--fit", "0:6",
+                   "-o", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["workload"] == {
+        "engine": "vllm", "phase": "decode", "tokens_per_gpu": 128, "policy": "round_robin",
+        "mode": "low_latency", "batch_tokens": 1024, "note": "set with --engine/--workload"}
+    judged = doc["judged"]
+    assert (judged["part"], judged["windows"], judged["fitted"], judged["source"]) == (
+        "held-out", [6, 8], [0, 6], "trace")
+    assert judged["num_tokens"] == 100 and judged["num_batches"] == 1
+    assert list(doc["times"]) == ["round_robin", "eplb"]
+    for figures in doc["times"].values():
+        assert set(figures) == {"moe_layer_p50_us", "moe_layer_p99_us", "layer_p99_us_median",
+                                "layer_p99_us_worst", "step_p50_us", "step_p99_us",
+                                "all_to_all_us", "compute_us"}
+        assert 0 < figures["moe_layer_p50_us"] <= figures["moe_layer_p99_us"]
+    assert sum(doc["layers_faster"].values()) == 4
+    assert doc["verdict"]["text"].startswith("verdict: round_robin ")
+    assert doc["verdict"]["text"].endswith(" on held-out step p99 (vllm decode)")
+    assert doc["versus"]["columns"] == ["round_robin", "eplb"]
+
+    text = _plan(str(skewed_trace), *H100, "-s", "round_robin", "--fit", "0:6",
+                 "-o", str(out)).stdout.splitlines()
+    assert text[5] == ("judged as    vllm decode, 128 tokens per GPU (round_robin dispatch,"
+                       " low_latency all-to-all); set with --engine/--workload")
+    assert text[6] == ("judged on    held-out windows 6:8 (fitted 0:6), per-token replay:"
+                       " 1 batch of up to 1024 tokens, 100 tokens")
+    assert doc["verdict"]["text"] in text
+
+
+def test_plan_workload_prefill_changes_mode_and_batch(skewed_trace, tmp_path):
+    result = _plan(str(skewed_trace), *H100, "-s", "eplb", "--workload", "prefill",
+                   "--tokens-per-gpu", "16", "--engine", "sglang",
+                   "-o", str(tmp_path / "plan.json"), "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["workload"]["mode"] == "normal" and doc["workload"]["policy"] == "sglang"
+    assert doc["workload"]["batch_tokens"] == 16 * 8 == doc["judged"]["batch_tokens"]
+    assert doc["workload"]["note"] == "engine from --engine; set with --engine/--workload"
+    # eplb alone: its times, no side-by-side and no verdict; every window judged
+    assert list(doc["times"]) == ["eplb"] and doc["verdict"] is None and "versus" not in doc
+    assert doc["judged"]["part"] == "fitted" and doc["judged"]["num_batches"] == 4
+
+
+@pytest.mark.parametrize("exports,engine,note", [
+    (["sglang"], "sglang", "engine from --export sglang"),
+    (["vllm-ascend"], "vllm", "engine from --export vllm-ascend"),
+    (["trtllm", "eplb"], "trtllm", "engine from --export trtllm"),
+    (["sglang", "trtllm"], "vllm",
+     "default engine (exports for sglang, trtllm: choose with --engine)"),
+])
+def test_plan_engine_implied_by_export(full_mixtral, tmp_path, exports, engine, note):
+    names = {"sglang": "s.json", "vllm-ascend": "v.json", "trtllm": "t.yaml", "eplb": "e.json"}
+    args = [a for fmt in exports for a in ("--export", f"{fmt}:{tmp_path / names[fmt]}")]
+    result = _plan(str(full_mixtral), *H100, "-s", "eplb", "-o", str(tmp_path / "p.json"),
+                   "--json", *args)
+    assert result.exit_code == 0, result.stderr
+    workload = json.loads(result.stdout)["workload"]
+    assert workload["engine"] == engine
+    assert workload["note"] == f"{note}; set with --engine/--workload"
+
+
+def test_plan_engine_that_contradicts_the_export(full_mixtral, tmp_path):
+    out = tmp_path / "plan.json"
+    result = _plan(str(full_mixtral), *H100, "-o", str(out), "--engine", "trtllm",
+                   "--export", f"sglang:{tmp_path / 's.json'}")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[:2] == [
+        "error: --engine: --engine trtllm contradicts --export sglang (an engine file for"
+        " sglang)",
+        "hint: drop --engine (the export implies sglang), or export for trtllm",
+    ]
+    assert not out.exists()
+    # one of several exported engines is a choice, not a contradiction
+    result = _plan(str(full_mixtral), *H100, "-s", "eplb", "-o", str(out), "--json",
+                   "--engine", "sglang", "--export", f"sglang:{tmp_path / 's.json'}",
+                   "--export", f"trtllm:{tmp_path / 't.yaml'}")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["workload"]["policy"] == "sglang"
+
+
+@pytest.mark.parametrize("args,stderr", [
+    (["--engine", "deepspeed"], "error: --engine: unknown engine 'deepspeed'\n"),
+    (["--workload", "train"], "error: --workload: unknown workload 'train'\n"),
+])
+def test_plan_unknown_engine_or_workload(skewed_trace, tmp_path, args, stderr):
+    result = _plan(str(skewed_trace), *H100, *args, "-o", str(tmp_path / "plan.json"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(stderr)

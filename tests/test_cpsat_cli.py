@@ -48,7 +48,9 @@ def test_default_solver_is_cpsat_with_side_by_side(clustered_trace, tmp_path):
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[3].startswith("solver       cpsat (")
-    header = lines.index(f"{'':24}{'cpsat':>12}{'eplb':>12}")
+    # no topology: no time figures, the explanation rows still
+    assert "estimated time: not shown (the evaluator needs --model and --topology)" in lines
+    header = lines.index(f"{'explanation':24}{'cpsat':>12}{'eplb':>12}")
     labels = [line[:24].strip() for line in lines[header + 1 : header + 8]]
     assert labels == [
         "hot shard, median layer", "hot shard, worst layer", "remote GPUs per token",
@@ -56,10 +58,29 @@ def test_default_solver_is_cpsat_with_side_by_side(clustered_trace, tmp_path):
     ]
     assert lines[header + 8] == ("remote copies: evaluator, closed form"
                                  " (exact: top-2, every pair counted)")
-    assert lines[header + 9].startswith("layers won: cpsat ")
+    assert not any(line.startswith("layers won") for line in lines)
     doc = json.loads(out.read_text())
     assert doc["solver"]["name"] == "cpsat"
     assert read_placement(out).num_physical == 12
+
+
+def test_time_rows_layers_faster_and_verdict(clustered_trace, tmp_path):
+    """With a model and a topology: estimated times first, each layer counted for the
+    placement whose estimated p99 layer time is lower, and the verdict on step p99."""
+    out = tmp_path / "plan.json"
+    result = _plan(str(clustered_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "-r", "8",
+                   "--fit", "0:3", "-o", str(out), *FAST)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = lines.index(f"{'estimated time, µs':24}{'cpsat':>12}{'eplb':>12}")
+    assert lines[header - 2].startswith("judged on    held-out windows 3:4 (fitted 0:3)")
+    faster = lines[header + 9]
+    assert faster.startswith("layers faster: cpsat ") and ", eplb " in faster
+    counts = [int(x.strip(",")) for x in faster.split()[3:8:2]]
+    assert sum(counts) == 2
+    assert lines[header + 10].startswith("verdict: cpsat ")
+    assert lines[header + 10].endswith(" on held-out step p99 (vllm decode)")
+    assert lines[header + 12] == f"{'explanation':24}{'cpsat':>12}{'eplb':>12}"
 
 
 def test_json_summary_carries_both_columns(clustered_trace, tmp_path):
@@ -165,5 +186,5 @@ def test_installed_placer_plans_with_cpsat(clustered_trace, tmp_path):
         capture_output=True, text=True, env={"NO_COLOR": "1", "PATH": ""},
     )
     assert proc.returncode == 0, proc.stderr
-    assert "layers won: cpsat" in proc.stdout
+    assert f"{'explanation':24}{'cpsat':>12}{'eplb':>12}" in proc.stdout.splitlines()
     assert read_placement(out).num_physical == 10

@@ -1,13 +1,15 @@
 """``placer plan``: fit a placement to a trace and write placement JSON.
 
-The command is thin: read the trace, the model and the topology, build the problem
-(:func:`placer.planning.build_problem`), solve it (:func:`placer.problem.solve`),
-write the placement (:func:`placer.placement_io.write_placement`), and print a
-summary.  The summary is a plain dict (:func:`plan_summary`, printed as is with
-``--json``) rendered to text by :func:`render_summary`; both are small so that
-other solvers can add sections.  Any solver other than ``eplb`` gets a side-by-side
-against EPLB on the same problem (:func:`versus_eplb`): hot-shard ratio, remote copies
-per token (GPU and node), weight moves from ``--current``, solve time and gap.
+The command is thin: read the trace (keeping per-token routing when the inputs are small
+enough to replay), the model and the topology, build the problem
+(:func:`placer.planning.build_problem`), solve it (:func:`placer.problem.solve`), solve
+EPLB once for the side-by-side, write the placement
+(:func:`placer.placement_io.write_placement`), and print the summary of
+:func:`placer.summary.summarize_plan` (``--json``: its ``to_dict()``).
+
+``--engine`` (implied by ``--export`` when it names one engine), ``--workload`` and
+``--tokens-per-gpu`` make the :class:`placer.workload.Workload` the solver plans for
+(``SolveParams.workload``) and the summary judges under.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import typer
 
 from placer import constants
@@ -27,312 +28,74 @@ from placer.cli.common import (
     read_trace,
     top_k_option,
 )
-from placer.errors import DataError, UsageError
-from placer.placement import Placement, gpu_loads, hot_shard_ratio
+from placer.errors import UsageError
 from placer.placement_io import read_placement, write_placement
-from placer.planning import build_problem
-from placer.problem import PlacementProblem, SolveParams, SolveResult, solve, solver_names
-from placer.stats import ExpertStats, format_ranges
+from placer.planning import build_problem, parse_window_range
+from placer.problem import SolveParams, solve, solver_names
+from placer.summary import BASELINE_SOLVER, basic_metrics, summarize_plan
+from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
 
 #: Solver used when ``--solver`` is not given.
 DEFAULT_SOLVER = "cpsat"
 
+_TOKEN_DEFAULTS = ", ".join(f"{n} {phase}" for phase, n in DEFAULT_TOKENS_PER_GPU.items())
 
-def basic_metrics(placement: Placement, stats: ExpertStats) -> dict[str, float]:
-    """Hot-shard ratio (max / mean GPU load per layer) of the load summed over windows.
+#: Export format -> the engine whose dispatch it implies (``eplb`` files imply none).
+EXPORT_ENGINE = {"sglang": "sglang", "trtllm": "trtllm", "vllm": "vllm", "vllm-ascend": "vllm"}
 
-    Returns ``{"hot_shard_ratio_median", "hot_shard_ratio_worst", "hottest_gpu_load"}``;
-    the last is the worst layer's hottest GPU load in tokens.
+
+def resolve_workload(
+    engine: str | None, phase: str, tokens_per_gpu: int | None, export_formats: list[str]
+) -> tuple[Workload, str]:
+    """The workload of ``--engine``/``--workload``/``--tokens-per-gpu`` and ``--export``,
+    and where it came from in words (for the summary's ``judged as`` line).
+
+    The engine is ``--engine``, else the one engine the exports are for (``vllm-ascend``
+    counts as ``vllm``), else ``vllm``.  An ``--engine`` that none of the exports is for
+    is a UsageError.
     """
-    loads = gpu_loads(placement, stats.mean_load)  # [L, G]
-    ratio = hot_shard_ratio(loads)
-    return {
-        "hot_shard_ratio_median": float(np.median(ratio)),
-        "hot_shard_ratio_worst": float(ratio.max()),
-        "hottest_gpu_load": float(loads.max()),
-    }
-
-
-def plan_summary(
-    problem: PlacementProblem,
-    result: SolveResult,
-    metrics: dict[str, float],
-    output: Path,
-) -> dict[str, Any]:
-    """What ``placer plan`` reports: output path, problem size, solver and metrics."""
-    stats = problem.stats
-    return {
-        "output": str(output),
-        "problem": {
-            "model": getattr(problem.model, "name", None),
-            "topology": getattr(problem.topology, "name", None),
-            "num_experts": stats.num_experts,
-            "layers": format_ranges(stats.layer_ids),
-            "num_layers": stats.num_layers,
-            "num_windows": stats.num_windows,
-            "num_gpus": problem.num_gpus,
-            "num_nodes": problem.num_nodes,
-            "slots_per_gpu": problem.slots_per_gpu,
-            "num_physical_experts": problem.num_physical,
-            "num_redundant": problem.num_redundant,
-        },
-        "solver": {
-            "name": result.solver,
-            "status": result.status,
-            "objective": result.objective,
-            "bound": result.bound,
-            "gap": result.gap,
-            "seconds": round(result.seconds, 3),
-        },
-        "metrics": metrics,
-    }
-
-
-def render_summary(summary: dict[str, Any]) -> list[str]:
-    """Text lines of a plan summary (no colour, fit for a terminal or a log)."""
-    p, s, m = summary["problem"], summary["solver"], summary["metrics"]
-    model = p["model"] or "model"
-    where = f"{p['topology']}: " if p["topology"] else ""
-    solver = f"{s['name']} ({s['status']}, {s['seconds']:.2f} s"
-    if s["bound"] is not None and s["gap"] is not None:
-        solver += f", bound {s['bound']:.6g}, gap {100 * s['gap']:.2f}%"
-    solver += ")"
-    return [
-        f"placement    {summary['output']}",
-        f"model        {model}: {p['num_experts']} experts, layers {p['layers']},"
-        f" {p['num_windows']} windows fitted",
-        f"cluster      {where}{p['num_gpus']} GPUs on {p['num_nodes']}"
-        f" node{'s' if p['num_nodes'] > 1 else ''},"
-        f" {p['slots_per_gpu']} slots per GPU ({p['num_physical_experts']} physical,"
-        f" {p['num_redundant']} redundant)",
-        f"solver       {solver}",
-        f"hot shard    max/mean GPU load: median {m['hot_shard_ratio_median']:.4f},"
-        f" worst {m['hot_shard_ratio_worst']:.4f}"
-        f" (hottest GPU {m['hottest_gpu_load']:.6g} tokens)",
-    ]
-
-
-def remote_figures(
-    problem: PlacementProblem, placement: Placement, stats: ExpertStats | None = None
-) -> dict[str, Any]:
-    """Remote GPUs and nodes per token (normal mode, uniform source rank, mean over layers),
-    the bracket the statistics prove, and how they were obtained.
-
-    ``stats`` (default ``problem.stats``) must hold loads and pair counts over the same
-    tokens: pass every window of the trace, as ``--fit`` statistics keep the pair counts
-    of all windows (:func:`placer.evaluate.remote_copy_bounds`).  The estimate is
-
-    - the closed form (``expected_remote_copies``) when it is exact: top-k <= 2 with every
-      pair counted (:func:`placer.evaluate.static.pairwise_is_exact`), where it equals the
-      bracket's lower end; no bracket is shown then;
-    - otherwise the evaluator's sampled batches when the model and topology are known,
-      drawn from the same statistics (all windows summed), and brought into the bracket
-      when the sampled routing (loads matched, pairs only approximately, sampling noise)
-      falls outside it (the summary says so);
-    - otherwise none: the pairwise closed form is then not an estimate (top-k > 2 counts
-      a triple on one GPU as three saved copies; partial pair counts miss pairs), only the
-      bracket is shown.
-
-    Returns ``{"remote_gpus_per_token", "remote_nodes_per_token",
-    "remote_gpus_per_token_bounds", "remote_nodes_per_token_bounds",
-    "remote_copies_from"}``; node figures are None on one node, the others None when not
-    known.  Every estimate lies in its bracket, every bracket in ``[0, G - 1]``
-    (``[0, N - 1]``).
-    """
-    from placer.evaluate.static import (
-        expected_remote_copies,
-        pairwise_is_exact,
-        remote_copy_bounds,
-    )
-
-    stats = problem.stats if stats is None else stats
-    out: dict[str, Any] = {
-        "remote_gpus_per_token": None, "remote_nodes_per_token": None,
-        "remote_gpus_per_token_bounds": None, "remote_nodes_per_token_bounds": None,
-        "remote_copies_from": "no co-activation counts",
-    }
-    if stats.coact is None:
-        return out
-    multi = problem.num_nodes > 1
-    nodes = _nodes_of(problem)
-    windows = ""
-    if stats.num_windows != problem.stats.num_windows:
-        windows = f", all {stats.num_windows} windows (pair counts cover the whole trace)"
-    try:
-        bounds = remote_copy_bounds(placement, stats, nodes).mean(axis=0)  # [gpu|node, lo|hi]
-        if pairwise_is_exact(stats):
-            remote = expected_remote_copies(placement, stats, nodes).mean(axis=0)
-            # exact means equal to the lower bound; counts no routing can have are not
-            if np.allclose(remote, bounds[:, 0], rtol=1e-9, atol=1e-12):
-                out["remote_gpus_per_token"] = float(bounds[0, 0])
-                out["remote_nodes_per_token"] = float(bounds[1, 0]) if multi else None
-                out["remote_copies_from"] = (
-                    f"evaluator, closed form (exact: top-{stats.top_k}, every pair"
-                    f" counted){windows}")
-                return out
-    except DataError as exc:
-        out["remote_copies_from"] = f"not shown: {exc.message}"
-        return out
-    out["remote_gpus_per_token_bounds"] = _outward(bounds[0], problem.num_gpus - 1)
-    if multi:
-        out["remote_nodes_per_token_bounds"] = _outward(bounds[1], problem.num_nodes - 1)
-    if problem.topology is None or problem.model is None:
-        out["remote_copies_from"] = (
-            f"bounds only (top-{stats.top_k}"
-            + ("" if stats.top_k > 2 else ", pairs missing from the counts")
-            + ": the pairwise closed form is not an estimate here; with --model and"
-            " --topology the evaluator samples one)" + windows)
-        return out
-    sampled = _sampled_remote(problem, placement, stats)
-    how = "evaluator, sampled batches" + windows
-    moved = []
-    for column, label, value in ((0, "GPUs", sampled[0]), (1, "nodes", sampled[1])):
-        if column == 1 and not multi:
-            continue
-        low, high = out[("remote_gpus_per_token_bounds", "remote_nodes_per_token_bounds")
-                        [column]]
-        inside = min(max(value, low), high)
-        if inside != value:
-            moved.append(f"{label} {value:.3f} sampled")
-        out[("remote_gpus_per_token", "remote_nodes_per_token")[column]] = inside
-    if moved:
-        how += f"; brought into the bounds ({', '.join(moved)})"
-    out["remote_copies_from"] = how
-    return out
-
-
-def _sampled_remote(
-    problem: PlacementProblem, placement: Placement, stats: ExpertStats
-) -> tuple[float, float]:
-    """Remote GPUs and nodes per token from the evaluator's sampled batches, every window
-    of ``stats`` summed into one (the loads the bracket is proven for), with the
-    ``random`` policy (each selection picks a replica uniformly and independently, the
-    bracket's assumption; ``round_robin`` agrees only in expectation over list orders).
-    ``PLAN_VERSUS_BATCHES`` batches of up to ``PLAN_VERSUS_BATCH_TOKENS``, no more tokens
-    than the statistics hold."""
-    from dataclasses import replace
-
-    from placer.evaluate import EvalParams, evaluate
-
-    whole = replace(
-        stats, load=stats.load.sum(axis=0, keepdims=True),
-        tokens=stats.tokens.sum(keepdims=True),
-        window_starts=None if stats.window_starts is None else stats.window_starts[:1],
-    )
-    total = max(int(stats.total_tokens), 1)
-    batches = min(constants.PLAN_VERSUS_BATCHES, total)
-    metrics = evaluate(
-        placement, whole, problem.topology, problem.model,
-        EvalParams(policy="random", num_batches=batches,
-                   batch_tokens=min(constants.PLAN_VERSUS_BATCH_TOKENS, total // batches)),
-    ).metrics
-    return metrics["remote_copies_per_token_gpu"], metrics["remote_copies_per_token_node"]
-
-
-def _outward(span: np.ndarray, others: int) -> list[float]:
-    """``[lower, upper]`` rounded outward to 6 decimals (rounding never narrows it), and
-    never past ``[0, others]`` (``G - 1`` or ``N - 1``, which the bounds respect up to
-    floating-point noise)."""
-    low = max(float(np.floor(span[0] * 1e6) / 1e6), 0.0)
-    return [low, min(max(float(np.ceil(span[1] * 1e6) / 1e6), low), float(others))]
-
-
-def _nodes_of(problem: PlacementProblem) -> Any:
-    """The topology, or what the closed forms read of one (``node_of_gpu``) without it."""
-    from types import SimpleNamespace
-
-    return problem.topology or SimpleNamespace(node_of_gpu=problem.node_of_gpu)
-
-
-def _side_metrics(
-    problem: PlacementProblem, result: SolveResult, gap: float | None,
-    stats: ExpertStats | None = None,
-) -> dict[str, Any]:
-    """One column of the side-by-side: figures of ``result`` on ``problem``'s statistics
-    (remote copies on ``stats``, see :func:`remote_figures`)."""
-    basic = basic_metrics(result.placement, problem.stats)
-    remote = remote_figures(problem, result.placement, stats)
-    moves = None
-    if problem.current is not None:
-        moves = float(result.placement.moves_from(problem.current))
-    return {
-        "hot_shard_ratio_median": basic["hot_shard_ratio_median"],
-        "hot_shard_ratio_worst": basic["hot_shard_ratio_worst"],
-        **remote,
-        "moves": moves,
-        "seconds": round(result.seconds, 3),
-        "gap": gap,
-    }
-
-
-def versus_eplb(
-    problem: PlacementProblem, result: SolveResult, baseline: SolveResult,
-    stats: ExpertStats | None = None,
-) -> dict[str, Any]:
-    """Side-by-side of ``result`` and EPLB's ``baseline`` on the same problem.
-
-    Remote copies (normal mode, uniform source rank, mean over layers) and their bracket
-    come from :func:`remote_figures` on ``stats`` (default ``problem.stats``; ``placer
-    plan`` passes every window of the trace, where loads and pair counts agree); None
-    without co-activation counts.  ``winners`` counts the layers where the planner's
-    search beat its EPLB hint.
-    """
-    winners = result.details.get("winners") if isinstance(result.details, dict) else None
-    return {
-        "columns": [result.solver, baseline.solver],
-        result.solver: _side_metrics(problem, result, result.gap, stats),
-        baseline.solver: _side_metrics(problem, baseline, None, stats),
-        "winners": winners,
-    }
-
-
-def render_versus(versus: dict[str, Any]) -> list[str]:
-    """Text table of :func:`versus_eplb` (``-`` where a figure does not apply)."""
-    mine, theirs = versus["columns"]
-    rows = [
-        ("hot shard, median layer", "hot_shard_ratio_median", "{:.4f}"),
-        ("hot shard, worst layer", "hot_shard_ratio_worst", "{:.4f}"),
-        ("remote GPUs per token", "remote_gpus_per_token", "{:.3f}"),
-        ("remote nodes per token", "remote_nodes_per_token", "{:.3f}"),
-        ("weight moves", "moves", "{:.0f}"),
-        ("solve time, s", "seconds", "{:.2f}"),
-        ("gap to bound", "gap", "{:.2%}"),
-    ]
-    lines = [f"{'':24}{mine:>12}{theirs:>12}"]
-    for label, key, fmt in rows:
-        cells = []
-        for name in (mine, theirs):
-            value = versus[name][key]
-            cells.append("-" if value is None else fmt.format(value))
-        lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
-    for label, key in (("remote GPUs, bounds", "remote_gpus_per_token_bounds"),
-                       ("remote nodes, bounds", "remote_nodes_per_token_bounds")):
-        spans = [versus[name].get(key) for name in (mine, theirs)]
-        if any(span is not None for span in spans):
-            cells = [" -" if span is None else f" {_span(span)}" for span in spans]
-            lines.append(f"{label:24}{cells[0]:>12}{cells[1]:>12}")
-    sources = [versus[name]["remote_copies_from"] for name in (mine, theirs)]
-    if sources[0] == sources[1]:
-        lines.append(f"remote copies: {sources[0]}")
-    else:
-        lines += [f"remote copies, {name}: {how}" for name, how in zip((mine, theirs), sources,
-                                                                       strict=True)]
-    if any(versus[name].get("remote_gpus_per_token_bounds") for name in (mine, theirs)):
-        lines.append("bounds: any routing with these loads and pair counts"
-                     " (docs/evaluate.md)")
-    winners = versus.get("winners")
-    if winners:
-        lines.append(
-            f"layers won: {mine} {winners.get('cpsat', 0)}, kept {theirs}'s plan"
-            f" {winners.get('eplb', 0)}"
+    implied = sorted({EXPORT_ENGINE[f] for f in export_formats if f in EXPORT_ENGINE})
+    if engine is not None and implied and engine not in implied:
+        formats = ", ".join(f for f in export_formats if f in EXPORT_ENGINE)
+        raise UsageError(
+            f"--engine {engine} contradicts --export {formats} (an engine file for"
+            f" {' and '.join(implied)})", where="--engine",
+            hint=f"drop --engine (the export implies {' or '.join(implied)}), or export"
+            f" for {engine}",
         )
-    return lines
+    if engine is not None:
+        chosen, said = engine, "engine from --engine"
+    elif len(implied) == 1:
+        chosen = implied[0]
+        fmt = next(f for f in export_formats if EXPORT_ENGINE.get(f) == chosen)
+        said = f"engine from --export {fmt}"
+    else:
+        chosen = "vllm"
+        said = ("default engine (exports for " + ", ".join(implied) + ": choose with --engine)"
+                if implied else "default engine")
+    workload = Workload(chosen, phase, tokens_per_gpu)
+    defaults = engine is None and not implied and phase == "decode" and tokens_per_gpu is None
+    note = "set with --engine/--workload" if defaults else f"{said}; set with --engine/--workload"
+    return workload, note
 
 
-def _span(span: list[float]) -> str:
-    """``lower-upper`` at 3 decimals, rounded outward: the printed bracket still holds the
-    estimate printed at 3 decimals."""
-    return f"{np.floor(span[0] * 1e3) / 1e3:.3f}-{np.ceil(span[1] * 1e3) / 1e3:.3f}"
+def keep_tokens_for(paths: list[Path]) -> tuple[bool, str]:
+    """Whether to keep per-token routing for the summary's replay: inputs up to
+    ``placer.summary.KEEP_TOKENS_MAX_BYTES`` on disk; else why not."""
+    from placer.summary import KEEP_TOKENS_MAX_BYTES
+
+    total = 0
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            total += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        elif path.exists():
+            total += path.stat().st_size
+    if total <= KEEP_TOKENS_MAX_BYTES:
+        return True, ""
+    return False, (f"per-token routing not kept: the inputs are {total / 2**20:,.0f} MiB,"
+                   f" over {KEEP_TOKENS_MAX_BYTES / 2**20:,.0f} MiB; `placer evaluate`"
+                   " replays them")
 
 
 def plan(
@@ -421,6 +184,22 @@ def plan(
         help="Also write the placement for a serving engine (repeatable), e.g. sglang:plan.json;"
         " needs --model.",
     ),
+    engine: str | None = typer.Option(
+        None, "--engine", "-e",
+        help=f"Serving engine ({', '.join(ENGINES)}): fixes the dispatch policy planned and"
+        " judged under (sglang: static dispatch; vllm, trtllm: round-robin). Default: the"
+        " engine of --export when it names one, else vllm.", show_default=False,
+    ),
+    workload: str = typer.Option(
+        "decode", "--workload",
+        help=f"Batch regime ({', '.join(PHASES)}): decode uses low-latency all-to-all and"
+        " small batches (memory-bound experts), prefill normal all-to-all and large ones.",
+    ),
+    tokens_per_gpu: int | None = typer.Option(
+        None, "--tokens-per-gpu", min=1,
+        help=f"Tokens each EP rank dispatches per step (default: {_TOKEN_DEFAULTS}).",
+        show_default=False,
+    ),
 ) -> None:
     """Plan an expert placement from a routing trace and write it as placement JSON."""
     from placer.cli.engines_cmd import export_to, parse_export_spec, render_export
@@ -437,23 +216,31 @@ def plan(
             f"unknown solver {solver!r}", where="--solver",
             hint=f"choose one of: {', '.join(names)}",
         )
+    target, target_note = resolve_workload(engine, workload, tokens_per_gpu,
+                                           [fmt for fmt, _ in exports])
     params = SolveParams(
         time_limit_s=time_limit, seed=seed, jobs=jobs, balance_tolerance=balance_tolerance,
         traffic_weight=traffic_weight, migration_weight=migration_weight, robust=robust,
-        traffic_first=traffic_first, batch_tokens=batch_tokens, options=_parse_options(option),
+        traffic_first=traffic_first, batch_tokens=batch_tokens, workload=target,
+        options=_parse_options(option),
     )
+    fit_range = parse_window_range(fit) if fit is not None else None
 
     model_spec = _load_model(model)
-    routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
-                         num_experts=num_experts)
     topo = _load_topology(topology)
+    keep, no_trace = (keep_tokens_for(trace) if model_spec is not None and topo is not None
+                      else (False, ""))
+    routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
+                         num_experts=num_experts, keep_tokens=keep)
     problem = build_problem(
         routing, model=model_spec, topology=topo, num_gpus=num_gpus,
         slots_per_gpu=slots_per_gpu, redundant=redundant, dtype=dtype,
-        kv_reserve_gb=kv_reserve_gb, fit=fit,
+        kv_reserve_gb=kv_reserve_gb, fit=fit_range,
         current=read_placement(current) if current is not None else None,
     )
     result = solve(problem, solver, params)
+    # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
+    baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER, params)
     metrics = basic_metrics(result.placement, problem.stats)
     write_placement(
         output, result.placement,
@@ -461,22 +248,25 @@ def plan(
         top_k=model_spec.top_k if model_spec is not None else (routing.stats.top_k or None),
         topology=topo, solver=result, metrics=metrics,
     )
-    summary = plan_summary(problem, result, metrics, output)
-    if solver != "eplb":
-        summary["versus"] = versus_eplb(problem, result, solve(problem, "eplb", params),
-                                         routing.stats)
+    windows = routing.stats.num_windows
+    fitted = None
+    if fit_range is not None:
+        fitted = (fit_range[0] or 0, windows if fit_range[1] is None else fit_range[1])
+    summary = summarize_plan(
+        problem, result, baseline, routing, workload=target, workload_note=target_note,
+        fit=fitted, output=str(output), dtype=dtype, no_trace_reason=no_trace,
+    )
     exported = [export_to(result.placement, fmt, path, model_spec) for fmt, path in exports]
-    if exported:
-        summary["exports"] = exported
     if json_out:
-        print_json(summary)
-    else:
-        lines = render_summary(summary)
-        if "versus" in summary:
-            lines += ["", *render_versus(summary["versus"])]
-        for item in exported:
-            lines += ["", *render_export(item)]
-        sys.stdout.write("\n".join(lines) + "\n")
+        doc = summary.to_dict()
+        if exported:
+            doc["exports"] = exported
+        print_json(doc)
+        return
+    lines = summary.rows()
+    for item in exported:
+        lines += ["", *render_export(item)]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def _parse_options(items: list[str]) -> dict[str, str]:
