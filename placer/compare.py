@@ -30,7 +30,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from placer.placement import Placement
 from placer.planning import build_problem
 from placer.problem import SolveParams, solve
 from placer.stats import ExpertStats, RoutingData
+from placer.summary import EQUAL_TOLERANCE, time_figure, verdict
+from placer.workload import Workload
 
 #: ``status`` of a row whose scenario planned and evaluated.
 STATUS_OK = "ok"
@@ -124,6 +126,12 @@ class CompareSettings:
     num_batches: batches the evaluator samples when the trace has no per-token
         routing (aggregated loads); None = evaluator default.
     holdout: judge placements on held-out windows (True) or on all the data (False).
+    engine, workload, tokens_per_gpu: the :class:`placer.workload.Workload` to plan for and
+        judge under (``--engine``, ``--workload``, ``--tokens-per-gpu``); when any is
+        given it sets the dispatch policy, the all-to-all mode and the batch
+        (``tokens_per_gpu x G`` of each scenario), and the solvers plan for it
+        (``SolveParams.workload``); None for all three: ``policy``, ``mode`` and
+        ``batch_tokens`` as given, solvers with their default workload.
     """
 
     model: str
@@ -136,8 +144,40 @@ class CompareSettings:
     batch_tokens: int | None = None
     num_batches: int | None = None
     holdout: bool = True
+    engine: str | None = None
+    workload: str | None = None
+    tokens_per_gpu: int | None = None
+
+    @property
+    def target(self) -> Workload | None:
+        """The workload of ``engine``/``workload``/``tokens_per_gpu``, or None (none given)."""
+        if self.engine is None and self.workload is None and self.tokens_per_gpu is None:
+            return None
+        return Workload(self.engine or "vllm", self.workload or "decode", self.tokens_per_gpu)
+
+    def eval_params(self, num_gpus: int, windows: tuple[int, int] | None = None) -> EvalParams:
+        """The evaluator's parameters for a scenario on ``num_gpus`` GPUs."""
+        kwargs: dict[str, Any] = {"policy": self.policy, "mode": self.mode, "seed": self.seed,
+                                  "dtype": self.dtype, "windows": windows}
+        target = self.target
+        if target is not None:
+            kwargs.update(policy=target.policy, mode=target.mode,
+                          batch_tokens=target.batch_tokens(num_gpus))
+        elif self.batch_tokens is not None:
+            kwargs["batch_tokens"] = self.batch_tokens
+        if self.num_batches is not None:
+            kwargs["num_batches"] = self.num_batches
+        return EvalParams(**kwargs)
 
     def __post_init__(self) -> None:
+        if self.target is not None and (self.policy != "round_robin" or self.mode != "normal"
+                                        or self.batch_tokens is not None):
+            raise UsageError(
+                "--engine/--workload/--tokens-per-gpu set the dispatch policy, the all-to-all"
+                " mode and the batch", where="--engine",
+                hint="drop --policy, --mode and --batch-tokens (or 'policy', 'mode',"
+                " 'batch_tokens' in the scenario file), or drop the workload",
+            )
         if self.policy not in POLICIES:
             raise UsageError(f"unknown dispatch policy {self.policy!r}", where="--policy",
                              hint=f"choose one of: {', '.join(POLICIES)}")
@@ -186,6 +226,11 @@ class CompareRow:
     moe_layer_p50_us, moe_layer_p99_us: estimated MoE-layer time, µs, median and p99.
     solver_status: the solver's status (``OPTIMAL``, ``FEASIBLE``, ``FALLBACK``, ``HEURISTIC``).
     solve_seconds: solver wall time, s.
+    step_p99_us: estimated step time (one batch through every MoE layer), µs, p99 over batches.
+    versus_baseline: ``step_p99_us / baseline's - 1`` against the baseline scenario (the
+        first that ran; negative: faster); None for the baseline and rows without figures.
+    verdict: the same in words (:func:`placer.summary.verdict`), e.g. ``verdict: 2x-dgx-h100
+        R=16 eplb is 4.1% faster than dgx-h100 R=0 eplb on held-out step p99``.
     """
 
     scenario: str
@@ -209,6 +254,9 @@ class CompareRow:
     moe_layer_p99_us: float | None = None
     solver_status: str | None = None
     solve_seconds: float | None = None
+    step_p99_us: float | None = None
+    versus_baseline: float | None = None
+    verdict: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -231,6 +279,7 @@ METRIC_FIELDS = {
     "all_to_all_us": "all_to_all_us",
     "moe_layer_p50_us": "moe_layer_p50_us",
     "moe_layer_p99_us": "moe_layer_p99_us",
+    "step_p99_us": "step_p99_us",
 }
 
 
@@ -262,9 +311,9 @@ TABLE_COLUMNS = (
     Column("remote_copies_per_token_node", "remote/tok node", "{:.2f}"),
     Column("bytes_per_token_intra", "KB/tok intra", "{:.1f}"),
     Column("bytes_per_token_inter", "KB/tok inter", "{:.1f}"),
-    Column("all_to_all_us", "a2a µs", "{:.1f}"),
-    Column("moe_layer_p50_us", "p50 µs", "{:.1f}"),
-    Column("moe_layer_p99_us", "p99 µs", "{:.1f}"),
+    *(Column(f.key, f.header, f.fmt) for f in map(
+        time_figure, ("all_to_all_us", "moe_layer_p50_us", "moe_layer_p99_us", "step_p99_us"))),
+    Column("versus_baseline", "vs base", "{:+.1%}"),
     Column("solver_status", "solver"),
     Column("solve_seconds", "solve s", "{:.2f}"),
     Column("status", "status"),
@@ -275,14 +324,47 @@ _KB_FIELDS = ("bytes_per_token_intra", "bytes_per_token_inter")
 
 
 def table_cells(row: CompareRow) -> list[str]:
-    """The text-table cells of ``row``, one per :data:`TABLE_COLUMNS` entry."""
+    """The text-table cells of ``row``, one per :data:`TABLE_COLUMNS` entry (``vs base``:
+    ``base`` for the baseline, ``=`` within ``placer.summary.EQUAL_TOLERANCE``)."""
     cells = []
     for col in TABLE_COLUMNS:
-        if col.field in _KB_FIELDS and getattr(row, col.field) is not None:
-            cells.append(col.fmt.format(getattr(row, col.field) / 1e3))
+        value = getattr(row, col.field)
+        if col.field in _KB_FIELDS and value is not None:
+            cells.append(col.fmt.format(value / 1e3))
+        elif col.field == "versus_baseline" and value is not None and (
+                abs(value) < EQUAL_TOLERANCE):
+            cells.append("=")
+        elif col.field == "versus_baseline" and value is None and row.verdict == BASELINE_NOTE:
+            cells.append("base")
         else:
             cells.append(col.cell(row))
     return cells
+
+
+#: ``verdict`` of the baseline row.
+BASELINE_NOTE = "baseline"
+
+
+def with_verdicts(rows: Sequence[CompareRow], on: str = "step p99") -> list[CompareRow]:
+    """``rows`` with ``versus_baseline`` and ``verdict`` against the baseline: the first
+    row that ran with a step p99 (``verdict`` ``"baseline"``).  ``on`` names the judged
+    figure in the verdict (e.g. ``"held-out step p99"``)."""
+    base = next((r for r in rows if r.ok and r.step_p99_us is not None), None)
+    if base is None:
+        return list(rows)
+    assert base.step_p99_us is not None
+    out = []
+    for row in rows:
+        if row is base:
+            out.append(replace(row, versus_baseline=None, verdict=BASELINE_NOTE))
+            continue
+        said = None if row.step_p99_us is None else verdict(
+            row.scenario, base.scenario, row.step_p99_us, base.step_p99_us, on=on)
+        if said is None:
+            out.append(row)
+        else:
+            out.append(replace(row, versus_baseline=said.change, verdict=said.text))
+    return out
 
 
 def status_notes(rows: Sequence[CompareRow]) -> tuple[list[str], list[str]]:
@@ -328,6 +410,10 @@ def format_table(rows: Sequence[CompareRow]) -> str:
 
     sep = "  ".join("-" * w for w in widths)
     lines = [line(header), sep, *(line(b) for b in body)]
+    base = next((r for r in rows if r.verdict == BASELINE_NOTE), None)
+    if base is not None:
+        lines += ["", f"vs base: step p99 against {base.scenario} (the first scenario that"
+                      " ran); negative is faster"]
     if notes:
         lines.append("")
         lines.extend(f"[{i}] {reason}" for i, reason in enumerate(notes, 1))
@@ -451,18 +537,13 @@ def run_scenario(
         solve_kwargs: dict[str, Any] = {"seed": settings.seed}
         if settings.time_limit_s is not None:
             solve_kwargs["time_limit_s"] = settings.time_limit_s
+        if settings.target is not None:
+            solve_kwargs["workload"] = settings.target
         started = time.perf_counter()
         result = solve(problem, scenario.solver, SolveParams(**solve_kwargs))
         seconds = result.seconds or (time.perf_counter() - started)
-        eval_kwargs: dict[str, Any] = {"policy": settings.policy, "mode": settings.mode,
-                                       "seed": settings.seed, "dtype": settings.dtype,
-                                       "windows": split.judge}
-        if settings.batch_tokens is not None:
-            eval_kwargs["batch_tokens"] = settings.batch_tokens
-        if settings.num_batches is not None:
-            eval_kwargs["num_batches"] = settings.num_batches
         evaluation = evaluate(result.placement, split.routing, topology, model,
-                              EvalParams(**eval_kwargs))
+                              settings.eval_params(int(topology.num_gpus), split.judge))
     except InfeasibleError as e:
         return ScenarioOutcome(CompareRow(status=f"does not fit: {_reason(e)}", **base))
     except PlacerError as e:
@@ -520,7 +601,11 @@ def compare(
                 outcomes[i] = future.result()
                 if on_done:
                     on_done(i, outcomes[i])  # type: ignore[arg-type]
-    return [o for o in outcomes if o is not None]
+    done = [o for o in outcomes if o is not None]
+    judged = context.split
+    on = "held-out step p99" if judged.judge != judged.fit else "step p99"
+    rows = with_verdicts([o.row for o in done], on)
+    return [replace(o, row=row) for o, row in zip(done, rows, strict=True)]
 
 
 def prepare(
@@ -621,7 +706,7 @@ class Study:
 #: Keys of a scenario file, in the order docs/compare.md documents them.
 STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "solvers", "scenarios",
               "policy", "mode", "kv_reserve_gb", "time_limit_s", "seed", "batch_tokens",
-              "num_batches", "holdout")
+              "num_batches", "holdout", "engine", "workload", "tokens_per_gpu")
 
 
 _PATH_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".gz", ".npz", ".csv", ".npy")
@@ -649,6 +734,9 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         batch_tokens: 4096
         num_batches: 32                  # sampled batches (aggregated traces only)
         holdout: true
+        engine: sglang                   # or workload / tokens_per_gpu, instead of
+        workload: decode                 #   policy, mode and batch_tokens
+        tokens_per_gpu: 128
 
     Unknown keys, wrong types and unknown choices raise UsageError with
     ``where="<file>:<line>: <yaml path>"``. Paths (``trace``, topology and model
@@ -691,6 +779,17 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         if count is not None:
             settings_kwargs[key] = count
     settings_kwargs["holdout"] = root.boolean("holdout", True)
+    from placer.workload import ENGINES, PHASES
+
+    engine = root.string("engine", None, choices=ENGINES)
+    if engine is not None:
+        settings_kwargs["engine"] = engine
+    phase = root.string("workload", None, choices=PHASES)
+    if phase is not None:
+        settings_kwargs["workload"] = phase
+    tokens = root.integer("tokens_per_gpu", None, minimum=1)
+    if tokens is not None:
+        settings_kwargs["tokens_per_gpu"] = tokens
 
     topologies = [resolve(_yaml_string(root, p, v, "topology"))
                   for p, v in root.items("topologies", [])]

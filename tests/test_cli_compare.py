@@ -72,7 +72,7 @@ def test_table_agrees_with_json(json_rows):
     expected = format_table(rows).splitlines()
     got = result.stdout.splitlines()
     assert len(got) == len(expected)
-    solve_col = 15  # "solve s" differs between runs: compare every other cell
+    solve_col = 17  # "solve s" differs between runs: compare every other cell
     for line_got, row in zip(got[2:6], rows, strict=True):
         cells = table_cells(row)
         parts = re.split(r"\s{2,}", line_got.strip())
@@ -140,6 +140,12 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
         ([str(BUNDLED), "-m", "gpt-oss-20b", "--scenarios", "s.yaml", "-t", "dgx-h100"],
          "error: --scenarios: scenarios come either from --scenarios or from"
          " --topology/--redundant/--solver"),
+        ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--engine", "sglang",
+          "--policy", "round_robin"],
+         "error: --engine: --engine sets the dispatch policy, the all-to-all mode and the"
+         " batch; --policy contradicts it"),
+        ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--workload", "train"],
+         "error: --workload: unknown workload 'train'"),
     ],
 )
 def test_usage_errors_exit_2_with_message(args, message):
@@ -160,3 +166,19 @@ def test_installed_command_prints_json(tmp_path):
     doc = json.loads(proc.stdout)
     assert [r["status"] for r in doc["rows"]] == ["ok"]
     assert doc["evaluated_on"].startswith("fitted and judged on all 32 window(s)")
+
+
+def test_workload_flags_reach_the_rows_and_the_settings():
+    result = _compare(str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-t", "2x-dgx-h100",
+                      "--engine", "sglang", "--workload", "prefill", "--tokens-per-gpu", "64",
+                      "--kv-reserve-gb", "71", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert {k: doc["settings"][k] for k in ("engine", "workload", "tokens_per_gpu")} == {
+        "engine": "sglang", "workload": "prefill", "tokens_per_gpu": 64}
+    assert ("judged as sglang prefill, 64 tokens per GPU (sglang dispatch, normal all-to-all)"
+            in result.stderr)
+    first, second = doc["rows"]
+    assert first["verdict"] == "baseline" and second["verdict"].startswith(
+        "verdict: 2x-dgx-h100 R=0 eplb is ")
+    assert second["verdict"].endswith(" than dgx-h100 R=0 eplb on held-out step p99")

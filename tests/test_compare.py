@@ -267,3 +267,75 @@ def test_outcome_row_as_dict_has_every_field():
     assert list(row.as_dict()) == [f.name for f in dataclasses.fields(CompareRow)]
     assert ScenarioOutcome(row).evaluation is None
     assert np.isclose(row.as_dict()["kv_left_gb"], 1.5)
+
+
+# -- verdicts against the baseline, and the workload ------------------------------------------
+
+
+def test_rows_carry_a_verdict_against_the_first_scenario_that_ran(four_rows):
+    rows = [o.row for o in four_rows]
+    base = rows[0]
+    assert base.verdict == "baseline" and base.versus_baseline is None
+    assert rows[1].verdict is None and rows[1].versus_baseline is None  # did not fit
+    for row in rows[2:]:
+        change = row.step_p99_us / base.step_p99_us - 1
+        assert row.versus_baseline == pytest.approx(change)
+        word = "faster" if change < 0 else "slower"
+        assert row.verdict == (f"verdict: {row.scenario} is {abs(change):.1%} {word} than"
+                               f" dgx-h100 R=0 eplb on held-out step p99")
+    cells = table_cells(base)
+    assert cells[14] == format(base.step_p99_us, ".1f") and cells[15] == "base"
+    assert table_cells(rows[2])[15] == format(rows[2].versus_baseline, "+.1%")
+    assert format_table(rows).splitlines()[7] == (
+        "vs base: step p99 against dgx-h100 R=0 eplb (the first scenario that ran);"
+        " negative is faster")
+
+
+def test_verdicts_by_hand():
+    rows = compare_mod.with_verdicts([
+        _row(scenario="a", status="error: x"), _row(scenario="b", step_p99_us=200.0),
+        _row(scenario="c", step_p99_us=190.0), _row(scenario="d", step_p99_us=200.1),
+        _row(scenario="e")], on="step p99")
+    assert [r.verdict for r in rows] == [
+        None, "baseline", "verdict: c is 5.0% faster than b on step p99",
+        "verdict: d and b are equal (within 0.1%) on step p99", None]
+    assert [table_cells(r)[15] for r in rows] == ["-", "base", "-5.0%", "=", "-"]
+
+
+def test_workload_sets_policy_mode_batch_and_the_solvers_workload(bundled, monkeypatch):
+    from placer.workload import Workload
+
+    settings = CompareSettings(model="gpt-oss-20b", kv_reserve_gb=71.0, engine="sglang",
+                               tokens_per_gpu=32)
+    assert settings.target == Workload("sglang", "decode", 32)
+    params = settings.eval_params(16, (24, 32))
+    assert (params.policy, params.mode, params.batch_tokens, params.windows) == (
+        "sglang", "low_latency", 512, (24, 32))
+    assert CompareSettings(model="m").target is None
+    seen = []
+    real = compare_mod.solve
+
+    def spy(problem, solver, params):
+        seen.append(params.workload)
+        return real(problem, solver, params)
+
+    monkeypatch.setattr(compare_mod, "solve", spy)
+    (outcome,) = compare(bundled, (Scenario("dgx-h100", 0, "eplb"),), settings)
+    assert seen == [Workload("sglang", "decode", 32)]
+    assert outcome.evaluation.params.policy == "sglang"
+    assert outcome.evaluation.params.batch_tokens == 32 * 8
+    with pytest.raises(UsageError) as info:
+        CompareSettings(model="m", workload="prefill", mode="low_latency")
+    assert info.value.where == "--engine"
+    with pytest.raises(UsageError, match="unknown engine 'deepspeed'"):
+        CompareSettings(model="m", engine="deepspeed").target  # noqa: B018
+
+
+def test_scenario_file_takes_the_workload():
+    study = study_from_yaml("model: m\ntopologies: [a]\nengine: sglang\nworkload: prefill\n"
+                            "tokens_per_gpu: 1024\n", "study.yaml")
+    assert (study.settings.engine, study.settings.workload, study.settings.tokens_per_gpu) == (
+        "sglang", "prefill", 1024)
+    with pytest.raises(UsageError) as info:
+        study_from_yaml("model: m\ntopologies: [a]\nengine: deepspeed\n", "study.yaml")
+    assert info.value.where == "study.yaml:3: engine"

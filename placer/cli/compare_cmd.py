@@ -30,6 +30,7 @@ from placer.compare import (
     split_routing,
 )
 from placer.errors import UsageError
+from placer.workload import ENGINES, PHASES
 
 #: Version of the ``--json`` document.
 COMPARE_FORMAT, COMPARE_VERSION = "placer-compare", 1
@@ -102,7 +103,9 @@ def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str
         "settings": {"dtype": s.dtype, "policy": s.policy, "mode": s.mode,
                      "kv_reserve_gb": s.kv_reserve_gb, "time_limit_s": s.time_limit_s,
                      "seed": s.seed, "batch_tokens": s.batch_tokens,
-                     "num_batches": s.num_batches, "holdout": s.holdout},
+                     "num_batches": s.num_batches, "holdout": s.holdout,
+                     "engine": s.engine, "workload": s.workload,
+                     "tokens_per_gpu": s.tokens_per_gpu},
         "rows": [o.row.as_dict() for o in outcomes],
     }
 
@@ -230,6 +233,20 @@ def compare(
         None, "--holdout/--no-holdout", help="Judge on held-out windows (default) or on all.",
         show_default=False,
     ),
+    engine: str | None = typer.Option(
+        None, "--engine", "-e", help=f"Serving engine ({', '.join(ENGINES)}) to plan for and"
+        " judge under; with --workload and --tokens-per-gpu it replaces --policy, --mode and"
+        " --batch-tokens (default vllm when --workload or --tokens-per-gpu is given).",
+        show_default=False,
+    ),
+    workload: str | None = typer.Option(
+        None, "--workload", help=f"Batch regime ({', '.join(PHASES)}); default decode when"
+        " --engine or --tokens-per-gpu is given.", show_default=False,
+    ),
+    tokens_per_gpu: int | None = typer.Option(
+        None, "--tokens-per-gpu", min=1, help="Tokens each EP rank dispatches per step"
+        " (default 128 decode, 4096 prefill).", show_default=False,
+    ),
     trace_format: str | None = typer.Option(
         None, "--format", "-f", help="Trace format (default: detected)."
     ),
@@ -251,9 +268,20 @@ def compare(
     if json_out and csv_out:
         raise UsageError("--json and --csv are two answers to one question", where="--csv",
                          hint="choose one")
+    given = [o for o, v in (("--engine", engine), ("--workload", workload),
+                            ("--tokens-per-gpu", tokens_per_gpu)) if v is not None]
+    legacy = [o for o, v in (("--policy", policy), ("--mode", mode),
+                             ("--batch-tokens", batch_tokens)) if v is not None]
+    if given and legacy:
+        raise UsageError(
+            f"{given[0]} sets the dispatch policy, the all-to-all mode and the batch;"
+            f" {legacy[0]} contradicts it", where=given[0],
+            hint=f"drop {', '.join(legacy)}, or drop {', '.join(given)}",
+        )
     overrides = {"model": model, "dtype": dtype, "policy": policy, "mode": mode,
                  "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit, "seed": seed,
-                 "batch_tokens": batch_tokens, "num_batches": num_batches, "holdout": holdout}
+                 "batch_tokens": batch_tokens, "num_batches": num_batches, "holdout": holdout,
+                 "engine": engine, "workload": workload, "tokens_per_gpu": tokens_per_gpu}
     study = build_study(scenarios, list(trace or []), topology, redundant, solver, overrides)
     if not study.trace:
         raise UsageError("no trace to compare on", where="TRACE",
@@ -272,6 +300,8 @@ def compare(
                          keep_tokens=True)
     description = split_routing(routing, study.settings.holdout).description
     sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")
+    if study.settings.target is not None:
+        sys.stderr.write(f"judged as {study.settings.target.describe()}\n")
     labels = [s.label for s in study.scenarios]
     with _Progress(labels, quiet=False) as progress:
         outcomes = compare_lib.compare(routing, study.scenarios, study.settings, jobs=jobs,

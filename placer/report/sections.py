@@ -28,6 +28,7 @@ from placer.report import plots
 from placer.report._mpl import figure_png
 from placer.report.html import Block, Picture, Section, SideBySide, Table, Text, render_html
 from placer.stats import ExpertStats
+from placer.summary import TIME_FIGURES
 
 #: Evaluator metrics shown in the placements table: (key, label with unit, format).
 METRIC_ROWS = (
@@ -42,10 +43,8 @@ METRIC_ROWS = (
     ("remote_copies_per_token_node", "remote copies per token, node", "{:.2f}"),
     ("bytes_per_token_intra", "bytes per token, intra-node (B)", "{:,.0f}"),
     ("bytes_per_token_inter", "bytes per token, inter-node (B)", "{:,.0f}"),
-    ("all_to_all_us", "all-to-all time (µs)", "{:.1f}"),
-    ("moe_layer_p50_us", "MoE layer p50 (µs)", "{:.1f}"),
-    ("moe_layer_p99_us", "MoE layer p99 (µs)", "{:.1f}"),
-    ("p99_over_p50", "p99 / p50", "{:.3f}"),
+    *((f.key, f"{f.label} ({f.unit})", f.fmt) for f in TIME_FIGURES),
+    ("p99_over_p50", "p99 / p50, pooled", "{:.3f}"),
     ("expert_memory_gb", "expert weights per GPU (GB)", "{:.2f}"),
     ("kv_left_gb", "memory left for the KV cache per GPU (GB)", "{:.2f}"),
 )
