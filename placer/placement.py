@@ -4,6 +4,15 @@ Glossary: ``P`` physical slots per layer, ``G`` GPUs, ``S = P / G`` slots per
 GPU; GPU ``g`` holds slots ``g*S .. g*S+S-1`` (the contiguous convention of
 every engine).  A logical expert with several slots has several *replicas*.
 
+Two replicas of one expert may sit on one GPU (a *duplicate*): DeepSeek's EPLB
+produces such placements and SGLang, TensorRT-LLM and vLLM load them.  The second
+copy costs a slot of memory and a weight read but adds no dispatch bandwidth of its
+own: the GPU serves that expert's share for both replicas.  Every figure here counts
+replicas per slot (a GPU with two of an expert's three replicas gets two thirds of its
+load when replicas share evenly); ``expert_gpu_mask`` only says whether a GPU holds
+the expert at all.  vLLM-Ascend's expert map cannot express duplicates, and the
+``eplb-valid`` solver avoids them.
+
 Example: 4 experts, 2 GPUs, 3 slots per GPU (2 redundant experts)::
 
     physical_to_logical = [[0, 1, 3,  2, 3, 0]]
@@ -13,12 +22,13 @@ Example: 4 experts, 2 GPUs, 3 slots per GPU (2 redundant experts)::
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from placer.errors import PlacementError
+from placer.errors import PlacementError, PlacerWarning
 from placer.stats import format_ranges
 
 
@@ -50,7 +60,12 @@ class Placement:
 
     # -- validation -----------------------------------------------------------------
     def validate(self, where: str | None = None) -> None:
-        """Raise PlacementError unless this is a placement engines accept."""
+        """Raise PlacementError unless this is a placement engines accept.
+
+        Checks shapes, equal slots per GPU, expert ids in range and a replica for every
+        expert.  A GPU holding two replicas of one expert is valid (see the module
+        docstring and :meth:`duplicate_warning`).
+        """
         p2l = self.physical_to_logical
         if p2l.ndim != 2:
             raise PlacementError(
@@ -88,16 +103,6 @@ class Placement:
             raise PlacementError(
                 f"expert {expert} of layer {int(self.layer_ids[row])} has no replica", where=where,
                 hint="every logical expert needs at least one slot",
-            )
-        per_gpu = p2l.reshape(num_layers, self.num_gpus, self.slots_per_gpu)
-        sorted_ = np.sort(per_gpu, axis=2)
-        dup = (sorted_[:, :, 1:] == sorted_[:, :, :-1]).any(axis=2)
-        if dup.any():
-            row, gpu = (int(x) for x in np.argwhere(dup)[0])
-            raise PlacementError(
-                f"GPU {gpu} holds two replicas of one expert in layer {int(self.layer_ids[row])}",
-                where=where,
-                hint="a second replica on the same GPU adds memory but no bandwidth",
             )
 
     def __eq__(self, other: object) -> bool:
@@ -176,7 +181,10 @@ class Placement:
 
     @property
     def logical_to_physical(self) -> np.ndarray:
-        """``[layers, E, X]`` int64 slots of each expert in increasing order, -1 padded."""
+        """``[layers, E, X]`` int64 slots of each expert in increasing order, -1 padded.
+
+        ``X`` is the largest replica count; a duplicate lists both slots of its GPU.
+        """
         counts = self.replica_counts
         width = int(counts.max()) if counts.size else 1
         out = np.full((self.num_layers, self.num_experts, width), -1, dtype=np.int64)
@@ -188,13 +196,67 @@ class Placement:
         return out
 
     @property
+    def replicas_on_gpu(self) -> np.ndarray:
+        """``[layers, E, G]`` int64, replicas of expert e on GPU g (2 for a duplicate).
+
+        ``replicas_on_gpu / replica_counts[:, :, None]`` is the share of an expert's
+        selections each GPU serves when selections split evenly over replicas.
+        """
+        out = np.zeros((self.num_layers, self.num_experts, self.num_gpus), dtype=np.int64)
+        rows = np.repeat(np.arange(self.num_layers), self.num_physical)
+        gpus = np.tile(self.gpu_of_slot, self.num_layers)
+        np.add.at(out, (rows, self.physical_to_logical.ravel(), gpus), 1)
+        return out
+
+    @property
     def expert_gpu_mask(self) -> np.ndarray:
-        """``[layers, E, G]`` bool, whether GPU g holds a replica of expert e."""
+        """``[layers, E, G]`` bool, whether GPU g holds at least one replica of expert e.
+
+        A duplicate counts once: use :attr:`replicas_on_gpu` for shares of load.
+        """
         mask = np.zeros((self.num_layers, self.num_experts, self.num_gpus), dtype=bool)
         rows = np.repeat(np.arange(self.num_layers), self.num_physical)
         gpus = np.tile(self.gpu_of_slot, self.num_layers)
         mask[rows, self.physical_to_logical.ravel(), gpus] = True
         return mask
+
+    @property
+    def duplicate_gpus(self) -> np.ndarray:
+        """``[layers, G]`` bool, whether the GPU holds some expert more than once."""
+        grid = np.sort(
+            self.physical_to_logical.reshape(self.num_layers, self.num_gpus, self.slots_per_gpu),
+            axis=2,
+        )
+        dup: np.ndarray = (grid[:, :, 1:] == grid[:, :, :-1]).any(axis=2)
+        return dup
+
+    def duplicate_warning(self, source: str | None = None) -> str | None:
+        """A sentence on this placement's duplicates for the user, or None without any.
+
+        ``source`` (a file name) starts the sentence when given.
+        """
+        dup = self.duplicate_gpus
+        if not dup.any():
+            return None
+        row, gpu = (int(x) for x in np.argwhere(dup)[0])
+        experts = self.experts_on_gpu(row, gpu)
+        values, counts = np.unique(experts, return_counts=True)
+        expert = int(values[np.argmax(counts)])
+        where = f"{source}: " if source else ""
+        more = int(dup.sum()) - 1
+        others = f" (and {more} more (layer, GPU) pairs)" if more else ""
+        return (
+            f"{where}GPU {gpu} holds {int(counts.max())} replicas of expert {expert} in layer"
+            f" {int(self.layer_ids[row])}{others}: a second replica on one GPU takes a slot of"
+            " memory but adds no dispatch bandwidth; SGLang, TensorRT-LLM and vLLM load such"
+            " placements, vLLM-Ascend's expert map cannot express them"
+        )
+
+    def warn_duplicates(self, source: str | None = None, stacklevel: int = 2) -> None:
+        """Issue :meth:`duplicate_warning` as a :class:`PlacerWarning` when there is one."""
+        message = self.duplicate_warning(source)
+        if message is not None:
+            warnings.warn(message, PlacerWarning, stacklevel=stacklevel + 1)
 
     def experts_on_gpu(self, layer_row: int, gpu: int) -> np.ndarray:
         """``[S]`` logical experts held by ``gpu`` in layer row ``layer_row``."""
@@ -211,7 +273,9 @@ class Placement:
         """Expert weight copies to load to go from ``other`` to this placement.
 
         Counted per GPU: an expert this placement puts on a GPU that did not hold it
-        before is one move (slot order within a GPU is free to change).
+        before is one move (slot order within a GPU is free to change).  A second
+        replica on a GPU that already holds the expert is copied on the GPU, not moved:
+        it counts nothing.
         """
         if other.num_gpus != self.num_gpus or other.num_experts != self.num_experts:
             raise PlacementError("placements have different GPUs or experts; moves undefined")

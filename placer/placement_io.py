@@ -13,9 +13,13 @@ A document::
 The JSON Schema ships as ``placer/data/placement.schema.json`` (:func:`schema`).
 Reading checks the document against it with a small built-in validator (no
 ``jsonschema`` needed), then checks what a schema cannot say (lengths agree, every
-expert has a replica, no GPU holds an expert twice), naming the file and field::
+expert has a replica), naming the file and field::
 
-    plan.json: layers[2].physical_to_logical: GPU 1 holds two replicas of one expert in layer 5
+    plan.json: layers[2].physical_to_logical: expert 7 of layer 5 has no replica
+
+A GPU may hold two replicas of one expert (DeepSeek's EPLB, the ``eplb`` solver, makes
+such plans; SGLang, TensorRT-LLM and vLLM load them): :func:`read_placement` accepts
+them with a :class:`~placer.errors.PlacerWarning` naming the first one.
 
 Writing is atomic (:func:`placer.fileio.atomic_path`) and validates its own output.
 """
@@ -215,7 +219,9 @@ def _plain(obj: Any) -> Any:
 # -- reading ------------------------------------------------------------------------
 
 
-def read_placement(path: str | os.PathLike[str], *, model: Any = None) -> Placement:
+def read_placement(
+    path: str | os.PathLike[str], *, model: Any = None, warn_duplicates: bool = True
+) -> Placement:
     """Read a placement JSON v1 file.
 
     Parameters
@@ -223,6 +229,8 @@ def read_placement(path: str | os.PathLike[str], *, model: Any = None) -> Placem
     path: the file.
     model: a ``placer.models.ModelSpec`` to check against (expert count, and that
         every layer is one of its MoE layers), or None.
+    warn_duplicates: issue a :class:`~placer.errors.PlacerWarning` when a GPU holds
+        two replicas of one expert (:meth:`Placement.duplicate_warning`).
 
     Returns
     -------
@@ -251,6 +259,8 @@ def read_placement(path: str | os.PathLike[str], *, model: Any = None) -> Placem
     placement = placement_from_dict(doc, source=source)
     if model is not None:
         placement.check_model(model, where=source)
+    if warn_duplicates:
+        placement.warn_duplicates(source)
     return placement
 
 

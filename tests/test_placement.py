@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from placer.errors import PlacementError
+from placer.errors import PlacementError, PlacerWarning
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 
 
@@ -64,7 +64,6 @@ def test_gpu_loads_brute_force():
         ([[0, 1, 2, 4]], [7], 4, 2, "slot 3 of layer 7 holds expert 4, outside [0, 4)"),
         ([[0, 1, 2, -1]], [7], 4, 2, "slot 3 of layer 7 holds expert -1, outside [0, 4)"),
         ([[0, 1, 2, 2]], [7], 4, 2, "expert 3 of layer 7 has no replica"),
-        ([[0, 0, 1, 2, 3, 1]], [7], 4, 2, "GPU 0 holds two replicas of one expert in layer 7"),
     ],
 )
 def test_invalid_placements_are_rejected(p2l, layer_ids, num_experts, num_gpus, message):
@@ -107,3 +106,58 @@ def test_moves_count_new_expert_copies_per_gpu(docstring_example):
     # GPU 0 {0, 1, 3} -> {1, 0, 2}: loads 2; GPU 1 {2, 3, 0} -> {3, 2, 0}: nothing
     assert moved.moves_from(docstring_example) == 1
     assert docstring_example.moves_from(docstring_example) == 0
+
+
+# -- two replicas of one expert on one GPU ---------------------------------------------------
+
+
+@pytest.fixture
+def duplicated() -> Placement:
+    """4 experts, 2 GPUs x 3 slots: GPU 0 holds expert 0 twice, {0, 0, 1} and {2, 3, 0}."""
+    return Placement(np.array([[0, 0, 1, 2, 3, 0]]), np.array([7]), 4, 2)
+
+
+def test_two_replicas_on_one_gpu_are_valid(duplicated):
+    assert duplicated.replica_counts.tolist() == [[3, 1, 1, 1]]
+    assert duplicated.duplicate_gpus.tolist() == [[True, False]]
+    # every slot listed, both of GPU 0's
+    assert duplicated.logical_to_physical.tolist() == [
+        [[0, 1, 5], [2, -1, -1], [3, -1, -1], [4, -1, -1]]
+    ]
+    # presence: GPU 0 holds expert 0 (once in the mask), replicas: twice
+    assert duplicated.expert_gpu_mask[0, 0].tolist() == [True, True]
+    assert duplicated.replicas_on_gpu[0, 0].tolist() == [2, 1]
+    assert duplicated.replicas_on_gpu.sum(axis=2).tolist() == duplicated.replica_counts.tolist()
+
+
+def test_gpu_loads_count_each_replica_of_a_duplicate(duplicated):
+    """Expert 0's 90 tokens split over its 3 replicas: GPU 0 serves two shares."""
+    load = np.array([[90, 10, 20, 30]])
+    assert gpu_loads(duplicated, load).tolist() == [[70.0, 80.0]]
+
+
+def test_duplicate_warning_names_the_first_one(duplicated):
+    message = duplicated.duplicate_warning("plan.json")
+    assert message is not None
+    assert message.startswith("plan.json: GPU 0 holds 2 replicas of expert 0 in layer 7: ")
+    assert "vLLM-Ascend" in message
+    with pytest.warns(PlacerWarning, match="GPU 0 holds 2 replicas of expert 0"):
+        duplicated.warn_duplicates()
+    single = Placement(np.array([[0, 1, 2, 3]]), np.array([0]), 4, 2)
+    assert single.duplicate_warning() is None
+    assert not single.duplicate_gpus.any()
+
+
+def test_duplicate_warning_counts_the_others():
+    p2l = np.array([[0, 0, 1, 2, 3, 3], [1, 2, 0, 3, 0, 1]])
+    placement = Placement(p2l, np.array([3, 4]), 4, 2)
+    assert placement.duplicate_gpus.tolist() == [[True, True], [False, False]]
+    assert "(and 1 more (layer, GPU) pairs)" in (placement.duplicate_warning() or "")
+
+
+def test_moves_ignore_a_second_copy_on_the_same_gpu(duplicated):
+    """A second replica on a GPU that holds the expert is copied there, not moved."""
+    before = Placement(np.array([[0, 1, 3, 2, 3, 0]]), np.array([7]), 4, 2)
+    # GPU 0 {0, 1, 3} -> {0, 0, 1}: nothing new; GPU 1 {2, 3, 0} -> {2, 3, 0}: nothing
+    assert duplicated.moves_from(before) == 0
+    assert before.moves_from(duplicated) == 1  # GPU 0 loads expert 3

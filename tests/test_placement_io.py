@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placer.errors import PlacementError
+from placer.errors import PlacementError, PlacerWarning
 from placer.placement import Placement
 from placer.placement_io import (
     placement_from_dict,
@@ -188,8 +189,6 @@ def _mutated(doc: dict, change) -> dict:
          "5 slots, expected num_physical_experts = 6"),
         (lambda d: d["layers"][1].update(physical_to_logical=[0, 1, 2, 2, 1, 0]),
          "layers[1].physical_to_logical", "expert 3 of layer 4 has no replica"),
-        (lambda d: d["layers"][0].update(physical_to_logical=[0, 0, 1, 2, 3, 1]),
-         "layers[0].physical_to_logical", "GPU 0 holds two replicas of one expert in layer 3"),
         (lambda d: d["layers"][0].update(physical_to_logical=[0, 1, 4, 2, 3, 0]),
          "layers[0].physical_to_logical", "slot 2 of layer 3 holds expert 4, outside [0, 4)"),
         (lambda d: d["layers"][1].update(layer=3), "layers[1].layer", "layer 3 repeats layers[0]"),
@@ -237,3 +236,24 @@ def test_read_checks_the_model_when_given(tmp_path, good_doc):
     assert str(info.value) == f"{path}: layer 4 is not an MoE layer of toy"
     ok = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(3, 4))
     assert read_placement(path, model=ok).layer_ids.tolist() == [3, 4]
+
+
+def test_two_replicas_on_one_gpu_read_with_a_warning(tmp_path, good_doc):
+    """DeepSeek's EPLB (and the eplb solver) put an expert twice on a GPU: accepted."""
+    doc = _mutated(
+        good_doc, lambda d: d["layers"][0].update(physical_to_logical=[0, 0, 1, 2, 3, 1])
+    )
+    path = _write(tmp_path, doc)
+    with pytest.warns(PlacerWarning) as caught:
+        placement = read_placement(path)
+    assert str(caught[0].message).startswith(
+        f"{path}: GPU 0 holds 2 replicas of expert 0 in layer 3: "
+    )
+    assert placement.physical_to_logical[0].tolist() == [0, 0, 1, 2, 3, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_placement(path, warn_duplicates=False)
+    # and it is written back as read
+    out = tmp_path / "again.json"
+    write_placement(out, placement)
+    assert json.loads(out.read_text())["layers"][0]["physical_to_logical"] == [0, 0, 1, 2, 3, 1]

@@ -63,8 +63,8 @@ def expected_remote_copies(
 
     Assumptions: the source rank is uniform over the GPUs and independent of routing;
     each selection picks one of its expert's replicas uniformly and independently (the
-    ``random`` policy; ``round_robin`` in expectation).  With ``f[e, g] = 1 / r_e`` when
-    GPU g holds a replica of expert e (``r_e`` replicas), ``F[e, n] = sum of f[e, g]
+    ``random`` policy; ``round_robin`` in expectation).  With ``f[e, g] = c / r_e`` when
+    GPU g holds ``c`` of the ``r_e`` replicas of expert e, ``F[e, n] = sum of f[e, g]
     over GPUs g of node n``, ``G_n`` GPUs in node n and ``T`` tokens::
 
         gpu  = [(1 - 1/G) * (sum_e load_e  -  sum_{i<j} coact_ij * sum_g f_ig f_jg)] / T
@@ -240,7 +240,7 @@ def _dispatch_shares(placement: Placement, stats: ExpertStats, topology: Topolog
     load = stats.mean_load[rows].astype(np.float64)
     _check_pairs(load, coact, stats, rows)
     tokens = np.maximum(float(max(stats.total_tokens, 1)), load.max(axis=1))
-    f = placement.expert_gpu_mask / placement.replica_counts[:, :, None]
+    f = placement.replicas_on_gpu / placement.replica_counts[:, :, None]  # 2/r for a duplicate
     node_of_gpu = np.asarray(topology.node_of_gpu, dtype=np.int64)
     onehot = np.eye(int(node_of_gpu.max()) + 1)[node_of_gpu]  # [G, N]
     w = 1.0 - onehot.sum(axis=0) / placement.num_gpus
