@@ -23,7 +23,7 @@ from placer.engines import (
     vllm_ascend,
     write_engine,
 )
-from placer.errors import EngineFormatError, UsageError
+from placer.errors import EngineFormatError, PlacerWarning, UsageError
 from placer.placement import Placement
 
 
@@ -307,10 +307,72 @@ def test_expert_id_out_of_range(toy: ToyModel, tmp_path: Path) -> None:
         read_engine(path, "vllm", model=toy, num_gpus=2)
 
 
-def test_two_replicas_on_one_gpu_are_refused(toy: ToyModel, tmp_path: Path) -> None:
-    path = _json(tmp_path, [[0, 0, 1, 2, 3, 1]] * 3)
-    with pytest.raises(EngineFormatError, match="GPU 0 holds two replicas of one expert"):
-        read_engine(path, "vllm", model=toy, num_gpus=2)
+# -- two replicas of one expert on one GPU (DeepSeek's EPLB makes them) --------------------
+
+
+@pytest.fixture
+def duplicated(toy: ToyModel) -> Placement:
+    """The toy plan with expert 0 twice on GPU 0 in layer 1 and expert 1 twice on GPU 1 in
+    layer 4."""
+    return Placement(
+        physical_to_logical=np.array(
+            [[0, 0, 1, 2, 3, 0], [1, 0, 2, 3, 2, 1], [2, 3, 0, 1, 1, 3]]
+        ),
+        layer_ids=np.array([1, 2, 4]),
+        num_experts=4,
+        num_gpus=2,
+    )
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "trtllm", "vllm", "eplb"])
+def test_duplicates_round_trip_with_a_warning(
+    fmt: str, duplicated: Placement, toy: ToyModel, tmp_path: Path
+) -> None:
+    """SGLang, TensorRT-LLM, vLLM and EPLB's arrays hold them: written, read back with a
+    warning naming the first one."""
+    path = tmp_path / f"dup{SUFFIX[fmt]}"
+    write_engine(duplicated, fmt, path, model=toy)
+    with pytest.warns(PlacerWarning) as caught:
+        back = read_engine(path, fmt, model=toy, num_gpus=2)
+    _same(duplicated, back)
+    messages = [str(w.message) for w in caught if issubclass(w.category, PlacerWarning)]
+    assert messages == [
+        f"{path}: GPU 0 holds 2 replicas of expert 0 in layer 1 (and 1 more (layer, GPU)"
+        " pairs): a second replica on one GPU takes a slot of memory but adds no dispatch"
+        " bandwidth; SGLang, TensorRT-LLM and vLLM load such placements, vLLM-Ascend's"
+        " expert map cannot express them"
+    ]
+
+
+def test_eplb_arrays_of_a_duplicate_list_both_slots(
+    duplicated: Placement, toy: ToyModel
+) -> None:
+    arrays = eplb_npz.to_arrays(duplicated)
+    assert arrays["logcnt"][0].tolist() == [3, 1, 1, 1]
+    assert arrays["log2phy"][0, 0].tolist() == [0, 1, 5]
+
+
+def test_vllm_ascend_refuses_duplicates_on_write(
+    duplicated: Placement, toy: ToyModel, tmp_path: Path
+) -> None:
+    path = tmp_path / "map.json"
+    with pytest.raises(EngineFormatError) as info:
+        write_engine(duplicated, "vllm-ascend", path, model=toy)
+    assert str(info.value) == (
+        "device 0 holds expert 0 twice in layer 1 (2 (layer, device) pairs in all);"
+        " vLLM-Ascend's expert map keeps one slot per expert on a device"
+    )
+    assert "--solver eplb-valid" in (info.value.hint or "")
+    assert not path.exists()
+
+
+def test_vllm_ascend_map_with_a_duplicate_reads_with_a_warning(
+    duplicated: Placement, toy: ToyModel, tmp_path: Path
+) -> None:
+    path = _json(tmp_path, vllm_ascend.to_document(duplicated))
+    with pytest.warns(PlacerWarning, match="vLLM-Ascend's expert map cannot express them"):
+        back = read_engine(path, "vllm-ascend", model=toy)
+    _same(duplicated, back)
 
 
 def _trtllm(tmp_path: Path, doc: dict[str, object]) -> Path:

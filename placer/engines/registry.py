@@ -297,9 +297,14 @@ def build_placement(
     path: Path,
     engine: str,
 ) -> Placement:
-    """A validated Placement over the model's MoE layers; errors carry the file."""
+    """A validated Placement over the model's MoE layers; errors carry the file.
+
+    A GPU holding two replicas of one expert is accepted (SGLang, TensorRT-LLM and
+    DeepSeek's EPLB produce and load such files) with a :class:`PlacerWarning` that
+    names the first one (:meth:`Placement.duplicate_warning`).
+    """
     try:
-        return Placement(
+        placement = Placement(
             physical_to_logical=physical_to_logical,
             layer_ids=np.asarray(model.moe_layer_ids, dtype=np.int64),
             num_experts=model.num_experts,
@@ -308,6 +313,8 @@ def build_placement(
         )
     except PlacementError as e:
         raise EngineFormatError(e.message, where=str(path), hint=e.hint) from None
+    placement.warn_duplicates(str(path), stacklevel=3)
+    return placement
 
 
 def read_json(path: Path) -> Any:

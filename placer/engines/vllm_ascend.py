@@ -11,6 +11,11 @@ It stacks ``device_expert`` into an ``[N, G, S]`` tensor: layers by position in
 ``layer_list`` (MoE-layer position, 0-based, not the absolute layer id), devices
 by position in ``device_list``, so every device holds the same number of experts
 and position ``s`` of device ``g`` is physical slot ``g*S + s``.
+
+A device cannot hold an expert twice: ``generate_expert_placement_map`` keeps one local
+index per (device, expert) (``map[layer, device, device_expert] = arange(S)``), so a
+second copy would overwrite the first and the device would count ``S - 1`` experts.
+Writing refuses such placements; reading one warns, as for every engine.
 """
 
 from __future__ import annotations
@@ -135,7 +140,25 @@ def from_document(
     return build_placement(np.asarray(rows, dtype=np.int64), model, gpus, path, ENGINE)
 
 
+def check_no_duplicates(placement: Placement) -> None:
+    """EngineFormatError when a device would hold an expert twice (see the module)."""
+    dup = placement.duplicate_gpus
+    if not dup.any():
+        return
+    row, gpu = (int(x) for x in np.argwhere(dup)[0])
+    experts = placement.experts_on_gpu(row, gpu)
+    values, counts = np.unique(experts, return_counts=True)
+    raise EngineFormatError(
+        f"device {gpu} holds expert {int(values[np.argmax(counts)])} twice in layer"
+        f" {int(placement.layer_ids[row])} ({int(dup.sum())} (layer, device) pairs in all);"
+        " vLLM-Ascend's expert map keeps one slot per expert on a device",
+        hint="plan with --solver eplb-valid or cpsat (no expert twice on a GPU), or export for"
+        " an engine that loads such placements (sglang, trtllm, vllm)",
+    )
+
+
 def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
+    check_no_duplicates(placement)
     write_json(path, to_document(placement))
     return [
         "--enable-expert-parallel"
