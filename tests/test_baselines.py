@@ -104,7 +104,7 @@ def problems(draw) -> PlacementProblem:
 
 
 #: Quick solvers get many examples; search-based ones a few, with a short time limit.
-_QUICK = {"linear", "round_robin", "eplb"}
+_QUICK = {"linear", "round_robin", "eplb", "eplb-valid"}
 
 
 @pytest.mark.parametrize("name", solver_names())
@@ -125,10 +125,11 @@ def test_every_solver_returns_a_valid_placement(name):
         counts = placement.replica_counts
         assert (counts >= 1).all()
         assert counts.sum(axis=1).tolist() == [problem.num_physical] * stats.num_layers
-        per_gpu = placement.physical_to_logical.reshape(stats.num_layers, problem.num_gpus, -1)
-        for layer in per_gpu:
-            for gpu in layer:
-                assert len(set(gpu.tolist())) == problem.slots_per_gpu
+        if name != "eplb":  # the reference EPLB may put an expert twice on a GPU
+            per_gpu = placement.physical_to_logical.reshape(stats.num_layers, problem.num_gpus, -1)
+            for layer in per_gpu:
+                for gpu in layer:
+                    assert len(set(gpu.tolist())) == problem.slots_per_gpu
         assert result.solver == name
         if name in _QUICK:
             hottest = gpu_loads(placement, stats.mean_load).max()

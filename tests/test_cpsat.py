@@ -107,7 +107,7 @@ def test_full_model_beats_or_matches_eplb_and_reports_bound(tiny):
 def test_no_search_keeps_the_hint_with_status_fallback(medium):
     params = fast(**LNS, balance_iterations=0, cost_iterations=0)
     result = solve(medium, "cpsat", params)
-    eplb = solve(medium, "eplb")
+    eplb = solve(medium, "eplb-valid")  # the default hint
     assert result.status == "FALLBACK"
     assert result.details["winners"] == {"cpsat": 0, "eplb": 1}
     np.testing.assert_array_equal(result.placement.expert_gpu_mask, eplb.placement.expert_gpu_mask)
@@ -214,7 +214,9 @@ def test_invariants_on_random_problems(num_experts, num_gpus, extra, windows, se
     assert (placement.replica_counts >= 1).all()
     per_gpu = placement.expert_gpu_mask.sum(axis=1)  # [L, G] experts per GPU
     assert (per_gpu == slots).all()
-    eplb = solve(problem, "eplb").placement
+    # never worse than its hint; the reference "eplb" can be better where two replicas of
+    # a hot expert on one GPU (which the CP-SAT model does not allow) leave a slot unused
+    eplb = solve(problem, "eplb-valid").placement
     assert (robust_ratio(placement, problem.stats)
             <= robust_ratio(eplb, problem.stats) + 1e-12).all()
 

@@ -1,8 +1,11 @@
-"""DeepSeek EPLB: the published example, the steps against brute force, the solver."""
+"""DeepSeek EPLB: the published example, golden data from the reference, a loop
+re-implementation of the reference, the steps against brute force, the solvers."""
 
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from placer.solvers.baselines import linear_layout
 from placer.solvers.eplb import (
     balanced_packing,
     eplb_placement,
+    eplb_valid_placement,
     rebalance_experts,
     replicate_experts,
 )
@@ -60,6 +64,15 @@ def test_published_example_phy2log_and_logcnt():
     assert log2phy.shape == (2, 12, 2)
 
 
+def test_module_doctest_runs_the_published_example():
+    import doctest
+
+    import placer.solvers.eplb as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 3 and result.failed == 0
+
+
 def test_published_example_hottest_gpu_loads():
     phy2log, _, _ = rebalance_experts(EXAMPLE_WEIGHT, 16, 4, 2, 8)
     placement = Placement(phy2log, np.array([0, 1]), num_experts=12, num_gpus=8)
@@ -94,7 +107,7 @@ def test_eplb_solver_reproduces_the_published_example():
     assert result.objective == 179.5
     assert result.details["hottest_gpu_load"].tolist() == [156.0, 179.5]
     assert result.details["policy"] == "hierarchical"
-    assert result.details["repaired_slots"] == 0
+    assert result.details["duplicate_gpus"] == 0
 
 
 def test_global_policy_is_hierarchical_with_one_node_and_one_group():
@@ -105,24 +118,225 @@ def test_global_policy_is_hierarchical_with_one_node_and_one_group():
     assert logcnt.tolist() == expected_cnt.tolist()
 
 
-def test_global_policy_on_one_node_keeps_replicas_apart():
+def test_global_policy_on_one_node_keeps_replicas_apart_in_eplb_valid():
     """Layer 0 of the example on 4 GPUs, global policy (figures derived by hand).
 
     Replicas go to experts 10, 5, 1, 4 (183, 165, 132, 104).  Packing replica loads
     91.5, 91.5, 90, 86, 82.5, 82.5, 73, 66, 66, ... the reference puts both replicas
-    of expert 1 (66 each) on GPU 1; placer's solver sends the second to the lightest
-    GPU without expert 1 instead, and otherwise packs identically.
+    of expert 1 (66 each) on GPU 1, and so does the ``eplb`` solver; ``eplb-valid``
+    sends the second to the lightest GPU without expert 1 instead, and otherwise packs
+    identically.
     """
     weight = EXAMPLE_WEIGHT[:1]
     reference, _, logcnt = rebalance_experts(weight, 16, 1, 1, 4)
     assert logcnt.tolist() == [[1, 2, 1, 1, 2, 2, 1, 1, 1, 1, 2, 1]]
     assert reference.tolist() == [[10, 8, 3, 7, 10, 1, 1, 4, 0, 5, 4, 2, 11, 5, 9, 6]]
     placement, report = eplb_placement(weight, np.array([0]), num_gpus=4, slots_per_gpu=4)
+    assert placement.physical_to_logical.tolist() == reference.tolist()
+    assert report == {"policy": "global", "duplicate_gpus": 1}
+    assert placement.duplicate_gpus.tolist() == [[False, True, False, False]]
+    assert gpu_loads(placement, weight)[0].tolist() == [229.5, 275.5, 264.5, 263.5]
+    placement, report = eplb_valid_placement(
+        weight, np.array([0]), num_gpus=4, slots_per_gpu=4
+    )
     assert placement.physical_to_logical.tolist() == [
         [10, 8, 1, 7, 10, 1, 3, 4, 0, 5, 4, 2, 11, 5, 9, 6]
     ]
     assert report == {"policy": "global", "repaired_slots": 0}
     assert gpu_loads(placement, weight)[0].tolist() == [234.5, 270.5, 264.5, 263.5]
+
+
+# -- the reference: golden data and a loop re-implementation -----------------------------
+
+REFERENCE = Path(__file__).parent / "fixtures" / "eplb" / "reference.json"
+
+
+def _same_slot_sets(log2phy: np.ndarray, expected: list) -> bool:
+    """Each expert's slots agree as a set (their order among equal replicas is the torch
+    build's; see tests/fixtures/eplb/make_reference.py)."""
+    expected = np.asarray(expected)
+    if log2phy.shape != expected.shape:
+        return False
+    ours = np.sort(log2phy, axis=2)
+    theirs = np.sort(expected, axis=2)
+    return bool(np.array_equal(ours, theirs))
+
+
+@pytest.mark.parametrize(
+    "case", json.loads(REFERENCE.read_text())["cases"], ids=lambda case: case["name"]
+)
+def test_equals_the_reference_run_by_torch(case):
+    """deepseek-ai/EPLB's own output (torch, float32) on seeded inputs: identical."""
+    args = (case["num_replicas"], case["num_groups"], case["num_nodes"], case["num_gpus"])
+    phy2log, log2phy, logcnt = rebalance_experts(np.array(case["weight"]), *args)
+    assert phy2log.tolist() == case["phy2log"]
+    assert logcnt.tolist() == case["logcnt"]
+    assert _same_slot_sets(log2phy, case["log2phy"])
+
+
+def test_golden_data_covers_duplicates_and_both_policies():
+    cases = json.loads(REFERENCE.read_text())["cases"]
+    with_duplicates = 0
+    for case in cases:
+        grid = np.array(case["phy2log"]).reshape(len(case["phy2log"]), case["num_gpus"], -1)
+        ordered = np.sort(grid, axis=2)
+        with_duplicates += bool((ordered[:, :, 1:] == ordered[:, :, :-1]).any())
+    assert with_duplicates >= 20
+    assert any(c["num_groups"] % c["num_nodes"] == 0 and c["num_nodes"] > 1 for c in cases)
+    assert any(c["num_groups"] % c["num_nodes"] for c in cases)
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def reference_loop(weight, num_replicas, num_groups, num_nodes, num_gpus):
+    """deepseek-ai/EPLB's ``rebalance_experts`` written out with loops over plain floats.
+
+    Follows the reference line by line (``eplb.py``): float32 weights, float32 sums and
+    quotients (a float64 result rounded to float32 is the float32 result for one + or /),
+    items packed heaviest first with equal weights in index order, the lightest pack with
+    room taken (``min``: the first on ties), redundant slots to the first expert with the
+    largest load per replica (``max``: the first on ties), ``log2phy`` by replica rank
+    and as wide as the largest count.
+    """
+    weight = np.asarray(weight, dtype=np.float32).astype(np.float64).tolist()
+    if num_groups % num_nodes:
+        num_groups, num_nodes = 1, 1
+    num_layers, num_logical = len(weight), len(weight[0])
+    group_size = num_logical // num_groups
+    groups_per_node = num_groups // num_nodes
+    gpus_per_node = num_gpus // num_nodes
+    per_gpu = num_replicas // num_gpus
+    logical_per_node = num_logical // num_nodes
+    physical_per_node = num_replicas // num_nodes
+
+    def pack(values, num_packs):
+        per_pack = len(values) // num_packs
+        if per_pack == 1:
+            return list(range(len(values))), [0] * len(values)
+        order = sorted(range(len(values)), key=lambda i: -values[i])  # stable
+        weights, items = [0.0] * num_packs, [0] * num_packs
+        where, rank = [-1] * len(values), [-1] * len(values)
+        for i in order:
+            p = min((j for j in range(num_packs) if items[j] < per_pack), key=lambda j: weights[j])
+            where[i], rank[i] = p, items[p]
+            weights[p] = _f32(weights[p] + values[i])
+            items[p] += 1
+        return where, rank
+
+    def replicate(values, num_phy):
+        count = [1] * len(values)
+        phy, rank = list(range(len(values))), [0] * len(values)
+        for _ in range(len(values), num_phy):
+            best = max(range(len(values)), key=lambda e: _f32(values[e] / count[e]))
+            phy.append(best)
+            rank.append(count[best])
+            count[best] += 1
+        return phy, rank, count
+
+    phy2log = np.zeros((num_layers, num_replicas), dtype=np.int64)
+    phyrank = np.zeros((num_layers, num_replicas), dtype=np.int64)
+    logcnt = np.zeros((num_layers, num_logical), dtype=np.int64)
+    for layer, row in enumerate(weight):
+        group_load = [
+            _f32(sum(row[g * group_size : (g + 1) * group_size])) for g in range(num_groups)
+        ]
+        group_pack, group_rank = pack(group_load, num_nodes)
+        mlog2log = [0] * num_logical
+        for expert in range(num_logical):
+            g = expert // group_size
+            start = (group_pack[g] * groups_per_node + group_rank[g]) * group_size
+            mlog2log[start + expert % group_size] = expert
+        for node in range(num_nodes):
+            local = mlog2log[node * logical_per_node : (node + 1) * logical_per_node]
+            values = [row[e] for e in local]
+            phy, rank, count = replicate(values, physical_per_node)
+            for i, e in enumerate(local):
+                logcnt[layer, e] = count[i]
+            loads = [_f32(values[m] / count[m]) for m in phy]
+            gpu, pos = pack(loads, gpus_per_node)
+            for k, m in enumerate(phy):
+                slot = node * physical_per_node + gpu[k] * per_gpu + pos[k]
+                phy2log[layer, slot] = local[m]
+                phyrank[layer, slot] = rank[k]
+    width = int(logcnt.max())
+    log2phy = np.full((num_layers, num_logical, width), -1, dtype=np.int64)
+    for layer in range(num_layers):
+        for slot in range(num_replicas):
+            log2phy[layer, phy2log[layer, slot], phyrank[layer, slot]] = slot
+    return phy2log, log2phy, logcnt
+
+
+def test_reference_loop_reproduces_the_golden_data():
+    """The loop re-implementation is itself the reference (so the random tests below are)."""
+    for case in json.loads(REFERENCE.read_text())["cases"][:8]:
+        args = (case["num_replicas"], case["num_groups"], case["num_nodes"], case["num_gpus"])
+        phy2log, log2phy, logcnt = reference_loop(np.array(case["weight"]), *args)
+        assert phy2log.tolist() == case["phy2log"]
+        assert logcnt.tolist() == case["logcnt"]
+        assert _same_slot_sets(log2phy, case["log2phy"])
+
+
+def _assert_equals_loop(weight, *args):
+    ours = rebalance_experts(weight, *args)
+    theirs = reference_loop(weight, *args)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.tolist() == b.tolist()
+    return ours[0]
+
+
+def test_duplicates_on_one_gpu_as_the_reference():
+    """The hot expert's three replicas on two GPUs: GPU 0 holds it twice."""
+    phy2log = _assert_equals_loop(np.array([[100, 1, 1, 1]]), 6, 1, 1, 2)
+    assert phy2log.tolist() == [[0, 0, 3, 0, 1, 2]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_equals_the_loop_on_the_gpt_oss_20b_shape(seed):
+    """24 layers x 32 experts, 8 GPUs x 5 slots, skewed integer loads (ties included)."""
+    rng = np.random.default_rng(seed)
+    weight = np.stack([
+        (2e5 / np.arange(1, 33) ** rng.uniform(0.5, 1.8))[rng.permutation(32)] for _ in range(24)
+    ]).round().astype(np.int64)
+    phy2log = _assert_equals_loop(weight, 40, 1, 1, 8)
+    assert Placement(phy2log, np.arange(24), 32, 8).duplicate_gpus.any()
+
+
+def test_equals_the_loop_on_a_deepseek_v3_shape():
+    """256 experts in 8 groups, 4 nodes x 8 GPUs, 288 slots (hierarchical), 2 layers."""
+    rng = np.random.default_rng(3)
+    weight = (rng.pareto(1.2, (2, 256)) * 5000).astype(np.int64)
+    _assert_equals_loop(weight, 288, 8, 4, 32)
+    _assert_equals_loop(weight, 288, 8, 1, 32)
+
+
+@st.composite
+def reference_cases(draw):
+    """Any shape the reference accepts, loads with many ties (small integers) or none."""
+    nodes = draw(st.sampled_from([1, 2, 4]))
+    num_gpus = nodes * draw(st.integers(1, 4))
+    groups = draw(st.sampled_from([1, nodes, 2 * nodes, 3]))
+    num_experts = groups * draw(st.integers(1, 6))
+    if num_experts < num_gpus:
+        num_experts = groups * -(-num_gpus // groups)
+    low = -(-num_experts // num_gpus)
+    slots = draw(st.integers(low, low + 4))
+    layers = draw(st.integers(1, 3))
+    high = draw(st.sampled_from([3, 50, 10**6]))
+    weight = draw(st.lists(
+        st.lists(st.integers(0, high), min_size=num_experts, max_size=num_experts),
+        min_size=layers, max_size=layers,
+    ))
+    return np.array(weight), (num_gpus * slots, groups, nodes, num_gpus)
+
+
+@given(reference_cases())
+@settings(max_examples=150, deadline=None)
+def test_equals_the_loop_on_random_inputs(case):
+    weight, args = case
+    _assert_equals_loop(weight, *args)
+    _assert_equals_loop(weight / 7.0, *args)  # non-integer figures
 
 
 # -- the steps ---------------------------------------------------------------------------
@@ -194,27 +408,34 @@ def test_balanced_packing_fills_every_pack_exactly(case):
         assert sorted(rank[0][pack[0] == p].tolist()) == list(range(per_pack))
 
 
-# -- the solver: valid where the reference is not -----------------------------------------
+# -- eplb-valid: no GPU holds an expert twice ------------------------------------------------
 
 
-def test_eplb_caps_replicas_at_the_number_of_gpus():
-    """One very hot expert: the reference gives it 3 replicas on 2 GPUs; placer caps at 2."""
+def test_eplb_valid_caps_replicas_at_the_number_of_gpus():
+    """One very hot expert: the reference gives it 3 replicas on 2 GPUs; eplb-valid caps at 2."""
     weight = np.array([[100, 1, 1, 1]])
     _, _, logcnt = rebalance_experts(weight, 6, 1, 1, 2)
     assert logcnt.tolist() == [[3, 1, 1, 1]]
-    placement, report = eplb_placement(weight, np.array([0]), num_gpus=2, slots_per_gpu=3)
+    placement, _ = eplb_placement(weight, np.array([0]), num_gpus=2, slots_per_gpu=3)
+    assert placement.replica_counts.tolist() == [[3, 1, 1, 1]]  # eplb: as the reference
+    placement, report = eplb_valid_placement(
+        weight, np.array([0]), num_gpus=2, slots_per_gpu=3
+    )
     assert placement.replica_counts.tolist() == [[2, 2, 1, 1]]
     assert report == {"policy": "global", "repaired_slots": 0}
 
 
-def test_eplb_repairs_two_replicas_on_one_gpu():
+def test_eplb_valid_repairs_two_replicas_on_one_gpu():
     """A dense case (8 slots per GPU, 9 experts) where the packing alone cannot avoid it."""
     weight = np.array([[13, 9, 5, 5, 15, 7, 8, 5, 19]])
     reference, _, _ = rebalance_experts(weight, 24, 1, 1, 3)
     grid = reference.reshape(3, 8)
     assert any(len(set(row.tolist())) < 8 for row in grid)  # the reference's answer is invalid
-    placement, report = eplb_placement(weight, np.array([7]), num_gpus=3, slots_per_gpu=8)
+    placement, report = eplb_valid_placement(
+        weight, np.array([7]), num_gpus=3, slots_per_gpu=8
+    )
     assert report["repaired_slots"] == 1
+    assert not placement.duplicate_gpus.any()
     assert placement.replica_counts.sum() == 24  # and Placement validated it
 
 
@@ -247,22 +468,24 @@ def eplb_cases(draw):
 
 @given(eplb_cases())
 @settings(max_examples=80, deadline=None)
-def test_eplb_placement_equals_reference_whenever_the_reference_is_valid(case):
+def test_eplb_valid_equals_reference_whenever_the_reference_has_no_duplicate(case):
     weight, num_gpus, slots, groups, nodes = case
     layer_ids = np.arange(weight.shape[0]) + 3
-    placement, _ = eplb_placement(weight, layer_ids, num_gpus, slots, groups, nodes)
+    placement, _ = eplb_valid_placement(weight, layer_ids, num_gpus, slots, groups, nodes)
+    assert not placement.duplicate_gpus.any()
     reference, _, logcnt = rebalance_experts(weight, num_gpus * slots, groups, nodes, num_gpus)
     if logcnt.max() <= num_gpus // nodes and _reference_is_valid(reference, num_gpus):
         assert placement.physical_to_logical.tolist() == reference.tolist()
     assert placement.replica_counts.sum(axis=1).tolist() == [num_gpus * slots] * weight.shape[0]
 
 
-@given(eplb_cases())
+@given(case=eplb_cases())
 @settings(max_examples=60, deadline=None)
-def test_eplb_replica_loads_are_load_over_count(case):
+@pytest.mark.parametrize("method", [eplb_placement, eplb_valid_placement])
+def test_eplb_replica_loads_are_load_over_count(case, method):
     weight, num_gpus, slots, groups, nodes = case
     ids = np.arange(weight.shape[0])
-    placement, _ = eplb_placement(weight, ids, num_gpus, slots, groups, nodes)
+    placement, _ = method(weight, ids, num_gpus, slots, groups, nodes)
     counts = placement.replica_counts
     per_gpu = gpu_loads(placement, weight)
     for layer in range(weight.shape[0]):
@@ -276,10 +499,16 @@ def test_eplb_replica_loads_are_load_over_count(case):
 @given(eplb_cases())
 @settings(max_examples=60, deadline=None)
 def test_eplb_largest_replica_load_is_at_most_linears(case):
-    """Replication is min-max optimal, and linear's replica counts are one feasible choice."""
+    """Replication is min-max optimal, and linear's replica counts are one feasible choice
+    (the reference's: uncapped; eplb-valid's cap still admits linear's counts)."""
     weight, num_gpus, slots, _, _ = case
     ids = np.arange(weight.shape[0])
-    placement, _ = eplb_placement(weight, ids, num_gpus, slots)  # global policy
+    for method in (eplb_placement, eplb_valid_placement):
+        placement, _ = method(weight, ids, num_gpus, slots)  # global policy
+        _assert_replicas_beat_linear(placement, weight, ids, num_gpus, slots)
+
+
+def _assert_replicas_beat_linear(placement, weight, ids, num_gpus, slots):
     linear = Placement(
         np.tile(linear_layout(weight.shape[1], num_gpus, slots), (len(ids), 1)), ids,
         weight.shape[1], num_gpus,

@@ -1,18 +1,40 @@
-"""DeepSeek's Expert Parallelism Load Balancer (EPLB), and the ``eplb`` solver.
+"""DeepSeek's Expert Parallelism Load Balancer (EPLB): the ``eplb`` and ``eplb-valid`` solvers.
 
-Written from the algorithm's description (DESIGN.md §7; deepseek-ai/EPLB, MIT):
+:func:`rebalance_experts` is deepseek-ai/EPLB's ``rebalance_experts`` (``eplb.py``, MIT)
+step for step, with its arithmetic and its tie rules; the solver ``eplb`` runs it:
 
-- ``replicate``: every logical expert starts with one replica; each redundant
-  slot goes to the expert whose load per replica is highest (first such expert
-  on ties).
-- ``pack``: items sorted by weight, heaviest first (ties in index order), each
-  put on the lightest pack that still has room (first such pack on ties); every
-  pack takes exactly ``n / packs`` items.
-- Hierarchical policy (when ``num_groups % num_nodes == 0``): pack expert groups
-  to nodes, replicate within each node, pack each node's replicas onto its GPUs.
-  Otherwise the global policy: the same with one node and one group.
+- ``replicate``: every logical expert starts with one replica; each redundant slot goes
+  to the expert whose load per replica (float32 ``load / count``) is highest, the first
+  such expert on ties (``torch.max(dim=-1).indices``).
+- ``pack``: items sorted by weight, heaviest first, each put on the lightest pack that
+  still has room, the first such pack on ties (Python's ``min``); pack weights add up in
+  float32, as the reference's tensor sums do; every pack takes exactly ``n / packs``
+  items.
+- Hierarchical policy (when ``num_groups % num_nodes == 0``): pack expert groups to
+  nodes, replicate within each node, pack each node's replicas onto its GPUs.  Otherwise
+  the global policy: the same with one node and one group.
 
-A replica's load is its expert's load divided by the expert's replica count.
+Like the reference it neither caps an expert's replicas nor keeps two replicas of one
+expert off one GPU: a GPU may hold an expert twice (SGLang, TensorRT-LLM and DeepSeek's
+own serving load such placements; vLLM-Ascend's map cannot express them).
+``eplb-valid`` (:func:`eplb_valid_placement`) is the variant for consumers that need at
+most one replica of an expert per GPU: it caps replicas at a node's GPU count, packs a
+replica onto a GPU without its expert when one with room exists, and repairs what is
+left by swaps; wherever the reference's answer has no duplicate it is the same.
+
+Arithmetic is the reference's: loads are cast to float32 (``weight.float()``) and every
+division and sum is rounded to float32.  Two points where the reference itself depends
+on the torch build, and the rule used here:
+
+- equal weights in the packing sort: the reference sorts with torch's unstable sort,
+  whose order among equal values differs between torch builds (``std::sort`` or
+  x86-simd-sort); here equal weights keep index order (the order torch gives for up to
+  16 items).  Equal weights swap places only with each other, so every pack's weight is
+  the same either way: no GPU's load changes, only which of two equally loaded replicas
+  (and so which replica rank in ``log2phy``) sits where.
+- group sums (hierarchical policy with several groups per node): summed exactly and
+  rounded to float32 once; torch's vectorized float32 sum gives the same figure whenever
+  the sums are exact in float32 (integer loads with group sums below 2**24).
 
 Example (the published one, 12 experts, 16 slots, 2 nodes of 4 GPUs, 4 groups)::
 
@@ -21,14 +43,13 @@ Example (the published one, 12 experts, 16 slots, 2 nodes of 4 GPUs, 4 groups)::
     >>> phy2log, log2phy, logcnt = rebalance_experts(weight, 16, 4, 2, 8)
     >>> phy2log[0].tolist()
     [5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1]
-
-Arithmetic is float64; the reference computes in float32, so results can only
-differ where two figures are closer than float32 resolution (~6e-8 relative).
 """
 
 from __future__ import annotations
 
+import heapq
 import time
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +58,13 @@ from placer.placement import Placement
 from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver
 from placer.solvers.baselines import heuristic_result
 
-__all__ = ["balanced_packing", "eplb_placement", "rebalance_experts", "replicate_experts"]
+__all__ = [
+    "balanced_packing",
+    "eplb_placement",
+    "eplb_valid_placement",
+    "rebalance_experts",
+    "replicate_experts",
+]
 
 
 def balanced_packing(
@@ -45,16 +72,18 @@ def balanced_packing(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pack ``n`` weighted items into ``num_packs`` packs of exactly ``n / num_packs`` items.
 
-    Greedy: items by decreasing weight (stable: equal weights keep index order), each
-    to the lightest pack with room (the first such pack on ties).
+    Greedy, as the reference: items by decreasing float32 weight (equal weights in index
+    order), each to the lightest pack with room (the first such pack on ties); a pack's
+    weight is the float32 sum of its items, added in the order they were packed.
 
     Parameters
     ----------
     weight: ``[rows, n]`` float, weight of each item; each row is packed on its own.
     num_packs: packs per row; must divide ``n``.
     labels: ``[rows, n]`` int or None.  When given, an item avoids packs that already
-        hold an item with its label if any pack with room does not (used to keep two
-        replicas of one expert off one GPU); without conflicts this changes nothing.
+        hold an item with its label if any pack with room does not (``eplb-valid`` uses
+        it to keep two replicas of one expert off one GPU); without conflicts this
+        changes nothing.
 
     Returns
     -------
@@ -62,7 +91,7 @@ def balanced_packing(
     rank_in_pack: ``[rows, n]`` int64, position of each item within its pack (the
         order items were put in).
     """
-    weight = np.asarray(weight, dtype=np.float64)
+    weight = np.asarray(weight, dtype=np.float32)
     num_rows, num_items = weight.shape
     if num_packs <= 0 or num_items % num_packs:
         raise UsageError(f"{num_items} items do not split evenly into {num_packs} packs")
@@ -73,39 +102,78 @@ def balanced_packing(
 
     pack_index = np.full(weight.shape, -1, dtype=np.int64)
     rank_in_pack = np.full(weight.shape, -1, dtype=np.int64)
-    packs = range(num_packs)
+    order = np.argsort(-weight, axis=1, kind="stable")
     for row in range(num_rows):
-        values = weight[row].tolist()
-        row_labels = [0] * num_items if labels is None else [int(x) for x in labels[row]]
-        pack_weight = [0.0] * num_packs
-        pack_items = [0] * num_packs
-        held: list[set[int]] = [set() for _ in packs]
-        for item in np.argsort(-weight[row], kind="stable").tolist():
-            label = row_labels[item]
-            # lightest pack with room (first on ties); preferring packs without the label
-            best, best_free = -1, -1
-            for p in packs:
-                if pack_items[p] == per_pack:
-                    continue
-                if best < 0 or pack_weight[p] < pack_weight[best]:
-                    best = p
-                if labels is not None and label not in held[p] and (
-                    best_free < 0 or pack_weight[p] < pack_weight[best_free]
-                ):
-                    best_free = p
-            pack = best_free if best_free >= 0 else best
-            pack_index[row, item] = pack
-            rank_in_pack[row, item] = pack_items[pack]
-            pack_weight[pack] += values[item]
-            pack_items[pack] += 1
-            held[pack].add(label)
+        # float32 values held as Python floats; each sum is rounded back to float32
+        # (exact for a float32 sum: double rounding is innocuous for + at 53 vs 24 bits)
+        values = weight[row].astype(np.float64).tolist()
+        items = order[row].tolist()
+        if labels is None:
+            _pack_row(values, items, num_packs, per_pack, pack_index[row], rank_in_pack[row])
+        else:
+            _pack_row_labelled(
+                values, items, [int(x) for x in labels[row]], num_packs, per_pack,
+                pack_index[row], rank_in_pack[row],
+            )
     return pack_index, rank_in_pack
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to the nearest float32."""
+    return float(np.float32(x))
+
+
+def _pack_row(
+    values: list[float], items: list[int], num_packs: int, per_pack: int,
+    pack_out: np.ndarray, rank_out: np.ndarray,
+) -> None:
+    """The reference's packing of one row: a heap of (weight, pack) gives the lightest
+    pack with room, the lowest-numbered on ties, as ``min`` over packs does."""
+    heap = [(0.0, p) for p in range(num_packs)]
+    count = [0] * num_packs
+    for item in items:
+        load, pack = heapq.heappop(heap)
+        pack_out[item] = pack
+        rank_out[item] = count[pack]
+        count[pack] += 1
+        if count[pack] < per_pack:
+            heapq.heappush(heap, (_f32(load + values[item]), pack))
+
+
+def _pack_row_labelled(
+    values: list[float], items: list[int], labels: list[int], num_packs: int, per_pack: int,
+    pack_out: np.ndarray, rank_out: np.ndarray,
+) -> None:
+    """The packing of one row preferring packs without the item's label (``eplb-valid``)."""
+    pack_weight = [0.0] * num_packs
+    count = [0] * num_packs
+    held: list[set[int]] = [set() for _ in range(num_packs)]
+    for item in items:
+        label = labels[item]
+        best, best_free = -1, -1
+        for p in range(num_packs):
+            if count[p] == per_pack:
+                continue
+            if best < 0 or pack_weight[p] < pack_weight[best]:
+                best = p
+            if label not in held[p] and (
+                best_free < 0 or pack_weight[p] < pack_weight[best_free]
+            ):
+                best_free = p
+        pack = best_free if best_free >= 0 else best
+        pack_out[item] = pack
+        rank_out[item] = count[pack]
+        pack_weight[pack] = _f32(pack_weight[pack] + values[item])
+        count[pack] += 1
+        held[pack].add(label)
 
 
 def replicate_experts(
     weight: np.ndarray, num_physical: int, max_replicas: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Give ``num_physical - n`` redundant slots to the experts with the most load per replica.
+
+    Load per replica is the float32 quotient ``weight / count``, as the reference's.
 
     Parameters
     ----------
@@ -121,7 +189,7 @@ def replicate_experts(
     replica_rank: ``[rows, num_physical]`` int64, which replica of its expert each slot is.
     replica_counts: ``[rows, n]`` int64.
     """
-    weight = np.asarray(weight, dtype=np.float64)
+    weight = np.asarray(weight, dtype=np.float32)
     num_rows, num_logical = weight.shape
     if num_physical < num_logical:
         raise UsageError(f"{num_physical} slots cannot hold {num_logical} experts")
@@ -135,7 +203,7 @@ def replicate_experts(
     replica_counts = np.ones((num_rows, num_logical), dtype=np.int64)
     rows = np.arange(num_rows)
     for slot in range(num_logical, num_physical):
-        per_replica = weight / replica_counts
+        per_replica = weight / replica_counts.astype(np.float32)  # float32, as torch
         if max_replicas is not None:
             per_replica = np.where(replica_counts < max_replicas, per_replica, -np.inf)
         chosen = np.argmax(per_replica, axis=1)  # first maximum on ties
@@ -162,7 +230,8 @@ def _rebalance(
     num_gpus: int,
     valid_only: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The hierarchical policy; ``valid_only`` caps replicas and keeps replicas apart."""
+    """The hierarchical policy on float32 ``weight``; ``valid_only`` caps replicas at the
+    GPUs of a node and keeps an expert's replicas on different GPUs where it can."""
     num_layers, num_logical = weight.shape
     group_size = num_logical // num_groups
     groups_per_node = num_groups // num_nodes
@@ -172,7 +241,10 @@ def _rebalance(
 
     # Step 1: pack expert groups to nodes; renumber experts node-major ("mlog"),
     # keeping each group's experts contiguous and in order.
-    group_load = weight.reshape(num_layers, num_groups, group_size).sum(axis=2)
+    # (summed exactly, rounded to float32 once: see the module docstring)
+    group_load = (
+        weight.reshape(num_layers, num_groups, group_size).astype(np.float64).sum(axis=2)
+    ).astype(np.float32)
     group_node, group_rank = balanced_packing(group_load, num_nodes)
     group_start = (group_node * groups_per_node + group_rank) * group_size  # [L, groups]
     logical_to_mlog = (group_start[:, :, None] + np.arange(group_size)).reshape(num_layers, -1)
@@ -187,7 +259,9 @@ def _rebalance(
     )
 
     # Step 3: pack each node's replicas onto its GPUs by replica load.
-    replica_load = np.take_along_axis(mlog_load / mlog_count, phy_to_mlog, axis=1)
+    replica_load = np.take_along_axis(
+        mlog_load / mlog_count.astype(np.float32), phy_to_mlog, axis=1
+    )
     gpu_in_node, rank_on_gpu = balanced_packing(
         replica_load, gpus_per_node, labels=phy_to_mlog if valid_only else None
     )
@@ -231,33 +305,46 @@ def _check_shape(
 def rebalance_experts(
     weight: np.ndarray, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """DeepSeek EPLB, as published: the placement of ``num_replicas`` slots per layer.
+    """DeepSeek EPLB's ``rebalance_experts``: the placement of ``num_replicas`` slots per layer.
 
     Parameters
     ----------
-    weight: ``[layers, E]`` load of each logical expert (tokens).
+    weight: ``[layers, E]`` load of each logical expert (tokens); cast to float32.
     num_replicas: ``P``, physical experts per layer; a multiple of ``num_gpus``.
     num_groups: expert groups (DeepSeek-V3: 8); ``E`` must be a multiple.
-    num_nodes: nodes; the hierarchical policy runs when ``num_groups % num_nodes == 0``.
-    num_gpus: GPUs, a multiple of ``num_nodes``.
+    num_nodes: nodes; the hierarchical policy runs when ``num_groups % num_nodes == 0``,
+        else the global one (one node, one group).
+    num_gpus: GPUs, a multiple of ``num_nodes`` under the hierarchical policy.
 
     Returns
     -------
     phy2log: ``[layers, P]`` int64, logical expert of each slot (slot p on GPU p // (P / G)).
     log2phy: ``[layers, E, X]`` int64, slots of each expert by replica rank, -1 padded;
-        ``X`` is the largest replica count.
+        ``X`` is the largest replica count (vLLM's copy pads to ``P - E + 1``).
     logcnt: ``[layers, E]`` int64, replica counts.
 
     Like the reference, this neither caps replica counts at the number of GPUs nor
-    keeps an expert's replicas on different GPUs; :func:`eplb_placement` does both.
+    keeps an expert's replicas on different GPUs (one GPU may hold an expert twice);
+    :func:`eplb_valid_placement` does both.
     """
-    weight = np.asarray(weight, dtype=np.float64)
-    _check_shape(weight, num_replicas, num_groups, num_nodes, num_gpus)
+    weight32 = _checked_weight(weight, num_replicas, num_groups, num_nodes, num_gpus)
     num_groups, num_nodes = _policy(num_groups, num_nodes, num_gpus)
     phy2log, rank, logcnt = _rebalance(
-        weight, num_replicas, num_groups, num_nodes, num_gpus, valid_only=False
+        weight32, num_replicas, num_groups, num_nodes, num_gpus, valid_only=False
     )
     return phy2log, _log2phy(phy2log, rank, logcnt), logcnt
+
+
+def _checked_weight(
+    weight: np.ndarray, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int
+) -> np.ndarray:
+    """``weight`` as float32 (the reference's ``weight.float()``), after the checks."""
+    weight = np.asarray(weight, dtype=np.float64)
+    _check_shape(weight, num_replicas, num_groups, num_nodes, num_gpus)
+    weight32 = weight.astype(np.float32)
+    if not np.isfinite(weight32).all():
+        raise UsageError("expert loads must fit in float32 (EPLB computes in float32)")
+    return weight32
 
 
 def _policy(num_groups: int, num_nodes: int, num_gpus: int) -> tuple[int, int]:
@@ -286,15 +373,7 @@ def eplb_placement(
     num_groups: int = 1,
     num_nodes: int = 1,
 ) -> tuple[Placement, dict[str, object]]:
-    """EPLB made valid for engines: a :class:`Placement` and a report.
-
-    Same as :func:`rebalance_experts` except where the reference's answer is not a
-    valid placement: an expert never gets more replicas than a node has GPUs, and a
-    replica is packed onto a GPU that lacks its expert whenever one with room does.
-    Whenever the reference's answer is valid the two are identical.  Duplicates the
-    packing could not avoid are removed by swapping slots between GPUs (of one node
-    when possible).  The hierarchical policy also needs ``S <= E / nodes`` (a GPU
-    draws its experts from its node's groups); otherwise the global policy runs.
+    """The reference EPLB's placement (:func:`rebalance_experts`) and a report.
 
     Parameters
     ----------
@@ -306,22 +385,60 @@ def eplb_placement(
 
     Returns
     -------
-    The placement, and ``{"policy": "hierarchical" | "global", "repaired_slots": int}``
+    The placement (a GPU may hold an expert twice), and ``{"policy": "hierarchical" |
+    "global", "duplicate_gpus": int}``: (layer, GPU) pairs holding an expert twice
     (hierarchical with one node and one group is reported as global: they are the same).
     """
-    weight = np.asarray(weight, dtype=np.float64)
+    phy2log, _, _ = rebalance_experts(
+        weight, num_gpus * slots_per_gpu, num_groups, num_nodes, num_gpus
+    )
+    placement = Placement(
+        physical_to_logical=phy2log, layer_ids=layer_ids, num_experts=np.shape(weight)[1],
+        num_gpus=num_gpus,
+    )
+    hierarchical = num_groups % num_nodes == 0 and (num_groups, num_nodes) != (1, 1)
+    return placement, {
+        "policy": "hierarchical" if hierarchical else "global",
+        "duplicate_gpus": int(placement.duplicate_gpus.sum()),
+    }
+
+
+def eplb_valid_placement(
+    weight: np.ndarray,
+    layer_ids: np.ndarray,
+    num_gpus: int,
+    slots_per_gpu: int,
+    num_groups: int = 1,
+    num_nodes: int = 1,
+) -> tuple[Placement, dict[str, object]]:
+    """EPLB with at most one replica of an expert per GPU (``eplb-valid``) and a report.
+
+    Same as :func:`rebalance_experts` except where the reference's answer puts an
+    expert twice on a GPU: an expert never gets more replicas than a node has GPUs,
+    and a replica is packed onto a GPU that lacks its expert whenever one with room
+    does.  Whenever the reference's answer has no such GPU the two are identical.
+    Duplicates the packing could not avoid are removed by swapping slots between GPUs
+    (of one node when possible).  The hierarchical policy also needs ``S <= E / nodes``
+    (a GPU draws its experts from its node's groups); otherwise the global policy runs.
+
+    Parameters and the policy are those of :func:`eplb_placement`.
+
+    Returns
+    -------
+    The placement, and ``{"policy": "hierarchical" | "global", "repaired_slots": int}``.
+    """
     num_physical = num_gpus * slots_per_gpu
-    _check_shape(weight, num_physical, num_groups, num_nodes, num_gpus)
+    weight32 = _checked_weight(weight, num_physical, num_groups, num_nodes, num_gpus)
     # The reference's rule (even for one node), unless a node's GPUs would need more
     # distinct experts than the node's groups hold.
-    hierarchical = num_groups % num_nodes == 0 and slots_per_gpu * num_nodes <= weight.shape[1]
+    hierarchical = num_groups % num_nodes == 0 and slots_per_gpu * num_nodes <= weight32.shape[1]
     if not hierarchical:
         num_groups, num_nodes = 1, 1
     num_groups, num_nodes = _policy(num_groups, num_nodes, num_gpus)
-    phy2log, _, _ = _rebalance(weight, num_physical, num_groups, num_nodes, num_gpus, True)
-    repaired = _repair_duplicates(phy2log, weight, num_gpus, num_nodes)
+    phy2log, _, _ = _rebalance(weight32, num_physical, num_groups, num_nodes, num_gpus, True)
+    repaired = _repair_duplicates(phy2log, weight32.astype(np.float64), num_gpus, num_nodes)
     placement = Placement(
-        physical_to_logical=phy2log, layer_ids=layer_ids, num_experts=weight.shape[1],
+        physical_to_logical=phy2log, layer_ids=layer_ids, num_experts=weight32.shape[1],
         num_gpus=num_gpus,
     )
     return placement, {
@@ -388,16 +505,30 @@ def _first_duplicate(row: np.ndarray, num_gpus: int) -> tuple[int, int] | None:
 
 @register_solver("eplb")
 def solve_eplb(problem: PlacementProblem, params: SolveParams) -> SolveResult:
-    """DeepSeek EPLB on the fitted statistics' load summed over windows.
+    """DeepSeek EPLB, exactly as published, on the fitted statistics' load summed over windows.
 
     Reads no parameter of ``params`` (deterministic, no time limit).  The objective is
     the hottest GPU's load (tokens, summed over the fitted windows) in the worst layer,
-    as :func:`placer.placement.gpu_loads` computes it; status ``HEURISTIC``.
+    as :func:`placer.placement.gpu_loads` computes it; status ``HEURISTIC``.  Details
+    add ``policy`` and ``duplicate_gpus`` (see :func:`eplb_placement`).
     """
+    return _solve(problem, params, "eplb", eplb_placement)
+
+
+@register_solver("eplb-valid")
+def solve_eplb_valid(problem: PlacementProblem, params: SolveParams) -> SolveResult:
+    """EPLB keeping two replicas of one expert off one GPU (:func:`eplb_valid_placement`).
+
+    As ``eplb`` otherwise; details add ``policy`` and ``repaired_slots``.
+    """
+    return _solve(problem, params, "eplb-valid", eplb_valid_placement)
+
+
+def _solve(problem: PlacementProblem, params: SolveParams, name: str, method: Any) -> SolveResult:
     del params
     started = time.perf_counter()
     stats = problem.stats
-    placement, report = eplb_placement(
+    placement, report = method(
         stats.mean_load,
         stats.layer_ids,
         problem.num_gpus,
@@ -405,7 +536,7 @@ def solve_eplb(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         num_groups=problem.num_groups,
         num_nodes=_uniform_nodes(problem),
     )
-    return heuristic_result(problem, "eplb", placement, started, report)
+    return heuristic_result(problem, name, placement, started, report)
 
 
 def _uniform_nodes(problem: PlacementProblem) -> int:

@@ -47,7 +47,8 @@ class CpsatOptions:
     Attributes
     ----------
     hint: solver whose placement seeds the search and is kept when CP-SAT does not
-        beat it (default ``"eplb"``).
+        beat it (default ``"eplb-valid"``: EPLB with at most one replica of an expert per
+        GPU, which the CP-SAT model assumes).
     neighbourhood_slots: slots freed per large-neighbourhood step.
     balance_iterations, cost_iterations: most steps of each pass per layer.
     patience: a pass stops after this many steps in a row without improvement.
@@ -64,7 +65,7 @@ class CpsatOptions:
         of per-batch load noise added to each GPU's load (``layer.batch_noise``).
     """
 
-    hint: str = "eplb"
+    hint: str = "eplb-valid"
     neighbourhood_slots: int = constants.CPSAT_NEIGHBOURHOOD_SLOTS
     balance_iterations: int = constants.CPSAT_BALANCE_ITERATIONS
     cost_iterations: int = constants.CPSAT_COST_ITERATIONS
