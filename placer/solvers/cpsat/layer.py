@@ -60,6 +60,8 @@ class LayerData:
         ``noise / c**2``): over windows (``robust="std"``, :func:`window_variance`) and
         per batch (``batch_tokens``, :func:`batch_variance`).
     noise_weight: the weight of a GPU's load variance in its ratio (:func:`noise_weight`).
+    allowed: ``[E, G]`` bool or None: the GPUs each expert may have a replica on (None:
+        any).  Used to keep EPLB's group-to-node packing (:func:`home_nodes`).
     """
 
     layer_id: int
@@ -79,6 +81,7 @@ class LayerData:
     tail: int = 1
     noise: np.ndarray | None = None
     noise_weight: float = 0.0
+    allowed: np.ndarray | None = None
 
     @property
     def num_experts(self) -> int:
@@ -196,6 +199,20 @@ class LayerData:
         if self.current is not None and migration_weight > 0:
             out += migration_weight * self.moves(x) / self.num_physical
         return out
+
+
+def home_nodes(node_of_gpu: np.ndarray, *masks: np.ndarray | None) -> np.ndarray:
+    """``[E, G]`` bool: GPU g lies in a node where one of ``masks`` (``[E, G]`` bool
+    placements) has a replica of expert e -- the nodes an expert may live on when the
+    planner keeps a placement's expert-to-node structure."""
+    num_nodes = int(node_of_gpu.max()) + 1
+    on_node = np.zeros((masks[0].shape[0] if masks[0] is not None else 0, num_nodes), bool)
+    for mask in masks:
+        if mask is None:
+            continue
+        for n in range(num_nodes):
+            on_node[:, n] |= mask[:, node_of_gpu == n].any(axis=1)
+    return on_node[:, node_of_gpu]
 
 
 def _top_mean(values: np.ndarray, count: int) -> float:

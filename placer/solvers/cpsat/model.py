@@ -134,17 +134,24 @@ class LayerModel:
             if free_counts:
                 low, high = (int(v) for v in data.replica_range[e])
                 low = max(low, outside, 1)
-                high = min(high, outside + self.gpus.size)
+                room = self.gpus.size
+                if data.allowed is not None:
+                    room = int(data.allowed[e, self.gpus].sum())
+                high = min(high, outside + room)
                 options = set(range(low, high + 1)) | {now}
             else:
                 options = {now}
             self.counts[e] = sorted(options)
 
     def _add_slot_constraints(self) -> None:
-        """Every freed GPU holds exactly S replicas, at most one per expert."""
+        """Every freed GPU holds exactly S replicas, at most one per expert; an expert
+        stays on the GPUs it is allowed on (its home nodes, when the layer keeps them)."""
+        allowed = self.data.allowed
         for e in self.free.tolist():
             for g in self.gpus.tolist():
                 self.x[e, g] = self.model.new_bool_var(f"x_{e}_{g}")
+                if allowed is not None and not allowed[e, g]:
+                    self.model.add(self.x[e, g] == 0)
         for g in self.gpus.tolist():
             self.model.add(sum(self.x[e, g] for e in self.free.tolist()) == self.data.slots_per_gpu)
 

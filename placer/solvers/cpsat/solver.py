@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -25,9 +25,11 @@ from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement
 from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver, solve
+from placer.solvers.cpsat.judge import can_judge, faster_rows, layer_times
 from placer.solvers.cpsat.layer import (
     LayerData,
     batch_variance,
+    home_nodes,
     load_scale,
     noise_weight,
     tail_windows,
@@ -36,6 +38,7 @@ from placer.solvers.cpsat.layer import (
 from placer.solvers.cpsat.replicas import replica_range
 from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
 from placer.solvers.cpsat.traffic import identical_gpus, link_costs, select_pairs
+from placer.workload import Workload
 
 __all__ = ["CpsatOptions", "layer_data", "solve_cpsat", "to_mask"]
 
@@ -63,6 +66,13 @@ class CpsatOptions:
         hot shards objective 1 averages.
     noise_z: with a batch size (``SolveParams.batch_tokens``), the standard deviations
         of per-batch load noise added to each GPU's load (``layer.batch_noise``).
+    keep_nodes: keep the hint's expert-to-node packing (every replica of an expert on
+        the nodes the hint puts it on): ``auto`` does so for group-limited models on
+        several nodes under normal (prefill) all-to-all kernels, where a token pays one
+        inter-node copy per node it touches and EPLB's hierarchical policy packs whole
+        expert groups to nodes to keep that number low; low-latency (decode) kernels
+        send one copy per selection, so there the planner balances freely.  ``yes``
+        always, ``no`` never.
     """
 
     hint: str = "eplb-valid"
@@ -78,6 +88,7 @@ class CpsatOptions:
     pairs_per_expert: int = constants.CPSAT_PAIRS_PER_EXPERT
     cvar_fraction: float = constants.CPSAT_CVAR_FRACTION
     noise_z: float = constants.CPSAT_NOISE_Z
+    keep_nodes: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("neighbourhood_slots", "patience", "cost_patience", "pairs_per_expert"):
@@ -95,6 +106,8 @@ class CpsatOptions:
             raise UsageError("expected cvar_fraction in (0, 1]", where="--option cvar_fraction")
         if not 0 < self.pair_mass <= 1:
             raise UsageError("expected pair_mass in (0, 1]", where="--option pair_mass")
+        if self.keep_nodes not in ("auto", "yes", "no"):
+            raise UsageError("expected keep_nodes auto, yes or no", where="--option keep_nodes")
         if self.hint == "cpsat":
             raise UsageError("the hint cannot be cpsat itself", where="--option hint")
 
@@ -146,15 +159,25 @@ def _mask_to_row(mask: np.ndarray, slots_per_gpu: int, before: np.ndarray | None
     return row
 
 
+def keeps_nodes(problem: PlacementProblem, options: CpsatOptions, workload: Workload) -> bool:
+    """Whether the plan keeps the hint's expert-to-node packing (``keep_nodes``)."""
+    if options.keep_nodes != "auto":
+        return options.keep_nodes == "yes"
+    return (workload.mode == "normal" and problem.num_nodes > 1 and problem.num_groups > 1
+            and problem.num_groups % problem.num_nodes == 0)
+
+
 def layer_data(
     problem: PlacementProblem, row: int, hint_counts: np.ndarray, robust: str,
     options: CpsatOptions | None = None, batch_tokens: int | None = None,
+    allowed: np.ndarray | None = None,
 ) -> LayerData:
     """The planning data of layer row ``row`` of ``problem`` (pure).
 
     ``hint_counts: [E]`` replica counts of the hint, kept inside the allowed range.
     ``batch_tokens``: plan for the per-batch hot shard of batches of this many tokens
     (adds the batch-noise term, :func:`placer.solvers.cpsat.layer.batch_noise`).
+    ``allowed``: ``[E, G]`` bool, the GPUs each expert may use (None: any).
     """
     options = options or CpsatOptions()
     stats = problem.stats
@@ -210,6 +233,7 @@ def layer_data(
         tail=tail_windows(shares.shape[0], options.cvar_fraction) if robust == "cvar" else 1,
         noise=noise,
         noise_weight=weight,
+        allowed=allowed,
     )
 
 
@@ -236,11 +260,19 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         **{f.name: getattr(options, f.name)
            for f in fields(SearchParams) if hasattr(options, f.name)},
     )
+    keep = keeps_nodes(problem, options, params.workload)
     tasks = []
     for row in range(stats.num_layers):
-        hint_row = hint.layer_row(int(stats.layer_ids[row]))
+        layer_id = int(stats.layer_ids[row])
+        hint_row = hint.layer_row(layer_id)
+        allowed = None
+        if keep:
+            current = None
+            if problem.current is not None:
+                current = problem.current.expert_gpu_mask[problem.current.layer_row(layer_id)]
+            allowed = home_nodes(problem.node_of_gpu, hint_mask[hint_row], current)
         data = layer_data(problem, row, hint_mask[hint_row].sum(axis=1), params.robust, options,
-                          params.batch_tokens)
+                          params.batch_tokens, allowed)
         tasks.append((data, hint_mask[hint_row], search))
 
     if params.jobs > 1 and len(tasks) > 1:
@@ -263,12 +295,44 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         num_gpus=problem.num_gpus,
         meta=dict(hint.meta),
     )
-    return _result(placement, outcomes, hint_result, time.perf_counter() - started, params)
+    times = None
+    if can_judge(problem):
+        placement, outcomes, times = _keep_faster(placement, hint, outcomes, problem, params)
+    return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
+                   times)
+
+
+def _keep_faster(
+    placement: Placement, hint: Placement, outcomes: list[LayerOutcome],
+    problem: PlacementProblem, params: SolveParams,
+) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray]]:
+    """Layer by layer, the hint's rows where the evaluator times them faster.
+
+    Returns the placement, the outcomes (hint rows marked ``FALLBACK``/``eplb``), and
+    ``(plan_times, hint_times)``: ``[layers]`` estimated p99 layer times, microseconds,
+    of the returned placement and of the hint.
+    """
+    plan_times = layer_times(placement, problem, params.workload, params.seed)
+    hint_times = layer_times(hint, problem, params.workload, params.seed)
+    slower = faster_rows(plan_times, hint_times)
+    if not slower.any():
+        return placement, outcomes, (plan_times, hint_times)
+    rows = placement.physical_to_logical.copy()
+    kept = list(outcomes)
+    for row in np.flatnonzero(slower).tolist():
+        rows[row] = hint.physical_to_logical[hint.layer_row(int(placement.layer_ids[row]))]
+        o = outcomes[row]
+        kept[row] = replace(o, x=to_mask(hint)[hint.layer_row(int(placement.layer_ids[row]))],
+                            balance=o.hint_balance, traffic=o.hint_traffic,
+                            moves=o.hint_moves, status="FALLBACK", winner="eplb")
+    placement = replace(placement, physical_to_logical=rows)
+    return placement, kept, (np.where(slower, hint_times, plan_times), hint_times)
 
 
 def _result(
     placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
     seconds: float, params: SolveParams,
+    times: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> SolveResult:
     statuses = {o.status for o in outcomes}
     if statuses == {"FALLBACK"}:
@@ -312,6 +376,18 @@ def _result(
         "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
         "layers": per_layer,
     }
+    if times is not None:
+        plan_times, hint_times = times
+        details["judged_by"] = (
+            "estimated p99 layer time, " + params.workload.describe()
+            + ", batches sampled from the fitted windows"
+        )
+        details["layer_time_us"] = float(plan_times.mean())
+        details["eplb_layer_time_us"] = float(hint_times.mean())
+        for entry, mine, theirs in zip(per_layer, plan_times.tolist(), hint_times.tolist(),
+                                       strict=True):
+            entry["layer_time_us"] = mine
+            entry["eplb_layer_time_us"] = theirs
     return SolveResult(
         placement=placement,
         solver="cpsat",
