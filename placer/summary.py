@@ -76,11 +76,12 @@ VERDICT_FIGURE = "step_p99_us"
 #: placement is sampled instead (a replay costs time in proportion).
 REPLAY_MAX_SELECTIONS = 1 << 26
 
-#: Sampled batches: as many as fit in this many tokens, within
-#: [:data:`SAMPLED_BATCHES_MIN`, ``constants.DEFAULT_SAMPLED_BATCHES``] (prefill batches
-#: are large: 4 of them cost what 16 decode batches do many times over).
-SAMPLED_TOKENS_BUDGET = 1 << 18
-SAMPLED_BATCHES_MIN = 4
+#: Sampled batches: as many as fit in this many (token, layer) pairs, within
+#: [:data:`SAMPLED_BATCHES_MIN`, ``constants.DEFAULT_SAMPLED_BATCHES``]: 16 decode batches
+#: of DeepSeek-V3 on 32 GPUs (4,096 tokens x 58 layers each), 2 prefill batches (131,072
+#: tokens each; a summary then costs seconds per placement, as a prefill step is large).
+SAMPLED_TOKEN_LAYERS_BUDGET = 1 << 22
+SAMPLED_BATCHES_MIN = 2
 
 #: ``placer plan`` keeps per-token routing for the replay when its inputs take at most
 #: this many bytes on disk (kept tokens cost memory in proportion).
@@ -204,24 +205,26 @@ def judged_windows(num_windows: int, fit: tuple[int, int] | None) -> Judged:
     if start > 0:
         return Judged("held-out", (0, start), (start, stop), why="the windows before the fit")
     why = ("no window held out: --fit START:STOP leaves some out" if num_windows > 1
-           else "the data has one window")
+           else "the data has one window: nothing to hold out")
     return Judged("fitted", (start, stop), (start, stop), why=why)
 
 
 def summary_eval_params(
-    workload: Workload, num_gpus: int, *, dtype: str | None = None,
+    workload: Workload, num_gpus: int, *, num_layers: int = 1, dtype: str | None = None,
     windows: tuple[int, int] | None = None, sample: bool = False, seed: int = 0,
 ) -> EvalParams:
     """The evaluator's parameters for a workload on ``num_gpus`` EP ranks.
 
     Policy, mode and batch come from the workload (``batch_tokens = tokens_per_gpu x G``);
-    sampled batches: as many as :data:`SAMPLED_TOKENS_BUDGET` tokens hold, at least
-    :data:`SAMPLED_BATCHES_MIN`, at most ``constants.DEFAULT_SAMPLED_BATCHES``.
-    ``seed`` 0 is the engines' own (SGLang's static dispatch table).
+    sampled batches: as many as :data:`SAMPLED_TOKEN_LAYERS_BUDGET` (token, layer) pairs
+    hold over ``num_layers`` layers, at least :data:`SAMPLED_BATCHES_MIN`, at most
+    ``constants.DEFAULT_SAMPLED_BATCHES``.  ``seed`` 0 is the engines' own (SGLang's
+    static dispatch table).
     """
     batch = workload.batch_tokens(num_gpus)
     batches = min(constants.DEFAULT_SAMPLED_BATCHES,
-                  max(SAMPLED_BATCHES_MIN, SAMPLED_TOKENS_BUDGET // batch))
+                  max(SAMPLED_BATCHES_MIN,
+                      SAMPLED_TOKEN_LAYERS_BUDGET // (batch * max(num_layers, 1))))
     return EvalParams(policy=workload.policy, mode=workload.mode, batch_tokens=batch,
                       num_batches=batches, seed=seed, dtype=dtype, windows=windows,
                       sample=sample)
@@ -613,7 +616,7 @@ class PlanSummary:
         lines = [
             f"placement    {self.output}",
             f"model        {model}: {p['num_experts']} experts, layers {p['layers']},"
-            f" {p['num_windows']} windows fitted",
+            f" {p['num_windows']} window{'s' if p['num_windows'] != 1 else ''} fitted",
             f"cluster      {where}{p['num_gpus']} GPUs on {p['num_nodes']}"
             f" node{'s' if p['num_nodes'] > 1 else ''},"
             f" {p['slots_per_gpu']} slots per GPU ({p['num_physical_experts']} physical,"
@@ -731,14 +734,15 @@ def _with_times(
     why = [judged.why] if judged.why else []
     sample = False
     if routing.trace is None:
-        why.append(no_trace_reason or "the data has no per-token routing")
+        why.append(no_trace_reason or "aggregated statistics, no per-token routing")
     else:
         selections = _selections(routing, judged.windows)
         if selections > REPLAY_MAX_SELECTIONS:
             sample = True
             why.append(f"{selections:,} selections are more than a summary replays"
                        f" ({REPLAY_MAX_SELECTIONS:,}); `placer evaluate` replays them all")
-    params = summary_eval_params(summary.workload, problem.num_gpus, dtype=dtype,
+    params = summary_eval_params(summary.workload, problem.num_gpus,
+                                 num_layers=problem.stats.num_layers, dtype=dtype,
                                  windows=judged.windows, sample=sample)
     evaluations: dict[str, Evaluation] = {}
     messages: list[str] = []

@@ -96,7 +96,7 @@ def test_aggregated_statistics_are_sampled(synth):
     stats_only = RoutingData(routing.stats)
     _, plan, _, summary = _summarize(synth, Workload(), routing=stats_only)
     assert summary.judged.source == "sampled"
-    assert "the data has no per-token routing" in summary.judged.why
+    assert "aggregated statistics, no per-token routing" in summary.judged.why
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         direct = evaluate(plan.placement, stats_only, topology, model, summary.eval_params)
@@ -179,12 +179,14 @@ def test_judged_windows(windows, fit, part, judged):
 
 
 def test_eval_params_of_a_workload():
-    decode = summary_eval_params(Workload(), 16)
+    decode = summary_eval_params(Workload(), 16, num_layers=48)
     assert (decode.policy, decode.mode, decode.batch_tokens, decode.num_batches) == (
         "round_robin", "low_latency", 2048, 16)
-    prefill = summary_eval_params(Workload("sglang", "prefill"), 16, dtype="fp8")
+    prefill = summary_eval_params(Workload("sglang", "prefill"), 16, num_layers=48,
+                                  dtype="fp8")
     assert (prefill.policy, prefill.mode, prefill.batch_tokens, prefill.num_batches) == (
-        "sglang", "normal", 65536, 4)
+        "sglang", "normal", 65536, 2)
+    assert summary_eval_params(Workload(phase="prefill"), 8, num_layers=4).num_batches == 16
     assert prefill.dtype == "fp8" and prefill.seed == 0
     assert isinstance(prefill, EvalParams)
 
