@@ -114,3 +114,16 @@ def test_without_model_or_topology_nothing_is_judged():
                             slots_per_gpu=prob.slots_per_gpu, node_of_gpu=prob.node_of_gpu)
     result = solve(bare, "cpsat", SolveParams(**FAST))
     assert "judged_by" not in result.details
+
+
+def test_reused_draws_judge_on_the_same_tokens():
+    """A draws dict changes nothing but the cost: the same figures, drawn once."""
+    prob = problem()
+    hint = solve(prob, "eplb-valid", SolveParams()).placement
+    workload = Workload("vllm", "decode")
+    fresh = layer_times(hint, prob, workload, seed=3)
+    draws: dict[tuple[int, ...], np.ndarray] = {}
+    first = layer_times(hint, prob, workload, seed=3, draws=draws)
+    assert len(draws) == prob.stats.num_layers
+    again = layer_times(hint, prob, workload, seed=3, draws=draws)
+    assert fresh.tolist() == first.tolist() == again.tolist()

@@ -277,6 +277,8 @@ def evaluate(
     topology: Topology,
     model: ModelSpec,
     params: EvalParams | None = None,
+    *,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> Evaluation:
     """Evaluate ``placement`` on ``routing`` (see the module docstring and docs/evaluate.md).
 
@@ -284,7 +286,9 @@ def evaluate(
     ``params.sample``, or when ``routing`` is bare ``ExpertStats``) batches are sampled
     from the statistics.  Layers of the routing
     data must all be in the placement; placement layers without routing data are skipped
-    with a warning.
+    with a warning.  ``draws`` (an empty dict the caller keeps) holds the sampled tokens
+    so that later calls on the same statistics judge other placements on the very same
+    tokens without drawing them again (planners comparing candidates).
 
     Raises PlacementError / DataError for a placement or data that does not fit the model
     or topology, UsageError for a window range outside the data.
@@ -313,7 +317,7 @@ def evaluate(
         source_name = "trace"
     else:
         experts_of, batches, num_tokens = _sampled_source(
-            stats, placement, stats_rows, windows, params, num_gpus
+            stats, placement, stats_rows, windows, params, num_gpus, draws
         )
         source_name = "sampled"
 
@@ -426,12 +430,15 @@ def _trace_source(
 def _sampled_source(
     stats: ExpertStats, placement: Placement, stats_rows: np.ndarray,
     windows: tuple[int, int], params: EvalParams, num_gpus: int,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> tuple[ExpertsOf, Batches, int]:
     """Sampled batches (sorted by batch) and a per-layer sampler.
 
     Windows with too few tokens for the batches drawn from them are merged with their
     neighbours first (:func:`placer.evaluate.sampling.plan_sampled_batches`, with a
-    PlacerWarning).
+    PlacerWarning).  ``draws`` keeps each layer's drawn tokens for later calls with the
+    same statistics (the draws depend on the statistics, windows, seed and batch
+    sizes, never on the placement).
     """
     plan = plan_sampled_batches(
         stats.tokens, windows, params.num_batches,
@@ -453,8 +460,18 @@ def _sampled_source(
     load_all = stats.mean_load
 
     def experts_of(row: int) -> np.ndarray:
-        srow = int(stats_rows[row])
         layer_id = int(placement.layer_ids[row])
+        key = (layer_id, *windows, params.seed, batch_tokens, num_batches)
+        if draws is not None and key in draws:
+            return draws[key].astype(np.int64)
+        drawn = draw(row, layer_id)
+        if draws is not None:
+            small = np.int16 if stats.num_experts < np.iinfo(np.int16).max else np.int32
+            draws[key] = drawn.astype(small)
+        return drawn
+
+    def draw(row: int, layer_id: int) -> np.ndarray:
+        srow = int(stats_rows[row])
         coact = None if stats.coact is None else stats.coact[srow]
         chunks = []
         for (lo, hi), n in zip(plan.groups, plan.group_batches, strict=True):

@@ -39,14 +39,16 @@ def eval_params(problem: PlacementProblem, workload: Workload, seed: int) -> Eva
 
 
 def layer_times(
-    placement: Placement, problem: PlacementProblem, workload: Workload, seed: int
+    placement: Placement, problem: PlacementProblem, workload: Workload, seed: int,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> np.ndarray:
     """``[layers]`` float64 estimated p99 time over sampled batches of each layer of
-    ``problem.stats``, microseconds (layer order of the statistics)."""
+    ``problem.stats``, microseconds (layer order of the statistics).  Pass the same
+    ``draws`` dict to judge several placements on the same tokens, drawn once."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlacerWarning)  # the user sees them when evaluating
         result = evaluate(placement, problem.stats, problem.topology, problem.model,
-                          eval_params(problem, workload, seed))
+                          eval_params(problem, workload, seed), draws=draws)
     by_id = dict(zip(result.layer_ids.tolist(), result.per_layer["layer_time_p99_us"].tolist(),
                      strict=True))
     return np.array([by_id[int(i)] for i in problem.stats.layer_ids], dtype=np.float64)

@@ -312,8 +312,9 @@ def _keep_faster(
     ``(plan_times, hint_times)``: ``[layers]`` estimated p99 layer times, microseconds,
     of the returned placement and of the hint.
     """
-    plan_times = layer_times(placement, problem, params.workload, params.seed)
-    hint_times = layer_times(hint, problem, params.workload, params.seed)
+    draws: dict[tuple[int, ...], np.ndarray] = {}  # both judged on the same sampled tokens
+    plan_times = layer_times(placement, problem, params.workload, params.seed, draws)
+    hint_times = layer_times(hint, problem, params.workload, params.seed, draws)
     slower = faster_rows(plan_times, hint_times)
     if not slower.any():
         return placement, outcomes, (plan_times, hint_times)
