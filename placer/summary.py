@@ -745,6 +745,7 @@ def _with_times(
                                  num_layers=problem.stats.num_layers, dtype=dtype,
                                  windows=judged.windows, sample=sample)
     evaluations: dict[str, Evaluation] = {}
+    draws: dict[tuple[int, ...], np.ndarray] = {}  # both placements on the same sampled tokens
     messages: list[str] = []
     findings: list[tuple[str, Any]] = []
     order: tuple[int, str] = (0, "trace")
@@ -753,7 +754,7 @@ def _with_times(
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 evaluations[r.solver] = evaluate(r.placement, routing, problem.topology,
-                                                 problem.model, params)
+                                                 problem.model, params, draws=draws)
             for w in caught:
                 bias = getattr(w.message, "bias", None)
                 if bias is not None:
