@@ -6,40 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from planner_fixtures import MODEL, skewed_stats
 
-from placer.models import ModelSpec
 from placer.problem import PlacementProblem, SolveParams, solve
 from placer.solvers.cpsat import CpsatOptions
 from placer.solvers.cpsat.judge import faster_rows, layer_times
 from placer.solvers.cpsat.layer import home_nodes
 from placer.solvers.cpsat.solver import keeps_nodes
-from placer.stats import ExpertStats
 from placer.topology import load_topology
 from placer.workload import Workload
-
-#: A small group-limited model: 32 experts in 4 groups, top-4 of 2 groups, 2 MoE layers.
-MODEL = ModelSpec(
-    name="tiny-grouped", num_hidden_layers=2, moe_layer_ids=(0, 1), num_experts=32, top_k=4,
-    num_groups=4, top_groups=2, num_shared_experts=0, hidden_size=1024,
-    moe_intermediate_size=512, non_expert_params=1_000_000, default_dtype="bf16",
-)
-
-
-def skewed_stats(seed: int = 0, windows: int = 4) -> ExpertStats:
-    """Zipf-like loads over 32 experts, reshuffled per window, with random pairs."""
-    rng = np.random.default_rng(seed)
-    base = 2000.0 / np.arange(1, 33) ** 1.1
-    load = np.stack([
-        np.stack([np.round(base[rng.permutation(32)] * rng.uniform(0.8, 1.2)) for _ in range(2)])
-        for _ in range(windows)
-    ]).astype(np.int64)
-    pairs = rng.integers(0, 30, size=(2, 32, 32))
-    pairs = pairs + pairs.transpose(0, 2, 1)
-    for layer in range(2):
-        np.fill_diagonal(pairs[layer], 0)
-    tokens = (load.sum(axis=(1, 2)) // 8).astype(np.int64)
-    return ExpertStats(load=load, tokens=tokens, layer_ids=np.array([0, 1]), top_k=4,
-                       coact=pairs)
 
 
 def problem(nodes: int = 2) -> PlacementProblem:
