@@ -228,9 +228,11 @@ class CompareRow:
     solve_seconds: solver wall time, s.
     step_p99_us: estimated step time (one batch through every MoE layer), µs, p99 over batches.
     versus_baseline: ``step_p99_us / baseline's - 1`` against the baseline scenario (the
-        first that ran; negative: faster); None for the baseline and rows without figures.
+        first that ran on the same topology; negative: faster); None for the baseline and
+        rows without figures (:func:`with_verdicts`).
     verdict: the same in words (:func:`placer.summary.verdict`), e.g. ``verdict: 2x-dgx-h100
-        R=16 eplb is 4.1% faster than dgx-h100 R=0 eplb on held-out step p99``.
+        R=16 cpsat is 4.1% faster than 2x-dgx-h100 R=0 eplb on held-out step p99``;
+        ``"baseline"`` for a baseline.
     """
 
     scenario: str
@@ -346,18 +348,27 @@ BASELINE_NOTE = "baseline"
 
 
 def with_verdicts(rows: Sequence[CompareRow], on: str = "step p99") -> list[CompareRow]:
-    """``rows`` with ``versus_baseline`` and ``verdict`` against the baseline: the first
-    row that ran with a step p99 (``verdict`` ``"baseline"``).  ``on`` names the judged
-    figure in the verdict (e.g. ``"held-out step p99"``)."""
-    base = next((r for r in rows if r.ok and r.step_p99_us is not None), None)
-    if base is None:
-        return list(rows)
-    assert base.step_p99_us is not None
+    """``rows`` with ``versus_baseline`` and ``verdict`` against their baseline: the first
+    row that ran on the same topology with a step p99 (``verdict`` ``"baseline"``).
+
+    Per topology, because a step's batch may depend on the GPUs (``--tokens-per-gpu``
+    makes it ``tokens x G``): the same topology always judges the same batches.  ``on``
+    names the judged figure in the verdict (e.g. ``"held-out step p99"``).
+    """
+    bases: dict[str, CompareRow] = {}
+    for row in rows:
+        if row.ok and row.step_p99_us is not None and row.topology not in bases:
+            bases[row.topology] = row
     out = []
     for row in rows:
+        base = bases.get(row.topology)
+        if base is None:
+            out.append(row)
+            continue
         if row is base:
             out.append(replace(row, versus_baseline=None, verdict=BASELINE_NOTE))
             continue
+        assert base.step_p99_us is not None
         said = None if row.step_p99_us is None else verdict(
             row.scenario, base.scenario, row.step_p99_us, base.step_p99_us, on=on)
         if said is None:
@@ -410,10 +421,9 @@ def format_table(rows: Sequence[CompareRow]) -> str:
 
     sep = "  ".join("-" * w for w in widths)
     lines = [line(header), sep, *(line(b) for b in body)]
-    base = next((r for r in rows if r.verdict == BASELINE_NOTE), None)
-    if base is not None:
-        lines += ["", f"vs base: step p99 against {base.scenario} (the first scenario that"
-                      " ran); negative is faster"]
+    if any(r.verdict == BASELINE_NOTE for r in rows):
+        lines += ["", "vs base: step p99 against the first scenario that ran on the same"
+                      " topology (base); negative is faster"]
     if notes:
         lines.append("")
         lines.extend(f"[{i}] {reason}" for i, reason in enumerate(notes, 1))

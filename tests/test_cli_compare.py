@@ -170,15 +170,16 @@ def test_installed_command_prints_json(tmp_path):
 
 def test_workload_flags_reach_the_rows_and_the_settings():
     result = _compare(str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-t", "2x-dgx-h100",
-                      "--engine", "sglang", "--workload", "prefill", "--tokens-per-gpu", "64",
-                      "--kv-reserve-gb", "71", "--json")
+                      "-s", "eplb,linear", "--engine", "sglang", "--workload", "prefill",
+                      "--tokens-per-gpu", "64", "--kv-reserve-gb", "71", "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert {k: doc["settings"][k] for k in ("engine", "workload", "tokens_per_gpu")} == {
         "engine": "sglang", "workload": "prefill", "tokens_per_gpu": 64}
     assert ("judged as sglang prefill, 64 tokens per GPU (sglang dispatch, normal all-to-all)"
             in result.stderr)
-    first, second = doc["rows"]
-    assert first["verdict"] == "baseline" and second["verdict"].startswith(
-        "verdict: 2x-dgx-h100 R=0 eplb is ")
-    assert second["verdict"].endswith(" than dgx-h100 R=0 eplb on held-out step p99")
+    # a step is 64 tokens x G: each topology is its own baseline
+    verdicts = [r["verdict"] for r in doc["rows"]]
+    assert verdicts[0] == verdicts[2] == "baseline"
+    assert verdicts[1].startswith("verdict: dgx-h100 R=0 linear ")
+    assert verdicts[3].endswith(" than 2x-dgx-h100 R=0 eplb on held-out step p99")

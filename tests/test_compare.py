@@ -272,22 +272,21 @@ def test_outcome_row_as_dict_has_every_field():
 # -- verdicts against the baseline, and the workload ------------------------------------------
 
 
-def test_rows_carry_a_verdict_against_the_first_scenario_that_ran(four_rows):
+def test_rows_carry_a_verdict_against_the_first_scenario_of_their_topology(four_rows):
     rows = [o.row for o in four_rows]
-    base = rows[0]
-    assert base.verdict == "baseline" and base.versus_baseline is None
-    assert rows[1].verdict is None and rows[1].versus_baseline is None  # did not fit
-    for row in rows[2:]:
-        change = row.step_p99_us / base.step_p99_us - 1
-        assert row.versus_baseline == pytest.approx(change)
-        word = "faster" if change < 0 else "slower"
-        assert row.verdict == (f"verdict: {row.scenario} is {abs(change):.1%} {word} than"
-                               f" dgx-h100 R=0 eplb on held-out step p99")
+    assert [r.verdict for r in rows[:3]] == ["baseline", None, "baseline"]  # 1: did not fit
+    assert [r.versus_baseline for r in rows[:3]] == [None, None, None]
+    base, row = rows[2], rows[3]
+    change = row.step_p99_us / base.step_p99_us - 1
+    assert row.versus_baseline == pytest.approx(change)
+    word = "faster" if change < 0 else "slower"
+    assert row.verdict == (f"verdict: 2x-dgx-h100 R=16 eplb is {abs(change):.1%} {word} than"
+                           f" 2x-dgx-h100 R=0 eplb on held-out step p99")
     cells = table_cells(base)
     assert cells[14] == format(base.step_p99_us, ".1f") and cells[15] == "base"
-    assert table_cells(rows[2])[15] == format(rows[2].versus_baseline, "+.1%")
+    assert table_cells(row)[15] == format(change, "+.1%")
     assert format_table(rows).splitlines()[7] == (
-        "vs base: step p99 against dgx-h100 R=0 eplb (the first scenario that ran);"
+        "vs base: step p99 against the first scenario that ran on the same topology (base);"
         " negative is faster")
 
 
@@ -295,11 +294,14 @@ def test_verdicts_by_hand():
     rows = compare_mod.with_verdicts([
         _row(scenario="a", status="error: x"), _row(scenario="b", step_p99_us=200.0),
         _row(scenario="c", step_p99_us=190.0), _row(scenario="d", step_p99_us=200.1),
-        _row(scenario="e")], on="step p99")
+        _row(scenario="e"), _row(scenario="f", topology="u", step_p99_us=300.0),
+        _row(scenario="g", topology="u", step_p99_us=330.0)], on="step p99")
     assert [r.verdict for r in rows] == [
         None, "baseline", "verdict: c is 5.0% faster than b on step p99",
-        "verdict: d and b are equal (within 0.1%) on step p99", None]
-    assert [table_cells(r)[15] for r in rows] == ["-", "base", "-5.0%", "=", "-"]
+        "verdict: d and b are equal (within 0.1%) on step p99", None, "baseline",
+        "verdict: g is 10.0% slower than f on step p99"]
+    assert [table_cells(r)[15] for r in rows] == [
+        "-", "base", "-5.0%", "=", "-", "base", "+10.0%"]
 
 
 def test_workload_sets_policy_mode_batch_and_the_solvers_workload(bundled, monkeypatch):
