@@ -2,8 +2,18 @@
 
 Targets of issue 5, each measured in one run, side by side with EPLB, with pass/fail and
 the margin.  Reads ``../shared/data/real`` (gpt-oss-20b loads and co-activation,
-Qwen3-30B-A3B loads and thresholded co-activation, Mixtral-8x7B per-token logs); rows
-whose data is absent are skipped with a note.  Default solver settings, ``jobs=2``.
+Qwen3-30B-A3B loads and thresholded co-activation, Mixtral-8x7B per-token logs) the way
+``placer plan`` does: through ``placer.traces.read_routing`` (``top_k`` from the model,
+as the CLI passes it) and ``placer.planning.build_problem`` with the model preset, the
+GPU count or topology and ``--slots-per-gpu``.  The gpt-oss-20b ``load_coact.npz`` and
+the Mixtral JSONL logs are read as they are; the Qwen3 JSON is converted once, into a
+temporary folder, by ``traces/convert_qwen3.py`` (the script that made the bundled
+``traces/qwen3-30b-a3b.npz``).  Rows whose data is absent are skipped with a note.
+Default solver settings, ``jobs=2``.  EPLB is ``--solver eplb``: deepseek-ai/EPLB's
+``rebalance_experts`` exactly, which may put two replicas of one expert on one GPU.
+
+Set ``PLACER_BENCH_PLANNING_QUICK=1`` for a reduced run while developing (gpt-oss-20b
+8x5, Qwen3 on 2 x DGX H100 and Mixtral 4x3 only, no traffic-first variants).
 
 Figures:
 - hot shard: hottest GPU over mean GPU load per layer, loads summed over the fitted
@@ -11,35 +21,46 @@ Figures:
 - remote copies per token: the evaluator's closed form
   (``placer.evaluate.expected_remote_copies``, DeepEP normal mode, uniform source rank),
   mean over layers;
-- per-batch hot shard (robustness): the same ratio per batch of held-out tokens, p99 over
-  (batch, layer);
+- per-batch hot shard (robustness): the same ratio per held-out window of 16 tokens
+  (``--window-tokens 16``), p99 over (window, layer);
 - moves: ``Placement.moves_from`` (expert copies loaded onto GPUs).
 """
 
 from __future__ import annotations
 
-import json
+import importlib.util
+import os
 import sys
+import tempfile
 import time
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from bench.__main__ import SHARED_DATA
+from placer.errors import PlacerWarning
 from placer.evaluate import expected_remote_copies, remote_copy_bounds
+from placer.models import load_model
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
+from placer.planning import build_problem
 from placer.problem import PlacementProblem, SolveParams, SolveResult, solve
-from placer.stats import ExpertStats
+from placer.stats import RoutingData
+from placer.traces import read_routing
 
 REAL = SHARED_DATA / "real"
+REPO = Path(__file__).resolve().parent.parent
 JOBS = 2
 #: Traffic-first variants of the traffic rows: label and ``--balance-tolerance`` (hot
 #: shard allowed over EPLB's).  The second shows what co-location alone could buy.
 TRAFFIC_FIRST = (("--traffic-first 1%", 0.01), ("--traffic-first 100% (ceiling)", 1.0))
-#: Tokens per batch for the Mixtral robustness and migration rows.
+#: Tokens per window (``--window-tokens``) for the Mixtral robustness and migration rows.
 MIXTRAL_BATCH_TOKENS = 16
+#: Reduced run while developing (see the module docstring).
+QUICK = os.environ.get("PLACER_BENCH_PLANNING_QUICK", "") not in ("", "0")
 
 
 @dataclass
@@ -55,92 +76,63 @@ class Plan:
         return self.result.placement
 
 
-# -- data ------------------------------------------------------------------------------------
-def gpt_oss() -> ExpertStats | None:
+# -- data, read as placer plan reads it ---------------------------------------------------------
+def read(source: Path | list[Path], model: str, **kwargs: Any) -> RoutingData:
+    """``read_routing`` with the model's ``top_k`` (as ``placer plan --model`` passes it);
+    the reader's warnings go to stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PlacerWarning)
+        paths = [str(p) for p in source] if isinstance(source, list) else str(source)
+        data = read_routing(paths, top_k=load_model(model).top_k, **kwargs)
+    for w in caught:
+        if issubclass(w.category, PlacerWarning):
+            print(f"[bench]   {model}: warning: {w.message}", file=sys.stderr, flush=True)
+    return data
+
+
+def gpt_oss() -> RoutingData | None:
+    """``load_coact.npz`` as it is: an aggregated ``.npz`` (``load``, ``coact``)."""
     path = REAL / "gpt-oss-20b" / "load_coact.npz"
-    if not path.exists():
+    return read(path, "gpt-oss-20b") if path.exists() else None
+
+
+def qwen3(folder: Path) -> RoutingData | None:
+    """The Qwen3 JSON converted by ``traces/convert_qwen3.py`` into ``folder``, then read."""
+    source = REAL / "qwen3-30b-a3b" / "coactivation_qwen3-30b-a3b.json"
+    if not source.exists():
         return None
-    data = np.load(path)
-    load = data["load"].astype(np.int64)
-    return ExpertStats(
-        load=load[None], tokens=np.array([872_749]), layer_ids=np.arange(load.shape[0]),
-        top_k=4, coact=data["coact"].astype(np.int64),
-    )
+    spec = importlib.util.spec_from_file_location(
+        "convert_qwen3", REPO / "traces" / "convert_qwen3.py")
+    assert spec is not None and spec.loader is not None
+    convert = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(convert)
+    path = folder / "qwen3-30b-a3b.npz"
+    np.savez_compressed(path, **convert.convert(source))
+    return read(path, "qwen3-30b-a3b")
 
 
-def qwen3() -> ExpertStats | None:
-    path = REAL / "qwen3-30b-a3b" / "coactivation_qwen3-30b-a3b.json"
-    if not path.exists():
-        return None
-    doc = json.loads(path.read_text())
-    num_layers, num_experts = int(doc["n_layers"]), int(doc["n_expert_per_layer"])
-    load = np.zeros((num_layers, num_experts), dtype=np.int64)
-    coact = np.zeros((num_layers, num_experts, num_experts), dtype=np.int64)
-    for layer in doc["layers"]:
-        row = int(layer["layer"])
-        load[row] = layer["heat"]
-        for i, j, count, _lift in layer["pairs"]:
-            coact[row, int(i), int(j)] = coact[row, int(j), int(i)] = int(count)
-    return ExpertStats(
-        load=load[None], tokens=np.array([int(doc["n_decode_tokens"])]),
-        layer_ids=np.arange(num_layers), top_k=int(doc["k"]), coact=coact,
-    )
+def mixtral_files(*datasets: str) -> list[Path] | None:
+    files = [REAL / "mixtral-8x7b" / f"{name}_2_routing.jsonl" for name in datasets]
+    return files if all(f.exists() for f in files) else None
 
 
-def mixtral_tokens() -> tuple[np.ndarray, np.ndarray] | None:
-    """``topk [tokens, 32, 2]`` (-1 where a row was dropped) and dataset index per token,
-    in file order (gsm8k first), tokens ordered by (problem, token index)."""
-    files = [REAL / "mixtral-8x7b" / f"{name}_2_routing.jsonl" for name in ("gsm8k", "humaneval")]
-    if not all(f.exists() for f in files):
-        return None
-    tokens: dict[tuple[int, int, int], np.ndarray] = {}
-    for source, path in enumerate(files):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            key = (source, int(row["problem_id"]), int(row["token_idx"]))
-            slot = tokens.setdefault(key, np.full((32, 2), -1, dtype=np.int64))
-            slot[int(row["layer"])] = row["experts"]
-    keys = sorted(tokens)
-    return np.stack([tokens[k] for k in keys]), np.array([k[0] for k in keys])
-
-
-def batch_loads(topk: np.ndarray, batch_tokens: int, num_experts: int = 8) -> np.ndarray:
-    """``[batches, layers, experts]`` load of consecutive batches of ``batch_tokens``."""
-    num_batches = topk.shape[0] // batch_tokens
-    out = np.zeros((num_batches, topk.shape[1], num_experts), dtype=np.int64)
-    for b in range(num_batches):
-        chunk = topk[b * batch_tokens : (b + 1) * batch_tokens]
-        for layer in range(topk.shape[1]):
-            ids = chunk[:, layer].ravel()
-            out[b, layer] = np.bincount(ids[ids >= 0], minlength=num_experts)
-    return out
-
-
-def mixtral_stats(topk: np.ndarray, batch_tokens: int) -> ExpertStats:
-    """Windows = batches of ``batch_tokens`` (merged to at most 64), co-activation counted."""
-    load = batch_loads(topk, batch_tokens)
-    while load.shape[0] > 64:
-        load = load[: load.shape[0] // 2 * 2].reshape(-1, 2, *load.shape[1:]).sum(axis=1)
-    coact = np.zeros((topk.shape[1], 8, 8), dtype=np.int64)
-    valid = (topk >= 0).all(axis=2)
-    for layer in range(topk.shape[1]):
-        pairs = topk[valid[:, layer], layer]
-        np.add.at(coact[layer], (pairs[:, 0], pairs[:, 1]), 1)
-        np.add.at(coact[layer], (pairs[:, 1], pairs[:, 0]), 1)
-    return ExpertStats(
-        load=load, tokens=np.full(load.shape[0], batch_tokens * (topk.shape[0] // batch_tokens
-                                                               // load.shape[0])),
-        layer_ids=np.arange(topk.shape[1]), top_k=2, coact=coact,
-    )
+def mixtral(*datasets: str) -> RoutingData:
+    """The vLLM per-token logs as they are (JSONL; ``problem_id`` and ``token_idx`` are the
+    reader's request and token aliases), windows of ``MIXTRAL_BATCH_TOKENS`` tokens."""
+    files = mixtral_files(*datasets)
+    assert files is not None
+    return read(files, "mixtral-8x7b", window_tokens=MIXTRAL_BATCH_TOKENS)
 
 
 # -- solving and figures ----------------------------------------------------------------------
-def problem_for(stats: ExpertStats, num_gpus: int, slots: int, topology: Any = None,
-                current: Placement | None = None) -> PlacementProblem:
-    node_of_gpu = (np.asarray(topology.node_of_gpu) if topology is not None
-                   else np.zeros(num_gpus, dtype=np.int64))
-    return PlacementProblem(stats=stats, num_gpus=num_gpus, slots_per_gpu=slots,
-                            node_of_gpu=node_of_gpu, topology=topology, current=current)
+def problem_for(routing: RoutingData, model: str, num_gpus: int, slots: int,
+                topology: Any = None, current: Placement | None = None,
+                fit: tuple[int, int] | None = None) -> PlacementProblem:
+    """``build_problem`` as ``placer plan TRACE --model M (-g G | --topology T)
+    --slots-per-gpu S [--current C] [--fit A:B]`` calls it."""
+    return build_problem(routing, model=load_model(model), topology=topology,
+                         num_gpus=None if topology is not None else num_gpus,
+                         slots_per_gpu=slots, current=current, fit=fit)
 
 
 def run_plan(problem: PlacementProblem, solver: str, **params: Any) -> Plan:
@@ -152,7 +144,7 @@ def run_plan(problem: PlacementProblem, solver: str, **params: Any) -> Plan:
     return Plan(problem, result, seconds)
 
 
-def ratios(placement: Placement, stats: ExpertStats) -> np.ndarray:
+def ratios(placement: Placement, stats: Any) -> np.ndarray:
     """``[layers]`` hot-shard ratio of the summed load."""
     return hot_shard_ratio(gpu_loads(placement, stats.mean_load))
 
@@ -175,10 +167,13 @@ def sampled_remote(plan: Plan, model: str, topology: Any) -> np.ndarray:
     """``[2]`` remote GPUs and nodes per token from the evaluator's sampled batches
     (16 batches of 2,048 tokens drawn with co-activation, round-robin dispatch)."""
     from placer.evaluate import EvalParams, evaluate
-    from placer.models import load_model
+    from placer.evaluate.dispatch import OrderBiasWarning
 
-    evaluation = evaluate(plan.placement, plan.problem.stats, topology, load_model(model),
-                          EvalParams(num_batches=16, batch_tokens=2048))
+    with warnings.catch_warnings():
+        # the sampled lists are ordered hot-first; that bias is docs/evaluate.md's matter
+        warnings.simplefilter("ignore", OrderBiasWarning)
+        evaluation = evaluate(plan.placement, plan.problem.stats, topology, load_model(model),
+                              EvalParams(num_batches=16, batch_tokens=2048))
     return np.array([evaluation.metrics["remote_copies_per_token_gpu"],
                      evaluation.metrics["remote_copies_per_token_node"]])
 
@@ -206,27 +201,39 @@ def run() -> str:
     if not SHARED_DATA.exists():
         out.append(f"(skipped: {SHARED_DATA} is absent; these rows need the real data)")
         return "\n".join(out) + "\n"
+    with tempfile.TemporaryDirectory(prefix="placer-bench-") as folder:
+        return _run(out, Path(folder))
+
+
+def _run(out: list[str], folder: Path) -> str:
+    out += ["Inputs read by `read_routing` and planned from `build_problem` as `placer plan`"
+            " reads and plans them; EPLB is `--solver eplb` (deepseek-ai/EPLB's"
+            " `rebalance_experts` exactly)." + (" Quick run (PLACER_BENCH_PLANNING_QUICK):"
+                                                " fewer rows." if QUICK else ""), ""]
     timings: list[tuple[str, float]] = []
     plans: dict[str, tuple[Plan, Plan]] = {}
 
-    oss, qwen = gpt_oss(), qwen3()
-    cases = []
+    oss, qwen = gpt_oss(), qwen3(folder)
+    cases: list[tuple[str, RoutingData, int, int, Any]] = []
     if oss is not None:
-        cases += [("gpt-oss-20b", oss, 4, 9, None), ("gpt-oss-20b", oss, 8, 5, None)]
+        cases += [("gpt-oss-20b", oss, 8, 5, None)] if QUICK else [
+            ("gpt-oss-20b", oss, 4, 9, None), ("gpt-oss-20b", oss, 8, 5, None)]
     if qwen is not None:
         from placer.topology import load_topology
 
-        cases += [("qwen3-30b-a3b", qwen, 16, 9, None), ("qwen3-30b-a3b", qwen, 32, 5, None),
-                  ("qwen3-30b-a3b", qwen, 16, 9, load_topology("2x-dgx-h100"))]
+        two_nodes = ("qwen3-30b-a3b", qwen, 16, 9, load_topology("2x-dgx-h100"))
+        cases += [two_nodes] if QUICK else [
+            ("qwen3-30b-a3b", qwen, 16, 9, None), ("qwen3-30b-a3b", qwen, 32, 5, None),
+            two_nodes]
     traffic_first: dict[str, list[tuple[str, Plan]]] = {}
-    for name, stats, gpus, slots, topology in cases:
+    for name, routing, gpus, slots, topology in cases:
         key = f"{name} {'2x-dgx-h100 ' if topology is not None else ''}{gpus}x{slots}"
-        problem = problem_for(stats, gpus, slots, topology)
+        problem = problem_for(routing, name, gpus, slots, topology)
         eplb = run_plan(problem, "eplb")
         cpsat = run_plan(problem, "cpsat")
         plans[key] = (cpsat, eplb)
         timings.append((key, cpsat.seconds))
-        if name == "gpt-oss-20b" or topology is not None:
+        if (name == "gpt-oss-20b" or topology is not None) and not QUICK:
             variants = []
             for label, tolerance in TRAFFIC_FIRST:
                 plan = run_plan(problem, "cpsat", traffic_first=True,
@@ -312,12 +319,11 @@ def run() -> str:
             )
 
     # 4. robustness and 5. migration on Mixtral per-token logs
-    tokens = mixtral_tokens()
-    if tokens is None:
+    if mixtral_files("gsm8k", "humaneval") is None:
         out += ["", "(Mixtral rows skipped: data absent)"]
     else:
-        out += _robustness(*tokens, timings)
-        out += _migration(*tokens, timings)
+        out += _robustness(timings)
+        out += _migration(timings)
 
     # 6. time
     out += ["", "### 6. Time: wall seconds per plan, default settings, jobs=2 (target < 60 s)", "",
@@ -332,18 +338,25 @@ def _p99_batch_hot_shard(placement: Placement, loads: np.ndarray) -> float:
     return float(np.percentile(per_batch, 99))
 
 
-def _robustness(topk: np.ndarray, source: np.ndarray, timings: list) -> list[str]:
-    del source
-    half = topk.shape[0] // 2
-    fit = mixtral_stats(topk[:half], MIXTRAL_BATCH_TOKENS)
-    held_out = batch_loads(topk[half:], MIXTRAL_BATCH_TOKENS)
+def _shapes() -> tuple[tuple[int, int], ...]:
+    return ((4, 3),) if QUICK else ((4, 3), (8, 2))
+
+
+def _robustness(timings: list) -> list[str]:
+    """Both logs in file order (GSM8K first), windows of 16 tokens: fit the first half of
+    the windows (``--fit 0:H``), judge on the full windows of the second half."""
+    routing = mixtral("gsm8k", "humaneval")
+    stats = routing.stats
+    half = stats.num_windows // 2
+    full = np.flatnonzero(stats.tokens == MIXTRAL_BATCH_TOKENS)
+    held_out = stats.load[full[full >= half]]  # [windows, layers, experts]
     lines = ["", "### 4. Robustness: Mixtral-8x7B, fitted on the first half of the tokens,"
-             f" judged on batches of {MIXTRAL_BATCH_TOKENS} tokens of the second half", "",
+             f" judged on windows of {MIXTRAL_BATCH_TOKENS} tokens of the second half", "",
              "| plan | settings | windows fitted | EPLB p99 batch hot shard | cpsat p99 | change |"
              " EPLB mean | cpsat mean | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for gpus, slots in ((4, 3), (8, 2)):
-        problem = problem_for(fit, gpus, slots)
+    for gpus, slots in _shapes():
+        problem = problem_for(routing, "mixtral-8x7b", gpus, slots, fit=(0, half))
         eplb = run_plan(problem, "eplb")
         theirs = _p99_batch_hot_shard(eplb.placement, held_out)
         theirs_mean = float(hot_shard_ratio(gpu_loads(eplb.placement, held_out)).mean())
@@ -356,25 +369,25 @@ def _robustness(topk: np.ndarray, source: np.ndarray, timings: list) -> list[str
             mine = _p99_batch_hot_shard(cpsat.placement, held_out)
             mine_mean = float(hot_shard_ratio(gpu_loads(cpsat.placement, held_out)).mean())
             lines.append(
-                f"| mixtral-8x7b {gpus}x{slots} | {label} | {fit.num_windows} | {theirs:.4f} |"
-                f" {mine:.4f} | {mine / theirs - 1:+.2%} | {theirs_mean:.4f} |"
+                f"| mixtral-8x7b {gpus}x{slots} | {label} | {problem.stats.num_windows} |"
+                f" {theirs:.4f} | {mine:.4f} | {mine / theirs - 1:+.2%} | {theirs_mean:.4f} |"
                 f" {mine_mean:.4f} | {verdict(mine <= theirs + 1e-12)} |"
             )
     return lines
 
 
-def _migration(topk: np.ndarray, source: np.ndarray, timings: list) -> list[str]:
+def _migration(timings: list) -> list[str]:
     """Plan on GSM8K tokens, re-plan on HumanEval tokens with the first plan as current."""
-    before = mixtral_stats(topk[source == 0], MIXTRAL_BATCH_TOKENS)
-    after = mixtral_stats(topk[source == 1], MIXTRAL_BATCH_TOKENS)
+    before, after = mixtral("gsm8k"), mixtral("humaneval")
     lines = ["", "### 5. Migration: Mixtral-8x7B planned on GSM8K, re-planned on HumanEval", "",
              "| plan | fresh moves | re-plan moves | ratio (target <= 0.5) |"
              " fresh hot shard | re-plan hot shard | change (target <= +1%) | verdict |",
              "|---|---|---|---|---|---|---|---|"]
-    for gpus, slots in ((4, 3), (8, 2)):
-        current = run_plan(problem_for(before, gpus, slots), "cpsat").placement
-        fresh = run_plan(problem_for(after, gpus, slots), "cpsat")
-        replan = run_plan(problem_for(after, gpus, slots, current=current), "cpsat")
+    for gpus, slots in _shapes():
+        current = run_plan(problem_for(before, "mixtral-8x7b", gpus, slots), "cpsat").placement
+        fresh = run_plan(problem_for(after, "mixtral-8x7b", gpus, slots), "cpsat")
+        replan = run_plan(problem_for(after, "mixtral-8x7b", gpus, slots, current=current),
+                          "cpsat")
         timings.append((f"mixtral-8x7b {gpus}x{slots} (re-plan)", replan.seconds))
         m_fresh = fresh.placement.moves_from(current)
         m_replan = replan.placement.moves_from(current)
