@@ -25,6 +25,12 @@ Policies
     draw over all replicas, with no preference for its node.
 ``random``
     a uniform, seeded choice among the replicas for each selection.
+
+A GPU may hold two replicas of one expert (DeepSeek's EPLB makes such placements).  Every
+policy works on slots: round robin and random use each slot in turn or with equal chance,
+so that GPU serves two shares; a static table gives a rank that holds the expert its
+lowest own slot (SGLang's ``same_gpu_physical_expert_ids[0]``), and the fair draws of the
+other ranks are over every slot, both of that GPU's included, as SGLang's candidates are.
 """
 
 from __future__ import annotations
