@@ -14,6 +14,7 @@ cache.  The planner then plans that redundancy with its own solver.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,21 +99,25 @@ class RedundancyChoice:
 
 
 def slot_candidates(num_experts: int, num_gpus: int, max_slots: int) -> list[int]:
-    """Slot counts to try: ``ceil(E / G)`` .. ``max_slots``, at most
-    :data:`MAX_CANDIDATES` of them, both ends included."""
+    """Slot counts to try: ``S0 = ceil(E / G)``, then ``S0 + 1, S0 + 2, S0 + 4, ...``
+    (the extra slots doubling: engines deploy a few redundant slots per GPU, and each
+    slot costs a weight read, so the interesting range is near ``S0``), at most
+    :data:`MAX_CANDIDATES` of them and never above ``min(max_slots, E)``."""
     low = -(-num_experts // num_gpus)
     high = max(low, min(max_slots, num_experts))
-    if high - low + 1 <= MAX_CANDIDATES:
-        return list(range(low, high + 1))
-    picks = np.unique(np.round(np.linspace(low, high, MAX_CANDIDATES)).astype(int))
-    return [int(s) for s in picks]
+    picks = [low]
+    extra = 1
+    while low + extra <= high and len(picks) < MAX_CANDIDATES:
+        picks.append(low + extra)
+        extra *= 2
+    return picks
 
 
 def choose_redundancy(
     problems: dict[int, PlacementProblem],
     workload: Workload,
     *,
-    kv_left_gb: dict[int, float | None] | None = None,
+    kv_left_gb: Mapping[int, float | None] | None = None,
     seed: int = 0,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> RedundancyChoice:

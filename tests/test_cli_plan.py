@@ -290,3 +290,45 @@ def test_plan_unknown_engine_or_workload(skewed_trace, tmp_path, args, stderr):
     result = _plan(str(skewed_trace), *H100, *args, "-o", str(tmp_path / "plan.json"))
     assert result.exit_code == 2
     assert result.stderr.startswith(stderr)
+
+
+def test_plan_redundant_auto_times_the_candidates_and_says_why(skewed_trace, tmp_path):
+    """Mixtral on 8 GPUs: 1 slot per GPU up to what memory holds; the JSON lists every
+    candidate, and the placement has the chosen redundancy."""
+    out = tmp_path / "auto.json"
+    result = _plan(
+        str(skewed_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "--solver", "eplb",
+        "--redundant", "auto", "--json", "-o", str(out),
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    auto = doc["redundant_auto"]
+    steps = [o["step_us"] for o in auto["options"]]
+    assert auto["options"][0]["slots_per_gpu"] == 1
+    chosen = next(o for o in auto["options"] if o["redundant"] == auto["redundant"])
+    assert chosen["step_us"] <= min(steps) * 1.005
+    assert read_placement(out).num_physical == 8 + auto["redundant"]
+    assert auto["reason"].startswith(f"--redundant auto: {auto['redundant']} redundant")
+    text = _plan(str(skewed_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "--solver",
+                 "eplb", "--redundant", "auto", "-o", str(out))
+    assert "candidates (redundant: estimated step us with EPLB): 0: " in text.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--redundant", "lots"], "error: --redundant: expected a number of redundant experts or"
+     " auto, got 'lots'"),
+    (["--redundant", "auto", "--slots-per-gpu", "2"],
+     "error: --slots-per-gpu: --redundant auto chooses the slots per GPU itself"),
+])
+def test_plan_redundant_usage_errors(skewed_trace, tmp_path, args, message):
+    result = _plan(str(skewed_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b",
+                   "-o", str(tmp_path / "p.json"), *args)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == message
+
+
+def test_plan_redundant_auto_needs_model_and_topology(skewed_trace, tmp_path):
+    result = _plan(str(skewed_trace), "-g", "8", "--redundant", "auto",
+                   "-o", str(tmp_path / "p.json"))
+    assert result.exit_code == 2
+    assert "needs the model and the cluster" in result.stderr

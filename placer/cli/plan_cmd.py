@@ -14,6 +14,7 @@ EPLB once for the side-by-side, write the placement
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,11 @@ def plan(
     solver: str = typer.Option(
         DEFAULT_SOLVER, "--solver", "-s", help=f"One of: {', '.join(solver_names())}."
     ),
-    redundant: int | None = typer.Option(
-        None, "--redundant", "-r",
-        help="Redundant experts per layer (R = P - E); excludes --slots-per-gpu.",
+    redundant: str | None = typer.Option(
+        None, "--redundant", "-r", metavar="R|auto",
+        help="Redundant experts per layer (R = P - E), or auto: the count whose EPLB plan"
+        " the evaluator times fastest under --engine/--workload within the memory budget"
+        " (fewest slots among the equally fast); excludes --slots-per-gpu.",
     ),
     slots_per_gpu: int | None = typer.Option(
         None, "--slots-per-gpu", "-S", help="Slots per GPU; default ceil(E / G), no replicas."
@@ -142,7 +145,10 @@ def plan(
     time_limit: float = typer.Option(
         10.0, "--time-limit", help="Seconds per layer for search-based solvers."
     ),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Layers solved in parallel."),
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", min=1,
+        help="Layers solved in parallel processes (default: every core).", show_default=False,
+    ),
     current: Path | None = typer.Option(
         None, "--current", help="Deployed placement JSON: plan few weight moves from it."
     ),
@@ -219,7 +225,8 @@ def plan(
     target, target_note = resolve_workload(engine, workload, tokens_per_gpu,
                                            [fmt for fmt, _ in exports])
     params = SolveParams(
-        time_limit_s=time_limit, seed=seed, jobs=jobs, balance_tolerance=balance_tolerance,
+        time_limit_s=time_limit, seed=seed, jobs=jobs or os.cpu_count() or 1,
+        balance_tolerance=balance_tolerance,
         traffic_weight=traffic_weight, migration_weight=migration_weight, robust=robust,
         traffic_first=traffic_first, batch_tokens=batch_tokens, workload=target,
         options=_parse_options(option),
@@ -232,12 +239,22 @@ def plan(
                       else (False, ""))
     routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
                          num_experts=num_experts, keep_tokens=keep)
-    problem = build_problem(
-        routing, model=model_spec, topology=topo, num_gpus=num_gpus,
-        slots_per_gpu=slots_per_gpu, redundant=redundant, dtype=dtype,
-        kv_reserve_gb=kv_reserve_gb, fit=fit_range,
-        current=read_placement(current) if current is not None else None,
-    )
+    current_placement = read_placement(current) if current is not None else None
+
+    def build(slots: int | None, spare: int | None) -> Any:
+        return build_problem(
+            routing, model=model_spec, topology=topo, num_gpus=num_gpus,
+            slots_per_gpu=slots, redundant=spare, dtype=dtype,
+            kv_reserve_gb=kv_reserve_gb, fit=fit_range, current=current_placement,
+        )
+
+    auto = None
+    if redundant is not None and redundant.strip().lower() == "auto":
+        auto = _auto_redundancy(build, routing, model_spec, topo, slots_per_gpu, dtype,
+                                kv_reserve_gb, target, seed)
+        problem = build(auto.chosen.slots_per_gpu, None)
+    else:
+        problem = build(slots_per_gpu, _redundant_count(redundant))
     result = solve(problem, solver, params)
     # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
     baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER, params)
@@ -259,14 +276,58 @@ def plan(
     exported = [export_to(result.placement, fmt, path, model_spec) for fmt, path in exports]
     if json_out:
         doc = summary.to_dict()
+        if auto is not None:
+            doc["redundant_auto"] = auto.to_dict()
         if exported:
             doc["exports"] = exported
         print_json(doc)
         return
     lines = summary.rows()
+    if auto is not None:
+        lines += ["", auto.reason, "candidates (redundant: estimated step us with EPLB): "
+                  + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in auto.options)]
     for item in exported:
         lines += ["", *render_export(item)]
     sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _redundant_count(text: str | None) -> int | None:
+    """``--redundant`` as a count (``auto`` is handled by the caller)."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(
+            f"expected a number of redundant experts or auto, got {text!r}",
+            where="--redundant", hint="for example --redundant 32, or --redundant auto",
+        ) from None
+    if value < 0:
+        raise UsageError(f"expected redundant experts >= 0, got {value}", where="--redundant")
+    return value
+
+
+def _auto_redundancy(
+    build: Any, routing: Any, model: Any, topology: Any, slots_per_gpu: int | None,
+    dtype: str | None, kv_reserve_gb: float | None, workload: Any, seed: int,
+) -> Any:
+    """Time every slot count the memory allows (placer.redundancy) and pick one."""
+    from placer.capacity import plan_capacity
+    from placer.redundancy import auto_problems, choose_redundancy
+
+    if slots_per_gpu is not None:
+        raise UsageError("--redundant auto chooses the slots per GPU itself",
+                         where="--slots-per-gpu", hint="drop --slots-per-gpu")
+    if model is None or topology is None:
+        raise UsageError(
+            "--redundant auto times candidates with the evaluator, which needs the model and"
+            " the cluster", where="--redundant", hint="pass --model and --topology",
+        )
+    capacity = plan_capacity(model, topology, dtype, kv_reserve_gb=kv_reserve_gb)
+    problems = auto_problems(lambda s: build(s, None), routing.stats.num_experts,
+                             topology.num_gpus, capacity.slots_per_gpu)
+    kv = {s: float(capacity.kv_left_gb_at(s)) for s in problems}
+    return choose_redundancy(problems, workload, kv_left_gb=kv, seed=seed)
 
 
 def _parse_options(items: list[str]) -> dict[str, str]:
