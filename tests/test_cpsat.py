@@ -109,7 +109,7 @@ def test_no_search_keeps_the_hint_with_status_fallback(medium):
     result = solve(medium, "cpsat", params)
     eplb = solve(medium, "eplb-valid")  # the default hint
     assert result.status == "FALLBACK"
-    assert result.details["winners"] == {"cpsat": 0, "eplb": 1}
+    assert result.details["winners"] == {"cpsat": 0, "eplb-valid": 1}
     np.testing.assert_array_equal(result.placement.expert_gpu_mask, eplb.placement.expert_gpu_mask)
 
 

@@ -2,7 +2,9 @@
 
 The planner works on one layer at a time with a placement held as a boolean
 matrix ``X: [E, G]`` (expert ``e`` has a replica on GPU ``g``); replica counts are
-``X.sum(axis=1)``.  This module holds what a layer needs (:class:`LayerData`) and
+``X.sum(axis=1)``.  The figures also take an integer ``X`` counting replicas per GPU,
+for placements that hold an expert twice on one GPU (the reference EPLB's).  This
+module holds what a layer needs (:class:`LayerData`) and
 computes the three objectives exactly, in floating point, from ``X``:
 
 1. balance -- the hottest GPU's load relative to the mean GPU load, per window:
@@ -163,7 +165,7 @@ class LayerData:
         counts = x.sum(axis=1).astype(np.float64)
         i, j = self.pairs[:, 0], self.pairs[:, 1]
         denom = counts[i] * counts[j]
-        same_gpu = (x[i] & x[j]).sum(axis=1) / denom
+        same_gpu = (x[i] * x[j]).sum(axis=1) / denom  # x may count replicas (duplicates)
         cost = self.gpu_cost * (1.0 - same_gpu)
         if self.num_nodes > 1:
             per_node = self.node_counts(x).astype(np.float64)
@@ -188,7 +190,7 @@ class LayerData:
         """Objective 3: replicas on GPUs that do not hold that expert now (0 without current)."""
         if self.current is None:
             return 0
-        return int((x & ~self.current).sum())
+        return int(((x > 0) & ~self.current).sum())
 
     def cost(self, x: np.ndarray, traffic_weight: float, migration_weight: float) -> float:
         """Objectives 2 and 3 weighted: ``tw * traffic / reference + mw * moves / P``."""

@@ -63,7 +63,7 @@ class LayerOutcome:
     traffic, hint_traffic, moves, hint_moves: objectives 2 and 3.
     status: ``OPTIMAL`` (balance proven optimal), ``FEASIBLE`` or ``FALLBACK`` (the
         hint kept unchanged).
-    winner: ``"cpsat"`` or ``"eplb"`` (the hint).
+    winner: ``"cpsat"`` or ``"hint"`` (the solver reports the hint's name).
     method: ``"full"`` (one model) or ``"lns"``.
     balance_first, cap: objective 1 after the balance pass, and the cap the second
         pass kept it under.
@@ -153,7 +153,7 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
     final_balance = data.balance(x)
     unchanged = bool(np.array_equal(x, hint))
     if unchanged:
-        status, winner = "FALLBACK", "eplb"
+        status, winner = "FALLBACK", "hint"
     else:
         status = "OPTIMAL" if proven and final_balance <= balance1 * (1 + 1e-12) else "FEASIBLE"
         winner = "cpsat"

@@ -281,6 +281,8 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     else:
         outcomes = [_solve_one(task) for task in tasks]
 
+    outcomes = [replace(o, winner=hint_result.solver) if o.winner == "hint" else o
+                for o in outcomes]
     current = problem.current
     rows = []
     for row, outcome in enumerate(outcomes):
@@ -297,37 +299,50 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     )
     times = None
     if can_judge(problem):
-        placement, outcomes, times = _keep_faster(placement, hint, outcomes, problem, params)
+        candidates = [(hint_result.solver, hint)]
+        if hint_result.solver != "eplb":  # the reference EPLB is what users compare with
+            candidates.append(("eplb", solve(problem, "eplb", params).placement))
+        placement, outcomes, times = _keep_faster(
+            placement, candidates, outcomes, [task[0] for task in tasks], problem, params)
     return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
                    times)
 
 
 def _keep_faster(
-    placement: Placement, hint: Placement, outcomes: list[LayerOutcome],
-    problem: PlacementProblem, params: SolveParams,
+    placement: Placement, candidates: list[tuple[str, Placement]],
+    outcomes: list[LayerOutcome], layers: list[LayerData], problem: PlacementProblem,
+    params: SolveParams,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray]]:
-    """Layer by layer, the hint's rows where the evaluator times them faster.
+    """Layer by layer, the fastest of the plan and the ``candidates`` (the hint, the
+    reference EPLB) by the evaluator's estimated p99 layer time; the plan on ties.
 
-    Returns the placement, the outcomes (hint rows marked ``FALLBACK``/``eplb``), and
-    ``(plan_times, hint_times)``: ``[layers]`` estimated p99 layer times, microseconds,
-    of the returned placement and of the hint.
+    Returns the placement, the outcomes (a candidate's rows marked ``FALLBACK`` with
+    the candidate's name as winner and its figures), and ``(chosen_times,
+    baseline_times)``: ``[layers]`` estimated p99 layer times, microseconds, of the
+    returned placement and of the last candidate (the reference EPLB when the hint is
+    another solver).
     """
-    draws: dict[tuple[int, ...], np.ndarray] = {}  # both judged on the same sampled tokens
-    plan_times = layer_times(placement, problem, params.workload, params.seed, draws)
-    hint_times = layer_times(hint, problem, params.workload, params.seed, draws)
-    slower = faster_rows(plan_times, hint_times)
-    if not slower.any():
-        return placement, outcomes, (plan_times, hint_times)
+    draws: dict[tuple[int, ...], np.ndarray] = {}  # all judged on the same sampled tokens
+    best_times = layer_times(placement, problem, params.workload, params.seed, draws)
     rows = placement.physical_to_logical.copy()
     kept = list(outcomes)
-    for row in np.flatnonzero(slower).tolist():
-        rows[row] = hint.physical_to_logical[hint.layer_row(int(placement.layer_ids[row]))]
-        o = outcomes[row]
-        kept[row] = replace(o, x=to_mask(hint)[hint.layer_row(int(placement.layer_ids[row]))],
-                            balance=o.hint_balance, traffic=o.hint_traffic,
-                            moves=o.hint_moves, status="FALLBACK", winner="eplb")
+    cand_times = np.zeros(0)
+    for name, other in candidates:
+        cand_times = layer_times(other, problem, params.workload, params.seed, draws)
+        faster = faster_rows(best_times, cand_times)
+        counts = other.replicas_on_gpu
+        for row in np.flatnonzero(faster).tolist():
+            other_row = other.layer_row(int(placement.layer_ids[row]))
+            rows[row] = other.physical_to_logical[other_row]
+            x = counts[other_row]
+            data = layers[row]
+            kept[row] = replace(
+                outcomes[row], x=x > 0, balance=data.balance(x), traffic=data.traffic(x),
+                moves=data.moves(x), status="FALLBACK", winner=name,
+            )
+        best_times = np.where(faster, cand_times, best_times)
     placement = replace(placement, physical_to_logical=rows)
-    return placement, kept, (np.where(slower, hint_times, plan_times), hint_times)
+    return placement, kept, (best_times, cand_times)
 
 
 def _result(
@@ -368,7 +383,7 @@ def _result(
         "objective": "mean over layers of the robust hot-shard ratio"
         f" ({'worst window' if params.robust == 'max' else 'summed load'})",
         "hint": hint_result.solver,
-        "winners": {name: winners.count(name) for name in ("cpsat", "eplb")},
+        "winners": {name: winners.count(name) for name in sorted({"cpsat", *winners})},
         "eplb_objective": float(np.mean([o.hint_balance for o in outcomes])),
         "traffic": float(np.mean([o.traffic for o in outcomes])),
         "eplb_traffic": float(np.mean([o.hint_traffic for o in outcomes])),
