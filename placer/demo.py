@@ -3,13 +3,14 @@
 Runs the real command::
 
     placer plan traces/qwen3-30b-a3b.npz --topology 2x-dgx-h100 --model qwen3-30b-a3b \\
-        --redundant 16 --jobs 2 --output out/demo/qwen3-30b-a3b-2x-dgx-h100.json \\
+        --redundant 16 --engine sglang --output out/demo/qwen3-30b-a3b-2x-dgx-h100.json \\
         --export sglang:out/demo/qwen3-30b-a3b-2x-dgx-h100.sglang.json \\
         --export trtllm:out/demo/qwen3-30b-a3b-2x-dgx-h100.trtllm.yaml
 
-with the default solver (``cpsat``), which writes the placement and prints the summary
-with its side-by-side against DeepSeek EPLB, then the SGLang and TensorRT-LLM files of the
-plan and how to load them.  ``python -m placer.demo [EXTRA OPTIONS]``
+with the default solver (``cpsat``), planned and judged for SGLang's static dispatch at
+decode batch sizes, which writes the placement and prints the summary with its
+side-by-side against DeepSeek EPLB (estimated times, verdict), then the SGLang and
+TensorRT-LLM files of the plan and how to load them.  ``python -m placer.demo [EXTRA OPTIONS]``
 passes extra options to ``placer plan`` (for example ``--time-limit 2``).
 """
 
@@ -33,7 +34,7 @@ def demo_args(root: Path, extra: list[str]) -> list[str]:
     return [
         "plan", str(root / TRACE),
         "--topology", "2x-dgx-h100", "--model", "qwen3-30b-a3b",
-        "--redundant", "16", "--jobs", "2",
+        "--redundant", "16", "--engine", "sglang",
         "--output", str(root / OUTPUT),
         "--export", f"sglang:{root / SGLANG_OUTPUT}",
         "--export", f"trtllm:{root / TRTLLM_OUTPUT}",

@@ -25,7 +25,7 @@ from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement
 from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver, solve
-from placer.solvers.cpsat.judge import can_judge, faster_rows, layer_times
+from placer.solvers.cpsat.judge import EQUAL_TIME, can_judge, faster_rows, layer_times
 from placer.solvers.cpsat.layer import (
     LayerData,
     batch_variance,
@@ -313,8 +313,14 @@ def _keep_faster(
     outcomes: list[LayerOutcome], layers: list[LayerData], problem: PlacementProblem,
     params: SolveParams,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray]]:
-    """Layer by layer, the fastest of the plan and the ``candidates`` (the hint, the
-    reference EPLB) by the evaluator's estimated p99 layer time; the plan on ties.
+    """The fastest of the plan and the ``candidates`` (the hint, the reference EPLB) by
+    the evaluator's estimated p99 layer time.
+
+    Layer by layer, each candidate's row replaces the plan's where it is faster (the plan
+    on ties).  Some dispatch tables couple layers (SGLang's static dispatch draws every
+    layer's fair choices from one random stream per rank), so the merged placement is
+    timed again and the answer is the fastest whole placement by estimated step time
+    (the sum of the layers' p99 times): the merge, the plan or a candidate.
 
     Returns the placement, the outcomes (a candidate's rows marked ``FALLBACK`` with
     the candidate's name as winner and its figures), and ``(chosen_times,
@@ -323,26 +329,45 @@ def _keep_faster(
     another solver).
     """
     draws: dict[tuple[int, ...], np.ndarray] = {}  # all judged on the same sampled tokens
-    best_times = layer_times(placement, problem, params.workload, params.seed, draws)
+
+    def timed(candidate: Placement) -> np.ndarray:
+        return layer_times(candidate, problem, params.workload, params.seed, draws)
+
+    def taken(row: int, name: str, other: Placement) -> LayerOutcome:
+        x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
+        data = layers[row]
+        return replace(outcomes[row], x=x > 0, balance=data.balance(x),
+                       traffic=data.traffic(x), moves=data.moves(x), status="FALLBACK",
+                       winner=name)
+
+    plan_times = timed(placement)
+    best_times = plan_times.copy()
     rows = placement.physical_to_logical.copy()
-    kept = list(outcomes)
-    cand_times = np.zeros(0)
+    merged_outcomes = list(outcomes)
+    whole: list[tuple[str, Placement, np.ndarray]] = [("cpsat", placement, plan_times)]
     for name, other in candidates:
-        cand_times = layer_times(other, problem, params.workload, params.seed, draws)
-        faster = faster_rows(best_times, cand_times)
-        counts = other.replicas_on_gpu
+        other_times = timed(other)
+        whole.append((name, other, other_times))
+        faster = faster_rows(best_times, other_times)
         for row in np.flatnonzero(faster).tolist():
-            other_row = other.layer_row(int(placement.layer_ids[row]))
-            rows[row] = other.physical_to_logical[other_row]
-            x = counts[other_row]
-            data = layers[row]
-            kept[row] = replace(
-                outcomes[row], x=x > 0, balance=data.balance(x), traffic=data.traffic(x),
-                moves=data.moves(x), status="FALLBACK", winner=name,
-            )
-        best_times = np.where(faster, cand_times, best_times)
-    placement = replace(placement, physical_to_logical=rows)
-    return placement, kept, (best_times, cand_times)
+            rows[row] = other.physical_to_logical[other.layer_row(int(placement.layer_ids[row]))]
+            merged_outcomes[row] = taken(row, name, other)
+        best_times = np.where(faster, other_times, best_times)
+    merged = replace(placement, physical_to_logical=rows)
+    merged_times = timed(merged) if not np.array_equal(rows, placement.physical_to_logical) \
+        else plan_times
+    baseline_times = whole[-1][2]
+    best = ("merged", merged, merged_times)
+    for entry in whole:
+        if entry[2].sum() < best[2].sum() * (1 - EQUAL_TIME):
+            best = entry
+    name, chosen, chosen_times = best
+    if name == "merged":
+        return merged, merged_outcomes, (chosen_times, baseline_times)
+    if name == "cpsat":
+        return placement, list(outcomes), (chosen_times, baseline_times)
+    return chosen, [taken(row, name, chosen) for row in range(len(outcomes))], (
+        chosen_times, baseline_times)
 
 
 def _result(
