@@ -1,0 +1,425 @@
+"""Latency benchmark: the default plan against EPLB on estimated MoE-layer time (issue 12).
+
+The "Done when" table of issue 12: on every benchmark configuration, for the sglang and
+vllm policies (``--engine``, default ``--workload decode``), the default plan's estimated
+step p99 on held-out windows must never be above EPLB's; on the multi-node
+configurations it must be at least 10% lower (DeepSeek-V3 shape, EP32) and 5% lower
+(Qwen3-30B-A3B on 2 nodes).
+
+Every row runs the path ``placer plan`` runs: ``read_routing`` (the model's ``top_k``;
+per-token routing kept for the replay when the data has it), ``build_problem`` (model,
+topology, slots or redundant experts, ``--fit``), ``solve(problem, "cpsat",
+SolveParams(jobs=os.cpu_count(), workload=Workload(engine, "decode")))`` with every other
+setting at its default, EPLB (``--solver eplb``: deepseek-ai/EPLB's ``rebalance_experts``
+exactly; it reads no workload, so it is solved once per configuration), and
+``placer.summary.summarize_plan`` for the side-by-side on the windows ``--fit`` left out.
+
+Configurations (rows whose data is absent are skipped with a line saying so):
+
+- gpt-oss-20b on 4 GPUs x 9 slots and 8 GPUs x 5 slots (H100 nodes as in a DGX H100),
+  real aggregated ``load_coact.npz``: one window, so judged on the fitted window with
+  batches sampled from the statistics;
+- Qwen3-30B-A3B on one DGX H100 (8 GPUs x 18 slots) and on 2 x DGX H100 (16 GPUs x
+  9 slots): 16 redundant experts both; real aggregated statistics (one window) converted
+  from the JSON by ``traces/convert_qwen3.py`` as ``bench/planning.py`` does;
+- Mixtral-8x7B on 4 GPUs x 3 slots and 8 GPUs x 2 slots: the real per-token vLLM logs
+  (GSM8K then HumanEval) in windows of 16 tokens, fitted on the first half of the windows
+  and replayed on the second;
+- DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant): a synthetic trace with
+  group-limited routing (``placer synth``: 65,536 tokens, 8 groups / top 4, Zipf 1.0,
+  8 clusters, drift 0.02, 4,096 tokens per step over 32 ranks, seed 1), fitted on windows
+  0:12 and replayed on 12:16;
+- Kimi-K2 shape on GB200 NVL72 (72 GPUs x 6 slots = 48 redundant): a synthetic trace made
+  likewise (no groups: Kimi-K2 has one), 9,216 tokens per step (the decode batch of 72
+  ranks) over 72 ranks, fitted on 0:12, replayed on 12:16.
+
+Synthetic traces are written under ``bench/out/`` (git-ignored) and reused when present.
+``PLACER_BENCH_LATENCY_ONLY=key,key`` runs only the named configurations (keys:
+``CONFIG_KEYS``) while developing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.__main__ import SHARED_DATA
+
+OUT = Path(__file__).resolve().parent / "out"
+#: Engines whose dispatch policy each configuration is planned and judged under.
+ENGINES = ("sglang", "vllm")
+#: Tokens per window of the Mixtral logs (as bench/planning.py reads them).
+MIXTRAL_WINDOW_TOKENS = 16
+#: Multi-node targets of issue 12: configuration key -> the least relative reduction of
+#: step p99 against EPLB.
+TARGETS = {"deepseek-v3": 0.10, "qwen3-2n": 0.05}
+
+
+def log(message: str) -> None:
+    print(f"[bench]   {message}", file=sys.stderr, flush=True)
+
+
+# -- one configuration ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """One benchmark configuration.
+
+    Attributes
+    ----------
+    key: short name (``PLACER_BENCH_LATENCY_ONLY``, :data:`TARGETS`).
+    label: the table's configuration cell.
+    model: model preset.
+    topology: a callable returning the ``Topology``.
+    routing: a callable returning the ``RoutingData`` (None: data absent).
+    slots_per_gpu, redundant: ``--slots-per-gpu`` or ``--redundant`` (one of them).
+    fit: ``--fit START:STOP`` (None: every window).
+    note: what the table should say about this configuration.
+    """
+
+    key: str
+    label: str
+    model: str
+    topology: Callable[[], Any]
+    routing: Callable[[], Any]
+    slots_per_gpu: int | None = None
+    redundant: int | None = None
+    fit: tuple[int, int] | Callable[[Any], tuple[int, int]] | None = None
+    note: str = ""
+
+
+@dataclass
+class Row:
+    """One (configuration, engine) line of the table."""
+
+    config: str
+    engine: str
+    judged: str
+    eplb_step_p99: float
+    eplb_layer_p99: float
+    cpsat_step_p99: float
+    cpsat_layer_p99: float
+    change: float
+    verdict: str
+    seconds: float
+    status: str = ""
+    key: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def not_above(self) -> bool:
+        """cpsat's step p99 is not above EPLB's (the Done-when condition)."""
+        return self.cpsat_step_p99 <= self.eplb_step_p99
+
+
+def _say_warnings(caught: Sequence[warnings.WarningMessage], where: str) -> None:
+    """One stderr line per distinct warning (first 160 characters)."""
+    seen: set[str] = set()
+    for w in caught:
+        text = " ".join(str(w.message).split())
+        if text in seen:
+            continue
+        seen.add(text)
+        short = text if len(text) <= 160 else text[:157] + "..."
+        log(f"{where}: {w.category.__name__}: {short}")
+
+
+def compare_engines(
+    key: str, label: str, routing: Any, model: Any, topology: Any, *,
+    slots_per_gpu: int | None = None, redundant: int | None = None,
+    fit: tuple[int, int] | None = None, engines: Sequence[str] = ENGINES,
+    jobs: int | None = None, time_limit_s: float | None = None,
+) -> list[Row]:
+    """Plan one configuration as ``placer plan`` does, once per engine, and judge each
+    plan against EPLB with ``summarize_plan``.
+
+    ``routing`` is what ``read_routing`` returned (every window); ``model`` and
+    ``topology`` are specs; ``fit`` the fitted windows.  ``jobs`` defaults to every core
+    (as ``placer plan``); ``time_limit_s`` None keeps the default (tests pass less).
+    """
+    from placer.planning import build_problem
+    from placer.problem import SolveParams, solve
+    from placer.summary import BASELINE_SOLVER, summarize_plan
+    from placer.workload import Workload
+
+    problem = build_problem(routing, model=model, topology=topology, slots_per_gpu=slots_per_gpu,
+                            redundant=redundant, fit=fit)
+    extra: dict[str, Any] = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
+    jobs = jobs or os.cpu_count() or 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        baseline = solve(problem, BASELINE_SOLVER, SolveParams(jobs=jobs, **extra))
+    _say_warnings(caught, f"{label} eplb")
+    rows = []
+    for engine in engines:
+        workload = Workload(engine, "decode")
+        params = SolveParams(jobs=jobs, workload=workload, **extra)
+        started = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = solve(problem, "cpsat", params)
+        seconds = time.perf_counter() - started
+        _say_warnings(caught, f"{label} {engine} cpsat")
+        log(f"{label}, {engine}: cpsat {seconds:.1f} s ({result.status}); judging ...")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            summary = summarize_plan(problem, result, baseline, routing, workload=workload,
+                                     fit=fit)
+        _say_warnings(caught, f"{label} {engine} summary")
+        if not summary.times:
+            raise RuntimeError(f"{label} {engine}: no estimated times ({summary.times_note})")
+        mine, theirs = summary.times[result.solver], summary.times[baseline.solver]
+        change = mine["step_p99_us"] / theirs["step_p99_us"] - 1.0
+        verdict = summary.verdict
+        assert summary.judged is not None
+        rows.append(Row(
+            config=label, engine=engine, judged=summary.judged.describe(),
+            eplb_step_p99=theirs["step_p99_us"], eplb_layer_p99=theirs["layer_p99_us_median"],
+            cpsat_step_p99=mine["step_p99_us"], cpsat_layer_p99=mine["layer_p99_us_median"],
+            change=change, verdict=verdict.outcome if verdict is not None else "-",
+            seconds=seconds, status=result.status, key=key,
+            extra={"layers_faster": summary.layers,
+                   "a2a": (theirs["all_to_all_us"], mine["all_to_all_us"]),
+                   "compute": (theirs["compute_us"], mine["compute_us"])},
+        ))
+        log(f"{label}, {engine}: step p99 eplb {theirs['step_p99_us']:.1f} us,"
+            f" cpsat {mine['step_p99_us']:.1f} us ({change:+.2%})")
+    return rows
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _us(value: float) -> str:
+    return f"{value:,.1f}" if math.isfinite(value) else "-"
+
+
+def render_table(rows: Sequence[Row]) -> list[str]:
+    """The Markdown table of ``rows``."""
+    lines = [
+        "| configuration | engine | EPLB step p99 µs | EPLB layer p99 µs | cpsat step p99 µs |"
+        " cpsat layer p99 µs | cpsat / EPLB - 1 | verdict | cpsat <= EPLB | cpsat s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.config} | {r.engine} | {_us(r.eplb_step_p99)} | {_us(r.eplb_layer_p99)} |"
+            f" {_us(r.cpsat_step_p99)} | {_us(r.cpsat_layer_p99)} | {r.change:+.2%} |"
+            f" {r.verdict} | {'pass' if r.not_above else '**FAIL**'} | {r.seconds:.1f} |"
+        )
+    return lines
+
+
+def closing_line(rows: Sequence[Row], targets: dict[str, float] = TARGETS) -> str:
+    """How many rows have cpsat's step p99 <= EPLB's, and each multi-node target."""
+    good = sum(r.not_above for r in rows)
+    parts = [f"cpsat's held-out step p99 <= EPLB's on {good} of {len(rows)} rows"]
+    for key, need in targets.items():
+        mine = [r for r in rows if r.key == key]
+        if not mine:
+            parts.append(f"{key} >= {need:.0%} lower: not run")
+            continue
+        figures = ", ".join(f"{r.engine} {-r.change:+.1%}" for r in mine)
+        met = all(-r.change >= need for r in mine)
+        parts.append(f"{mine[0].config} >= {need:.0%} lower: {'met' if met else 'not met'}"
+                     f" ({figures} lower)")
+    return "; ".join(parts) + "."
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+def h100_node(num_gpus: int) -> Any:
+    """One node of ``num_gpus`` H100 SXM GPUs, otherwise the ``dgx-h100`` preset."""
+    import yaml
+
+    from placer.topology import load_topology, preset_text, topology_from_dict
+
+    if num_gpus == 8:
+        return load_topology("dgx-h100")
+    doc = yaml.safe_load(preset_text("dgx-h100"))
+    doc["name"] = f"{num_gpus}x-h100"
+    doc["description"] = f"{num_gpus} x H100 SXM 80 GB on NVSwitch (a DGX H100 cut to size)"
+    doc["nodes"][0]["gpus"] = num_gpus
+    return topology_from_dict(doc)
+
+
+def synth_trace(path: Path, model: str, **overrides: Any) -> Path:
+    """A ``placer synth`` trace of ``model``'s shape at ``path``, written when absent.
+
+    ``overrides`` are :class:`placer.synth.SynthParams` fields (``num_tokens``, ``zipf``,
+    ``clusters``, ``drift``, ``tokens_per_step``, ``num_ranks``, ``seed``, ...).
+    """
+    from placer.models import load_model
+    from placer.synth import params_for_model, write_synth
+
+    if path.exists():
+        log(f"reusing {path}")
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    params = params_for_model(load_model(model), **overrides)
+    partial = path.with_name(path.name + ".partial.npz")
+    info = write_synth(partial, params, format="npz")
+    partial.replace(path)
+    log(f"wrote {path}: {info['tokens']:,} tokens x {info['layers']} layers in"
+        f" {info['seconds']:.1f} s")
+    return path
+
+
+def read(source: Path | list[Path], model: str, **kwargs: Any) -> Any:
+    """``read_routing`` with the model's ``top_k``; warnings to stderr."""
+    from placer.models import load_model
+    from placer.traces import read_routing
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = [str(p) for p in source] if isinstance(source, list) else str(source)
+        data = read_routing(paths, top_k=load_model(model).top_k, **kwargs)
+    _say_warnings(caught, f"read {model}")
+    return data
+
+
+def _real(folder: Path) -> list[Config]:
+    from bench import planning
+    from placer.topology import load_topology
+
+    def gpt_oss() -> Any:
+        path = planning.REAL / "gpt-oss-20b" / "load_coact.npz"
+        return read(path, "gpt-oss-20b") if path.exists() else None
+
+    cache: dict[str, Any] = {}
+
+    def qwen3() -> Any:
+        if "qwen3" not in cache:
+            cache["qwen3"] = planning.qwen3(folder)
+        return cache["qwen3"]
+
+    def mixtral() -> Any:
+        if "mixtral" not in cache:
+            files = planning.mixtral_files("gsm8k", "humaneval")
+            cache["mixtral"] = None if files is None else read(
+                files, "mixtral-8x7b", window_tokens=MIXTRAL_WINDOW_TOKENS, keep_tokens=True)
+        return cache["mixtral"]
+
+    def first_half(routing: Any) -> tuple[int, int]:
+        return (0, routing.stats.num_windows // 2)
+
+    one_window = "aggregated statistics, one window: judged on the fitted window, sampled batches"
+    return [
+        Config("gpt-oss-4x9", "gpt-oss-20b 4x9", "gpt-oss-20b", lambda: h100_node(4), gpt_oss,
+               slots_per_gpu=9, note=one_window),
+        Config("gpt-oss-8x5", "gpt-oss-20b 8x5", "gpt-oss-20b", lambda: h100_node(8), gpt_oss,
+               slots_per_gpu=5, note=one_window),
+        Config("qwen3-1n", "Qwen3-30B-A3B dgx-h100 8x18", "qwen3-30b-a3b",
+               lambda: load_topology("dgx-h100"), qwen3, redundant=16, note=one_window),
+        Config("qwen3-2n", "Qwen3-30B-A3B 2x-dgx-h100 16x9", "qwen3-30b-a3b",
+               lambda: load_topology("2x-dgx-h100"), qwen3, redundant=16, note=one_window),
+        Config("mixtral-4x3", "Mixtral-8x7B 4x3", "mixtral-8x7b", lambda: h100_node(4), mixtral,
+               slots_per_gpu=3, fit=first_half,
+               note=f"per-token logs in {MIXTRAL_WINDOW_TOKENS}-token windows, fitted on the"
+               " first half, replayed on the second"),
+        Config("mixtral-8x2", "Mixtral-8x7B 8x2", "mixtral-8x7b", lambda: h100_node(8), mixtral,
+               slots_per_gpu=2, fit=first_half,
+               note=f"per-token logs in {MIXTRAL_WINDOW_TOKENS}-token windows, fitted on the"
+               " first half, replayed on the second"),
+    ]
+
+
+#: Synthetic traces: key -> (file under OUT, model, SynthParams overrides).
+SYNTH = {
+    "deepseek-v3": ("synth-deepseek-v3.npz", "deepseek-v3", {
+        "num_tokens": 65_536, "num_groups": 8, "top_groups": 4, "zipf": 1.0, "clusters": 8,
+        "drift": 0.02, "tokens_per_step": 4096, "num_ranks": 32, "seed": 1}),
+    "kimi-k2": ("synth-kimi-k2.npz", "kimi-k2", {
+        "num_tokens": 16 * 9216, "zipf": 1.0, "clusters": 8, "drift": 0.02,
+        "tokens_per_step": 9216, "num_ranks": 72, "seed": 1}),
+}
+
+
+def _synthetic() -> list[Config]:
+    from placer.topology import load_topology
+
+    def trace(key: str) -> Callable[[], Any]:
+        name, model, overrides = SYNTH[key]
+        return lambda: read(synth_trace(OUT / name, model, **overrides), model,
+                            keep_tokens=True)
+
+    return [
+        Config("deepseek-v3", "DeepSeek-V3 shape 4x-dgx-h100 EP32 (+32)", "deepseek-v3",
+               lambda: load_topology("4x-dgx-h100"), trace("deepseek-v3"), redundant=32,
+               fit=(0, 12), note="synthetic, group-limited routing (top 4 of 8 groups),"
+               " 65,536 tokens in 16 steps of 4,096; fit 0:12, per-token replay of 12:16"),
+        Config("kimi-k2", "Kimi-K2 shape gb200-nvl72 72x6 (+48)", "kimi-k2",
+               lambda: load_topology("gb200-nvl72"), trace("kimi-k2"), redundant=48,
+               fit=(0, 12), note="synthetic, 147,456 tokens in 16 steps of 9,216;"
+               " fit 0:12, per-token replay of 12:16"),
+    ]
+
+
+CONFIG_KEYS = ("gpt-oss-4x9", "gpt-oss-8x5", "qwen3-1n", "qwen3-2n", "mixtral-4x3",
+               "mixtral-8x2", "deepseek-v3", "kimi-k2")
+
+
+# -- the section ------------------------------------------------------------------------------
+
+
+def run() -> str:
+    with tempfile.TemporaryDirectory(prefix="placer-bench-") as folder:
+        return _run(Path(folder))
+
+
+def _run(folder: Path) -> str:
+    from placer.models import load_model
+
+    only = {k.strip() for k in os.environ.get("PLACER_BENCH_LATENCY_ONLY", "").split(",")
+            if k.strip()}
+    out = ["## latency: estimated MoE-layer time, cpsat vs EPLB (issue 12)", "",
+           "Each row runs `placer plan`'s path: `read_routing`, `build_problem`, cpsat with"
+           f" default settings (`jobs` = {os.cpu_count()} cores, `--engine` as shown,"
+           " `--workload decode`, 128 tokens per GPU), EPLB = `--solver eplb`, and"
+           " `summarize_plan` side by side on held-out windows (per-token replay when the"
+           " data is per-token). Step = one batch through every MoE layer; layer p99 ="
+           " each layer's p99 over batches, median layer. Verdict and pass on step p99.", ""]
+    configs: list[Config] = []
+    notes: list[str] = []
+    if SHARED_DATA.exists():
+        configs += _real(folder)
+    else:
+        notes.append(f"- real-data rows skipped: {SHARED_DATA} is absent")
+    configs += _synthetic()
+    if only:
+        configs = [c for c in configs if c.key in only]
+        out += [f"(only: {', '.join(sorted(only))})", ""]
+    rows: list[Row] = []
+    for config in configs:
+        started = time.perf_counter()
+        log(f"{config.label} ...")
+        routing = config.routing()
+        if routing is None:
+            notes.append(f"- {config.label}: skipped, data absent")
+            log(f"{config.label}: data absent, skipped")
+            continue
+        fit = config.fit(routing) if callable(config.fit) else config.fit
+        got = compare_engines(config.key, config.label, routing, load_model(config.model),
+                              config.topology(), slots_per_gpu=config.slots_per_gpu,
+                              redundant=config.redundant, fit=fit)
+        rows += got
+        judged = got[0].judged if got else ""
+        notes.append(f"- {config.label}: {config.note}; judged on {judged}")
+        log(f"{config.label} done in {time.perf_counter() - started:.1f} s")
+    out += render_table(rows)
+    out += ["", *notes, "", closing_line(rows)]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(run())

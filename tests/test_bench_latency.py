@@ -1,0 +1,72 @@
+"""Smoke test of bench/latency.py's helpers on tiny synthetic data (no ../shared/data)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the bench package
+import bench.latency as latency
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny gpt-oss-20b-shaped trace (2 layers x 32 experts, top-4, 8 steps), written
+    by ``synth_trace`` and read with per-token routing kept."""
+    path = tmp_path_factory.mktemp("latency") / "tiny.npz"
+    overrides = {"layer_ids": (0, 1), "num_tokens": 2048, "tokens_per_step": 256,
+                 "num_ranks": 4, "zipf": 1.0, "clusters": 4, "seed": 3}
+    written = latency.synth_trace(path, "gpt-oss-20b", **overrides)
+    assert written == path and path.exists()
+    mtime = path.stat().st_mtime_ns
+    assert latency.synth_trace(path, "gpt-oss-20b", **overrides) == path  # reused
+    assert path.stat().st_mtime_ns == mtime
+    return latency.read(path, "gpt-oss-20b", keep_tokens=True)
+
+
+def test_h100_node_sizes() -> None:
+    assert latency.h100_node(4).num_gpus == 4
+    assert latency.h100_node(8).name == "dgx-h100"
+
+
+def test_compare_engines_rows_and_rendering(tiny) -> None:
+    from placer.models import load_model
+
+    assert tiny.trace is not None and tiny.stats.num_windows == 8
+    rows = latency.compare_engines(
+        "tiny", "tiny 4x9", tiny, load_model("gpt-oss-20b"), latency.h100_node(4),
+        slots_per_gpu=9, fit=(0, 6), jobs=1, time_limit_s=1.0,
+    )
+    assert [r.engine for r in rows] == ["sglang", "vllm"]
+    for r in rows:
+        assert r.judged.startswith("held-out windows 6:8 (fitted 0:6), per-token replay")
+        for value in (r.eplb_step_p99, r.eplb_layer_p99, r.cpsat_step_p99, r.cpsat_layer_p99):
+            assert math.isfinite(value) and value > 0
+        assert r.change == pytest.approx(r.cpsat_step_p99 / r.eplb_step_p99 - 1)
+        assert r.verdict in ("faster", "slower", "equal")
+        assert r.seconds > 0
+
+    table = latency.render_table(rows)
+    assert table[0].startswith("| configuration | engine | EPLB step p99")
+    assert len(table) == 2 + len(rows)
+    assert all(line.count("|") == table[0].count("|") for line in table)
+
+
+def test_closing_line_counts_and_targets() -> None:
+    def row(key: str, engine: str, eplb: float, cpsat: float) -> object:
+        return latency.Row(config=key.upper(), engine=engine, judged="", eplb_step_p99=eplb,
+                           eplb_layer_p99=1.0, cpsat_step_p99=cpsat, cpsat_layer_p99=1.0,
+                           change=cpsat / eplb - 1, verdict="", seconds=0.0, key=key)
+
+    rows = [row("a", "sglang", 100, 80), row("a", "vllm", 100, 95),
+            row("b", "sglang", 100, 101), row("b", "vllm", 100, 90)]
+    line = latency.closing_line(rows, {"a": 0.10, "b": 0.05, "c": 0.05})
+    assert line.startswith("cpsat's held-out step p99 <= EPLB's on 3 of 4 rows")
+    assert "A >= 10% lower: not met (sglang +20.0%, vllm +5.0% lower)" in line
+    assert "B >= 5% lower: not met" in line
+    assert "c >= 5% lower: not run" in line
+    met = latency.closing_line(rows[:1], {"a": 0.10})
+    assert "A >= 10% lower: met" in met
