@@ -13,6 +13,11 @@ MAX_WINDOWS = 64
 #: each layer's pair counts (E^2 x 8 bytes) come into cache once for many tokens.
 CHUNK_ROWS = 1 << 19
 
+#: A plan replaces the reference EPLB only when the evaluator estimates its step on the
+#: fitted windows at least this share faster: smaller gains are within the noise of
+#: sampled batches and of held-out routing, and EPLB is what users run and trust.
+JUDGE_MARGIN = 0.005
+
 #: Largest integer CP-SAT coefficients should reach after scaling loads.
 CPSAT_LOAD_SCALE_MAX = 1_000_000
 

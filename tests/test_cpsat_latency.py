@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from planner_fixtures import MODEL, skewed_stats
 
+from placer.constants import JUDGE_MARGIN
 from placer.problem import PlacementProblem, SolveParams, solve
 from placer.solvers.cpsat import CpsatOptions
 from placer.solvers.cpsat.judge import faster_rows, layer_times
@@ -51,9 +52,11 @@ def test_plan_is_never_slower_than_its_hint_per_layer(workload):
     reference = solve(prob, "eplb", params).placement
     eplb_times = layer_times(reference, prob, workload, params.seed)
     assert eplb_times.tolist() == pytest.approx([e["eplb_layer_time_us"] for e in layers])
-    valid_times = layer_times(solve(prob, "eplb-valid", params).placement, prob, workload,
-                              params.seed)
-    assert times.sum() <= min(eplb_times.sum(), valid_times.sum()) * (1 + 1e-9)
+    assert times.sum() <= eplb_times.sum() * (1 + 1e-9)
+    # anything but EPLB itself must be estimated clearly faster than it
+    if not np.array_equal(result.placement.physical_to_logical,
+                          reference.physical_to_logical):
+        assert times.sum() <= eplb_times.sum() * (1 - JUDGE_MARGIN) * (1 + 1e-9)
     winners = result.details["winners"]
     assert sum(winners.values()) == 2 and set(winners) <= {"cpsat", "eplb", "eplb-valid"}
     assert workload.describe() in result.details["judged_by"]

@@ -320,7 +320,9 @@ def _keep_faster(
     on ties).  Some dispatch tables couple layers (SGLang's static dispatch draws every
     layer's fair choices from one random stream per rank), so the merged placement is
     timed again and the answer is the fastest whole placement by estimated step time
-    (the sum of the layers' p99 times): the merge, the plan or a candidate.
+    (the sum of the layers' p99 times): the merge, the plan or a candidate -- and the
+    last candidate (the reference EPLB) itself unless the answer is estimated at least
+    ``constants.JUDGE_MARGIN`` faster than it.
 
     Returns the placement, the outcomes (a candidate's rows marked ``FALLBACK`` with
     the candidate's name as winner and its figures), and ``(chosen_times,
@@ -361,6 +363,8 @@ def _keep_faster(
     for entry in whole:
         if entry[2].sum() < best[2].sum() * (1 - EQUAL_TIME):
             best = entry
+    if candidates and best[2].sum() > baseline_times.sum() * (1 - constants.JUDGE_MARGIN):
+        best = whole[-1]  # not clearly faster than the baseline (EPLB): keep the baseline
     name, chosen, chosen_times = best
     if name == "merged":
         return merged, merged_outcomes, (chosen_times, baseline_times)
