@@ -58,7 +58,8 @@ def test_plan_is_never_slower_than_its_hint_per_layer(workload):
                           reference.physical_to_logical):
         assert times.sum() <= eplb_times.sum() * (1 - JUDGE_MARGIN) * (1 + 1e-9)
     winners = result.details["winners"]
-    assert sum(winners.values()) == 2 and set(winners) <= {"cpsat", "eplb", "eplb-valid"}
+    assert sum(winners.values()) == 2
+    assert set(winners) <= {"cpsat", "eplb", "eplb-valid", "cpsat+spread", "eplb+spread"}
     assert workload.describe() in result.details["judged_by"]
 
 
@@ -113,3 +114,26 @@ def test_reused_draws_judge_on_the_same_tokens():
     assert len(draws) == prob.stats.num_layers
     again = layer_times(hint, prob, workload, seed=3, draws=draws)
     assert fresh.tolist() == first.tolist() == again.tolist()
+
+
+def test_spread_replicas_puts_doubled_experts_on_both_nodes():
+    """Two nodes of 2 GPUs x 2 slots; expert 0 (hot) twice on node 0, expert 3 twice on
+    node 1: one swap puts a replica of each on each node, loads nearly unchanged."""
+    from placer.placement import Placement
+    from placer.solvers.cpsat.spread import spread_replicas
+
+    before = Placement(np.array([[0, 1, 0, 2, 3, 4, 3, 5]]), np.array([0]), 6, 4)
+    load = np.array([[100.0, 30, 30, 100, 30, 30]])
+    after = spread_replicas(before, np.array([0, 0, 1, 1]), load)
+    per_node = np.zeros((6, 2), dtype=int)
+    np.add.at(per_node, (after.physical_to_logical[0], np.array([0, 0, 0, 0, 1, 1, 1, 1])), 1)
+    assert per_node[0].tolist() == [1, 1] and per_node[3].tolist() == [1, 1]
+    assert sorted(after.physical_to_logical[0].tolist()) == [0, 0, 1, 2, 3, 3, 4, 5]
+    assert not (after.replicas_on_gpu > 1).any()  # no GPU holds an expert twice
+
+
+def test_sglang_plans_weigh_spread_candidates():
+    prob = problem()
+    result = solve(prob, "cpsat", SolveParams(workload=Workload("sglang", "decode"), **FAST))
+    assert set(result.details["winners"]) <= {"cpsat", "eplb", "eplb-valid", "cpsat+spread",
+                                             "eplb+spread"}

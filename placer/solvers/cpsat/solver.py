@@ -37,6 +37,7 @@ from placer.solvers.cpsat.layer import (
 )
 from placer.solvers.cpsat.replicas import replica_range
 from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
+from placer.solvers.cpsat.spread import spread_replicas
 from placer.solvers.cpsat.traffic import identical_gpus, link_costs, select_pairs
 from placer.workload import Workload
 
@@ -300,8 +301,17 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     times = None
     if can_judge(problem):
         candidates = [(hint_result.solver, hint)]
+        reference = hint if hint_result.solver == "eplb" else solve(problem, "eplb",
+                                                                     params).placement
+        if params.workload.policy == "sglang" and problem.num_nodes > 1:
+            # node-local dispatch: the same plans with replicas spread over nodes
+            load = problem.stats.load.sum(axis=0).astype(np.float64)
+            candidates += [
+                ("cpsat+spread", spread_replicas(placement, problem.node_of_gpu, load)),
+                ("eplb+spread", spread_replicas(reference, problem.node_of_gpu, load)),
+            ]
         if hint_result.solver != "eplb":  # the reference EPLB is what users compare with
-            candidates.append(("eplb", solve(problem, "eplb", params).placement))
+            candidates.append(("eplb", reference))
         placement, outcomes, times = _keep_faster(
             placement, candidates, outcomes, [task[0] for task in tasks], problem, params)
     return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
@@ -324,8 +334,8 @@ def _keep_faster(
     last candidate (the reference EPLB) itself unless the answer is estimated at least
     ``constants.JUDGE_MARGIN`` faster than it.
 
-    Returns the placement, the outcomes (a candidate's rows marked ``FALLBACK`` with
-    the candidate's name as winner and its figures), and ``(chosen_times,
+    Returns the placement, the outcomes (a candidate's rows with the candidate's name as
+    winner and its figures, ``FALLBACK`` for the hint's and EPLB's), and ``(chosen_times,
     baseline_times)``: ``[layers]`` estimated p99 layer times, microseconds, of the
     returned placement and of the last candidate (the reference EPLB when the hint is
     another solver).
@@ -338,9 +348,10 @@ def _keep_faster(
     def taken(row: int, name: str, other: Placement) -> LayerOutcome:
         x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
         data = layers[row]
+        kept_baseline = name in (candidates[0][0], candidates[-1][0])  # the hint or EPLB
         return replace(outcomes[row], x=x > 0, balance=data.balance(x),
-                       traffic=data.traffic(x), moves=data.moves(x), status="FALLBACK",
-                       winner=name)
+                       traffic=data.traffic(x), moves=data.moves(x),
+                       status="FALLBACK" if kept_baseline else "FEASIBLE", winner=name)
 
     plan_times = timed(placement)
     best_times = plan_times.copy()
