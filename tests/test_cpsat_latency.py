@@ -137,3 +137,22 @@ def test_sglang_plans_weigh_spread_candidates():
     result = solve(prob, "cpsat", SolveParams(workload=Workload("sglang", "decode"), **FAST))
     assert set(result.details["winners"]) <= {"cpsat", "eplb", "eplb-valid", "cpsat+spread",
                                              "eplb+spread"}
+
+
+def test_replan_keeps_the_deployed_placement_unless_clearly_faster():
+    """With --current the baseline is moving nothing: the answer is the deployed placement
+    itself, or one the judge estimates JUDGE_MARGIN faster than it."""
+    from dataclasses import replace as dc_replace
+
+    prob = problem()
+    deployed = solve(prob, "eplb-valid", SolveParams()).placement
+    replan = dc_replace(prob, current=deployed)
+    params = SolveParams(workload=Workload("vllm", "decode"), **FAST)
+    result = solve(replan, "cpsat", params)
+    draws: dict[tuple[int, ...], np.ndarray] = {}
+    mine = layer_times(result.placement, replan, params.workload, params.seed, draws).sum()
+    kept = layer_times(deployed, replan, params.workload, params.seed, draws).sum()
+    if np.array_equal(result.placement.physical_to_logical, deployed.physical_to_logical):
+        assert result.placement.moves_from(deployed) == 0
+    else:
+        assert mine <= kept * (1 - JUDGE_MARGIN) * (1 + 1e-9)

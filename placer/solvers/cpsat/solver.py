@@ -312,6 +312,8 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
             ]
         if hint_result.solver != "eplb":  # the reference EPLB is what users compare with
             candidates.append(("eplb", reference))
+        if problem.current is not None:  # re-planning: moving nothing is the baseline
+            candidates.append(("current", problem.current))
         placement, outcomes, times = _keep_faster(
             placement, candidates, outcomes, [task[0] for task in tasks], problem, params)
     return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
@@ -334,11 +336,14 @@ def _keep_faster(
     last candidate (the reference EPLB) itself unless the answer is estimated at least
     ``constants.JUDGE_MARGIN`` faster than it.
 
+    The last candidate is the baseline: the reference EPLB, or with ``--current`` the
+    deployed placement (so that a re-plan moves nothing unless that is estimated
+    ``JUDGE_MARGIN`` faster).
+
     Returns the placement, the outcomes (a candidate's rows with the candidate's name as
-    winner and its figures, ``FALLBACK`` for the hint's and EPLB's), and ``(chosen_times,
-    baseline_times)``: ``[layers]`` estimated p99 layer times, microseconds, of the
-    returned placement and of the last candidate (the reference EPLB when the hint is
-    another solver).
+    winner and its figures, ``FALLBACK`` for the hint's and the baseline's), and
+    ``(chosen_times, eplb_times)``: ``[layers]`` estimated p99 layer times, microseconds,
+    of the returned placement and of the reference EPLB (the hint when it is EPLB).
     """
     draws: dict[tuple[int, ...], np.ndarray] = {}  # all judged on the same sampled tokens
 
@@ -348,7 +353,7 @@ def _keep_faster(
     def taken(row: int, name: str, other: Placement) -> LayerOutcome:
         x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
         data = layers[row]
-        kept_baseline = name in (candidates[0][0], candidates[-1][0])  # the hint or EPLB
+        kept_baseline = name in (candidates[0][0], "eplb", "current")  # not a new plan
         return replace(outcomes[row], x=x > 0, balance=data.balance(x),
                        traffic=data.traffic(x), moves=data.moves(x),
                        status="FALLBACK" if kept_baseline else "FEASIBLE", winner=name)
@@ -370,6 +375,7 @@ def _keep_faster(
     merged_times = timed(merged) if not np.array_equal(rows, placement.physical_to_logical) \
         else plan_times
     baseline_times = whole[-1][2]
+    eplb_times = next((t for n, _, t in whole if n == "eplb"), whole[1][2])
     best = ("merged", merged, merged_times)
     for entry in whole:
         if entry[2].sum() < best[2].sum() * (1 - EQUAL_TIME):
@@ -378,11 +384,11 @@ def _keep_faster(
         best = whole[-1]  # not clearly faster than the baseline (EPLB): keep the baseline
     name, chosen, chosen_times = best
     if name == "merged":
-        return merged, merged_outcomes, (chosen_times, baseline_times)
+        return merged, merged_outcomes, (chosen_times, eplb_times)
     if name == "cpsat":
-        return placement, list(outcomes), (chosen_times, baseline_times)
+        return placement, list(outcomes), (chosen_times, eplb_times)
     return chosen, [taken(row, name, chosen) for row in range(len(outcomes))], (
-        chosen_times, baseline_times)
+        chosen_times, eplb_times)
 
 
 def _result(
