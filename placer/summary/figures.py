@@ -1,0 +1,257 @@
+"""Time figures of a summary: labels, units and formats defined once; where and how a
+plan is judged; the verdict and the per-layer count."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from placer import constants
+from placer.evaluate import EvalParams
+from placer.workload import Workload
+
+#: The solver every plan is compared with.
+BASELINE_SOLVER = "eplb"
+
+#: Relative difference below which two times are reported as equal (0.1%).
+EQUAL_TOLERANCE = 1e-3
+
+#: The figure of the verdict: p99 over batches of the step (sum over MoE layers).
+VERDICT_FIGURE = "step_p99_us"
+
+#: A per-token replay larger than this many (token, layer, pick) selections per
+#: placement is sampled instead (a replay costs time in proportion).
+REPLAY_MAX_SELECTIONS = 1 << 26
+
+#: Sampled batches: as many as fit in this many (token, layer) pairs, within
+#: [:data:`SAMPLED_BATCHES_MIN`, ``constants.DEFAULT_SAMPLED_BATCHES``]: 16 decode batches
+#: of DeepSeek-V3 on 32 GPUs (4,096 tokens x 58 layers each), 2 prefill batches (131,072
+#: tokens each; a summary then costs seconds per placement, as a prefill step is large).
+SAMPLED_TOKEN_LAYERS_BUDGET = 1 << 22
+SAMPLED_BATCHES_MIN = 2
+
+#: ``placer plan`` keeps per-token routing for the replay when its inputs take at most
+#: this many bytes on disk (kept tokens cost memory in proportion).
+KEEP_TOKENS_MAX_BYTES = 256 << 20
+
+
+# -- the time figures: one definition of labels, units and formats ----------------------------
+
+
+@dataclass(frozen=True)
+class TimeFigure:
+    """How one estimated time is shown.
+
+    Attributes
+    ----------
+    key: the evaluator's metric key (``placer.evaluate.METRIC_KEYS``).
+    label: row label (``placer plan``'s summary, the report), without the unit.
+    header: short column header with the unit (``placer compare``'s table).
+    what: what it is, in a few words.
+    fmt: number format.
+    unit: the unit.
+    """
+
+    key: str
+    label: str
+    header: str
+    what: str
+    fmt: str = "{:.1f}"
+    unit: str = "µs"
+
+    def cell(self, value: float | None) -> str:
+        """The number as shown (``-`` when missing or not finite)."""
+        if value is None or not math.isfinite(float(value)):
+            return "-"
+        return self.fmt.format(float(value))
+
+
+#: Estimated times, in the order the summary shows them.
+TIME_FIGURES = (
+    TimeFigure("moe_layer_p50_us", "MoE layer p50, pooled", "p50 µs",
+               "MoE-layer time over every (batch, layer) pair, p50"),
+    TimeFigure("moe_layer_p99_us", "MoE layer p99, pooled", "p99 µs",
+               "MoE-layer time over every (batch, layer) pair, p99"),
+    TimeFigure("layer_p99_us_median", "layer p99, median layer", "layer p99 µs",
+               "each layer's p99 over batches, median over layers"),
+    TimeFigure("layer_p99_us_worst", "layer p99, worst layer", "worst layer p99 µs",
+               "each layer's p99 over batches, worst layer"),
+    TimeFigure("step_p50_us", "step p50", "step p50 µs",
+               "one batch through every MoE layer, p50 over batches"),
+    TimeFigure("step_p99_us", "step p99", "step p99 µs",
+               "one batch through every MoE layer, p99 over batches"),
+    TimeFigure("all_to_all_us", "all-to-all, mean", "a2a µs",
+               "dispatch + combine of the slowest GPU, mean over (batch, layer)"),
+    TimeFigure("compute_us", "expert compute, mean", "compute µs",
+               "expert GEMMs of the slowest GPU, mean over (batch, layer)"),
+)
+
+_FIGURES = {f.key: f for f in TIME_FIGURES}
+
+
+def time_figure(key: str) -> TimeFigure:
+    """The :class:`TimeFigure` of an evaluator time key (KeyError for another key)."""
+    return _FIGURES[key]
+
+
+# -- where and how the plan is judged ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Which windows judge the plan, and how.
+
+    Attributes
+    ----------
+    part: ``"held-out"`` (windows the plan was not fitted on) or ``"fitted"``.
+    windows: ``(start, stop)`` judged windows.
+    fitted: ``(start, stop)`` fitted windows.
+    source: ``"trace"`` (per-token replay) or ``"sampled"`` (batches drawn from the
+        statistics); set by the evaluation.
+    why: why the part or the source is what it is (empty when there is nothing to say).
+    num_batches, batch_tokens, num_tokens: what the evaluator judged (0 before).
+    """
+
+    part: str
+    windows: tuple[int, int]
+    fitted: tuple[int, int]
+    source: str = "sampled"
+    why: str = ""
+    num_batches: int = 0
+    batch_tokens: int = 0
+    num_tokens: int = 0
+
+    def describe(self) -> str:
+        """``held-out windows 6:32 (fitted 0:6), per-token replay: 7 batches, 6656 tokens``."""
+        start, stop = self.windows
+        if self.part == "held-out":
+            where = (f"held-out windows {start}:{stop}"
+                     f" (fitted {self.fitted[0]}:{self.fitted[1]})")
+        else:
+            where = f"the fitted windows {start}:{stop}"
+        how = "per-token replay" if self.source == "trace" else "sampled batches"
+        text = (f"{where}, {how}: {self.num_batches} batch{'es' if self.num_batches != 1 else ''}"
+                f" of up to {self.batch_tokens} tokens, {self.num_tokens} tokens")
+        return f"{text} ({self.why})" if self.why else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"part": self.part, "windows": list(self.windows), "fitted": list(self.fitted),
+                "source": self.source, "why": self.why, "num_batches": self.num_batches,
+                "batch_tokens": self.batch_tokens, "num_tokens": self.num_tokens}
+
+
+def judged_windows(num_windows: int, fit: tuple[int, int] | None) -> Judged:
+    """The windows that judge a plan fitted on ``fit`` (None: every window).
+
+    The windows after the fitted ones when there are any (held-out, as ``placer
+    evaluate`` reads ``--fit``), else those before them, else the fitted windows.
+    """
+    start, stop = (0, num_windows) if fit is None else (int(fit[0]), int(fit[1]))
+    if stop < num_windows:
+        return Judged("held-out", (stop, num_windows), (start, stop))
+    if start > 0:
+        return Judged("held-out", (0, start), (start, stop), why="the windows before the fit")
+    why = ("no window held out: --fit START:STOP leaves some out" if num_windows > 1
+           else "the data has one window: nothing to hold out")
+    return Judged("fitted", (start, stop), (start, stop), why=why)
+
+
+def summary_eval_params(
+    workload: Workload, num_gpus: int, *, num_layers: int = 1, dtype: str | None = None,
+    windows: tuple[int, int] | None = None, sample: bool = False, seed: int = 0,
+) -> EvalParams:
+    """The evaluator's parameters for a workload on ``num_gpus`` EP ranks.
+
+    Policy, mode and batch come from the workload (``batch_tokens = tokens_per_gpu x G``);
+    sampled batches: as many as :data:`SAMPLED_TOKEN_LAYERS_BUDGET` (token, layer) pairs
+    hold over ``num_layers`` layers, at least :data:`SAMPLED_BATCHES_MIN`, at most
+    ``constants.DEFAULT_SAMPLED_BATCHES``.  ``seed`` 0 is the engines' own (SGLang's
+    static dispatch table).
+    """
+    batch = workload.batch_tokens(num_gpus)
+    batches = min(constants.DEFAULT_SAMPLED_BATCHES,
+                  max(SAMPLED_BATCHES_MIN,
+                      SAMPLED_TOKEN_LAYERS_BUDGET // (batch * max(num_layers, 1))))
+    return EvalParams(policy=workload.policy, mode=workload.mode, batch_tokens=batch,
+                      num_batches=batches, seed=seed, dtype=dtype, windows=windows,
+                      sample=sample)
+
+
+# -- verdict and layers -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How the plan compares with the baseline on one figure.
+
+    Attributes
+    ----------
+    plan, baseline: solver names.
+    figure: the evaluator key compared (:data:`VERDICT_FIGURE`).
+    plan_value, baseline_value: the two figures.
+    change: ``plan / baseline - 1`` (negative: the plan is faster).
+    outcome: ``"faster"``, ``"slower"`` or ``"equal"`` (within :data:`EQUAL_TOLERANCE`).
+    text: the line, e.g. ``verdict: cpsat is 4.1% faster than eplb on held-out step p99
+        (vllm decode)``.
+    """
+
+    plan: str
+    baseline: str
+    figure: str
+    plan_value: float
+    baseline_value: float
+    change: float
+    outcome: str
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan, "baseline": self.baseline, "figure": self.figure,
+                "plan_value": self.plan_value, "baseline_value": self.baseline_value,
+                "change": self.change, "outcome": self.outcome, "text": self.text}
+
+
+def change_text(change: float) -> str:
+    """``-0.041`` -> ``4.1% faster``; ``0.012`` -> ``1.2% slower``; within
+    :data:`EQUAL_TOLERANCE` -> ``equal (within 0.1%)``."""
+    if abs(change) < EQUAL_TOLERANCE:
+        return f"equal (within {EQUAL_TOLERANCE:.1%})"
+    return f"{abs(change):.1%} {'faster' if change < 0 else 'slower'}"
+
+
+def verdict(
+    plan: str, baseline: str, plan_value: float, baseline_value: float, *,
+    on: str = "", figure: str = VERDICT_FIGURE,
+) -> Verdict | None:
+    """The one-line verdict, or None when a figure is missing.
+
+    ``on`` names the judged data and workload, e.g. ``"held-out step p99 (vllm decode)"``.
+    """
+    if not (math.isfinite(plan_value) and math.isfinite(baseline_value)) or baseline_value <= 0:
+        return None
+    change = plan_value / baseline_value - 1.0
+    outcome = ("equal" if abs(change) < EQUAL_TOLERANCE
+               else "faster" if change < 0 else "slower")
+    where = f" on {on}" if on else ""
+    if outcome == "equal":
+        text = f"verdict: {plan} and {baseline} are equal (within {EQUAL_TOLERANCE:.1%}){where}"
+    else:
+        text = f"verdict: {plan} is {change_text(change)} than {baseline}{where}"
+    return Verdict(plan, baseline, figure, float(plan_value), float(baseline_value),
+                   float(change), outcome, text)
+
+
+def layers_faster(mine: np.ndarray, theirs: np.ndarray) -> tuple[int, int, int]:
+    """``(mine faster, theirs faster, equal)`` over layers: each layer's estimated p99 time
+    (``per_layer["layer_time_p99_us"]``), equal within :data:`EQUAL_TOLERANCE` (relative)
+    or when neither has a figure."""
+    a = np.asarray(mine, dtype=np.float64)
+    b = np.asarray(theirs, dtype=np.float64)
+    both = np.isfinite(a) & np.isfinite(b)
+    scale = np.maximum(np.abs(np.where(both, b, 1.0)), 1e-12)
+    rel = np.where(both, (a - b) / scale, 0.0)
+    won = both & (rel <= -EQUAL_TOLERANCE)
+    lost = both & (rel >= EQUAL_TOLERANCE)
+    return int(won.sum()), int(lost.sum()), int(a.size - won.sum() - lost.sum())

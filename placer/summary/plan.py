@@ -1,0 +1,297 @@
+"""The plan summary: :class:`PlanSummary` and :func:`summarize_plan`."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from placer.errors import PlacerError, PlacerWarning
+from placer.evaluate import EvalParams, Evaluation, evaluate
+from placer.problem import PlacementProblem, SolveResult
+from placer.stats import ExpertStats, RoutingData, format_ranges
+from placer.summary.figures import (
+    EQUAL_TOLERANCE,
+    REPLAY_MAX_SELECTIONS,
+    TIME_FIGURES,
+    VERDICT_FIGURE,
+    Judged,
+    Verdict,
+    judged_windows,
+    layers_faster,
+    summary_eval_params,
+    verdict,
+)
+from placer.summary.proxies import basic_metrics, render_versus, versus_eplb
+from placer.workload import Workload
+
+# -- the summary ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """Everything ``placer plan`` reports about a plan.
+
+    Attributes
+    ----------
+    output: where the placement was written.
+    problem: problem size (model, topology, experts, layers, windows, GPUs, slots).
+    solver: the solver's name, status, objective, bound, gap and seconds.
+    metrics: :func:`basic_metrics` of the plan on the fitted windows (written with it).
+    workload: what the plan is judged under; ``workload_note`` says where it came from.
+    eval_params: the evaluator's parameters of the time figures (None when not estimated).
+    judged: where and how the time figures were obtained (None when not estimated).
+    columns: the plan's solver, then the baseline's when there is one.
+    times: solver -> time figures (:data:`TIME_FIGURES` keys); empty when not estimated,
+        and ``times_note`` says why.
+    layers: ``{plan: n, baseline: n, "equal": n}`` layers where each has the lower
+        estimated p99 layer time; None without a baseline.
+    verdict: on :data:`VERDICT_FIGURE`; None without a baseline or figures.
+    versus: the explanation rows (:func:`versus_eplb`); None without a baseline.
+    evaluations: solver -> the :class:`~placer.evaluate.Evaluation` behind ``times``.
+    """
+
+    output: str
+    problem: dict[str, Any]
+    solver: dict[str, Any]
+    metrics: dict[str, float]
+    workload: Workload
+    workload_note: str = ""
+    eval_params: EvalParams | None = None
+    judged: Judged | None = None
+    columns: tuple[str, ...] = ()
+    times: dict[str, dict[str, float]] = field(default_factory=dict)
+    times_note: str = ""
+    layers: dict[str, int] | None = None
+    verdict: Verdict | None = None
+    versus: dict[str, Any] | None = None
+    evaluations: dict[str, Evaluation] = field(default_factory=dict, repr=False,
+                                               compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document (exports are added by the command)."""
+        w = self.workload
+        num_gpus = int(self.problem["num_gpus"])
+        doc: dict[str, Any] = {
+            "output": self.output,
+            "problem": self.problem,
+            "solver": self.solver,
+            "metrics": self.metrics,
+            "workload": {
+                "engine": w.engine, "phase": w.phase, "tokens_per_gpu": w.tokens,
+                "policy": w.policy, "mode": w.mode, "batch_tokens": w.batch_tokens(num_gpus),
+                "note": self.workload_note,
+            },
+            "judged": None if self.judged is None else self.judged.to_dict(),
+            "times": {name: dict(self.times[name]) for name in self.columns
+                      if name in self.times},
+            "times_note": self.times_note,
+            "layers_faster": self.layers,
+            "verdict": None if self.verdict is None else self.verdict.to_dict(),
+        }
+        if self.versus is not None:
+            doc["versus"] = self.versus
+        return doc
+
+    def rows(self) -> list[str]:
+        """Text lines (no colour, fit for a terminal or a log)."""
+        p, s, m = self.problem, self.solver, self.metrics
+        model = p["model"] or "model"
+        where = f"{p['topology']}: " if p["topology"] else ""
+        solver = f"{s['name']} ({s['status']}, {s['seconds']:.2f} s"
+        if s["bound"] is not None and s["gap"] is not None:
+            solver += f", bound {s['bound']:.6g}, gap {100 * s['gap']:.2f}%"
+        solver += ")"
+        judged_as = self.workload.describe()
+        if self.workload_note:
+            judged_as += f"; {self.workload_note}"
+        lines = [
+            f"placement    {self.output}",
+            f"model        {model}: {p['num_experts']} experts, layers {p['layers']},"
+            f" {p['num_windows']} window{'s' if p['num_windows'] != 1 else ''} fitted",
+            f"cluster      {where}{p['num_gpus']} GPUs on {p['num_nodes']}"
+            f" node{'s' if p['num_nodes'] > 1 else ''},"
+            f" {p['slots_per_gpu']} slots per GPU ({p['num_physical_experts']} physical,"
+            f" {p['num_redundant']} redundant)",
+            f"solver       {solver}",
+            f"hot shard    max/mean GPU load: median {m['hot_shard_ratio_median']:.4f},"
+            f" worst {m['hot_shard_ratio_worst']:.4f}"
+            f" (hottest GPU {m['hottest_gpu_load']:.6g} tokens)",
+            f"judged as    {judged_as}",
+        ]
+        if self.judged is not None and self.times:
+            lines.append(f"judged on    {self.judged.describe()}")
+        lines.append("")
+        lines += self.time_rows()
+        if self.versus is not None:
+            lines += ["", *render_versus(self.versus)]
+        return lines
+
+    def time_rows(self) -> list[str]:
+        """The estimated times, layers faster and the verdict (or why there are none)."""
+        if not self.times:
+            return [f"estimated time: not shown ({self.times_note})"]
+        names = [n for n in self.columns if n in self.times]
+        lines = [f"{'estimated time, µs':24}" + "".join(f"{n:>12}" for n in names)]
+        for fig in TIME_FIGURES:
+            cells = "".join(f"{fig.cell(self.times[n].get(fig.key)):>12}" for n in names)
+            lines.append(f"{fig.label:24}{cells}")
+        if self.layers is not None and len(names) == 2:
+            mine, theirs = names
+            lines.append(
+                f"layers faster: {mine} {self.layers[mine]}, {theirs} {self.layers[theirs]},"
+                f" equal {self.layers['equal']} (each layer's p99, equal within"
+                f" {EQUAL_TOLERANCE:.1%})")
+        if self.verdict is not None:
+            lines.append(self.verdict.text)
+        return lines
+
+
+def summarize_plan(
+    problem: PlacementProblem,
+    result: SolveResult,
+    baseline: SolveResult | None,
+    routing: RoutingData | ExpertStats,
+    *,
+    workload: Workload | None = None,
+    workload_note: str = "",
+    fit: tuple[int, int] | None = None,
+    output: str = "",
+    dtype: str | None = None,
+    no_trace_reason: str = "",
+) -> PlanSummary:
+    """Summarize a plan: problem, solver, time figures against the baseline, explanation.
+
+    Parameters
+    ----------
+    problem: what was solved (its statistics are the fitted windows).
+    result: the plan.
+    baseline: EPLB's plan of the same problem, or None (no side-by-side).
+    routing: the whole routing data (every window; per-token when kept).
+    workload: what to judge under (default :class:`~placer.workload.Workload`).
+    workload_note: where the workload came from, in words.
+    fit: ``(start, stop)`` fitted windows of ``routing`` (None: every window).
+    output: where the placement was written.
+    dtype: expert dtype (None: the model's).
+    no_trace_reason: why ``routing`` has no per-token data, when the caller knows.
+    """
+    workload = workload or Workload()
+    if isinstance(routing, ExpertStats):
+        routing = RoutingData(routing)
+    stats = problem.stats
+    problem_doc = {
+        "model": getattr(problem.model, "name", None),
+        "topology": getattr(problem.topology, "name", None),
+        "num_experts": stats.num_experts,
+        "layers": format_ranges(stats.layer_ids),
+        "num_layers": stats.num_layers,
+        "num_windows": stats.num_windows,
+        "num_gpus": problem.num_gpus,
+        "num_nodes": problem.num_nodes,
+        "slots_per_gpu": problem.slots_per_gpu,
+        "num_physical_experts": problem.num_physical,
+        "num_redundant": problem.num_redundant,
+    }
+    solver_doc = {
+        "name": result.solver,
+        "status": result.status,
+        "objective": result.objective,
+        "bound": result.bound,
+        "gap": result.gap,
+        "seconds": round(result.seconds, 3),
+    }
+    results = [result] if baseline is None else [result, baseline]
+    columns = tuple(r.solver for r in results)
+    summary = PlanSummary(
+        output=str(output), problem=problem_doc, solver=solver_doc,
+        metrics=basic_metrics(result.placement, stats), workload=workload,
+        workload_note=workload_note, columns=columns,
+    )
+    if baseline is not None:
+        summary = replace(summary, versus=versus_eplb(problem, result, baseline, routing.stats))
+    if problem.model is None or problem.topology is None:
+        missing = " and ".join(o for o, v in (("--model", problem.model),
+                                               ("--topology", problem.topology)) if v is None)
+        return replace(summary, times_note=f"the evaluator needs {missing}")
+    return _with_times(summary, problem, results, routing, fit, dtype, no_trace_reason)
+
+
+def _with_times(
+    summary: PlanSummary, problem: PlacementProblem, results: list[SolveResult],
+    routing: RoutingData, fit: tuple[int, int] | None, dtype: str | None,
+    no_trace_reason: str,
+) -> PlanSummary:
+    """``summary`` with the time figures, layers faster and the verdict."""
+    judged = judged_windows(routing.stats.num_windows, fit)
+    why = [judged.why] if judged.why else []
+    sample = False
+    if routing.trace is None:
+        why.append(no_trace_reason or "aggregated statistics, no per-token routing")
+    else:
+        selections = _selections(routing, judged.windows)
+        if selections > REPLAY_MAX_SELECTIONS:
+            sample = True
+            why.append(f"{selections:,} selections are more than a summary replays"
+                       f" ({REPLAY_MAX_SELECTIONS:,}); `placer evaluate` replays them all")
+    params = summary_eval_params(summary.workload, problem.num_gpus,
+                                 num_layers=problem.stats.num_layers, dtype=dtype,
+                                 windows=judged.windows, sample=sample)
+    evaluations: dict[str, Evaluation] = {}
+    draws: dict[tuple[int, ...], np.ndarray] = {}  # both placements on the same sampled tokens
+    messages: list[str] = []
+    findings: list[tuple[str, Any]] = []
+    order: tuple[int, str] = (0, "trace")
+    try:
+        for r in results:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                evaluations[r.solver] = evaluate(r.placement, routing, problem.topology,
+                                                 problem.model, params, draws=draws)
+            for w in caught:
+                bias = getattr(w.message, "bias", None)
+                if bias is not None:
+                    findings.append((r.solver if len(results) > 1 else "", bias))
+                    order = (int(getattr(w.message, "top_k", 0)),
+                             str(getattr(w.message, "source", "trace")))
+                elif str(w.message) not in messages:
+                    messages.append(str(w.message))
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    except PlacerError as exc:
+        return replace(summary, times_note=f"the evaluator refused: {exc.message}")
+    if findings:
+        from placer.evaluate.dispatch import order_bias_message
+
+        warnings.warn(order_bias_message(findings, *order), PlacerWarning, stacklevel=3)
+    first = evaluations[results[0].solver]
+    judged = replace(
+        judged, source=first.source, why="; ".join(why) if first.source == "sampled"
+        else judged.why, num_batches=int(first.metrics["num_batches"]),
+        batch_tokens=int(first.params.batch_tokens or 0),
+        num_tokens=int(first.metrics["num_tokens"]),
+    )
+    times = {name: {f.key: float(ev.metrics[f.key]) for f in TIME_FIGURES}
+             for name, ev in evaluations.items()}
+    summary = replace(summary, eval_params=params, judged=judged, times=times,
+                      evaluations=evaluations)
+    if len(results) < 2:
+        return summary
+    mine, theirs = (r.solver for r in results)
+    won, lost, equal = layers_faster(evaluations[mine].per_layer["layer_time_p99_us"],
+                                     evaluations[theirs].per_layer["layer_time_p99_us"])
+    target = summary.workload
+    on = f"{judged.part} step p99 ({target.engine} {target.phase})"
+    return replace(
+        summary, layers={mine: won, theirs: lost, "equal": equal},
+        verdict=verdict(mine, theirs, times[mine][VERDICT_FIGURE],
+                        times[theirs][VERDICT_FIGURE], on=on),
+    )
+
+
+def _selections(routing: RoutingData, windows: tuple[int, int]) -> int:
+    """(token, layer, pick) selections a replay of ``windows`` goes through."""
+    trace = routing.trace
+    assert trace is not None
+    tokens = int(routing.stats.tokens[windows[0]:windows[1]].sum())
+    return tokens * int(trace.topk_ids.shape[1]) * int(trace.topk_ids.shape[2])
