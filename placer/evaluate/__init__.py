@@ -4,10 +4,12 @@
 per-token routing (or batches sampled from aggregated statistics) through a dispatch
 policy and a communication mode, and reports hot-shard load, traffic and time with the
 engines' own metric definitions.  ``window_hot_shard`` and ``expected_remote_copies``
-are the exact closed forms planners optimise.  The model is documented in
-``docs/evaluate.md``.
+are the exact closed forms planners optimise; ``time_bound`` is the floor of the
+estimated times that no placement with a given number of slots per GPU can beat.  The
+model is documented in ``docs/evaluate.md`` (the floor in ``docs/planner.md``).
 """
 
+from placer.evaluate.bound import TimeBound, time_bound
 from placer.evaluate.core import METRIC_KEYS, EvalParams, Evaluation, evaluate
 from placer.evaluate.dispatch import POLICIES, static_dispatch_table
 from placer.evaluate.static import expected_remote_copies, remote_copy_bounds, window_hot_shard
@@ -25,6 +27,7 @@ __all__ = [
     "POLICIES",
     "EvalParams",
     "Evaluation",
+    "TimeBound",
     "default_split",
     "evaluate",
     "evaluation_parts",
@@ -33,5 +36,6 @@ __all__ = [
     "remote_copy_bounds",
     "resolve_window_range",
     "static_dispatch_table",
+    "time_bound",
     "window_hot_shard",
 ]

@@ -76,6 +76,7 @@ METRIC_KEYS = (
     "layer_p99_over_p50_median",
     "step_p50_us",
     "step_p99_us",
+    "step_mean_us",
     "step_p99_over_p50",
     "expert_memory_gb",
     "kv_left_gb",
@@ -295,18 +296,9 @@ def evaluate(
     num_gpus = placement.num_gpus
     fabric = Fabric.from_topology(topology, params.mode)
 
-    use_trace = routing.trace is not None and not params.sample
-    if use_trace:
-        assert routing.trace is not None
-        experts_of, batches, num_tokens = _trace_source(
-            routing, placement, windows, params, num_gpus
-        )
-        source_name = "trace"
-    else:
-        experts_of, batches, num_tokens = _sampled_source(
-            stats, placement, stats_rows, windows, params, num_gpus, draws
-        )
-        source_name = "sampled"
+    experts_of, batches, num_tokens, source_name = token_source(
+        routing, placement.layer_ids, stats_rows, windows, params, num_gpus, draws
+    )
 
     table = _static_table(full_placement, placement, topology, params)
     sim = simulate(placement, batches, experts_of, fabric, topology, model, dtype, params,
@@ -378,8 +370,31 @@ def _static_table(
     return table[rows]
 
 
+def token_source(
+    routing: RoutingData, layer_ids: np.ndarray, stats_rows: np.ndarray,
+    windows: tuple[int, int], params: EvalParams, num_gpus: int,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
+) -> tuple[ExpertsOf, Batches, int, str]:
+    """The evaluated tokens: a per-layer expert reader (row ``i`` reads layer
+    ``layer_ids[i]``, statistics row ``stats_rows[i]``), the batches sorted by (batch,
+    source), the token count and the source's name (``trace`` or ``sampled``).
+
+    Per-token routing is replayed when the data has it and ``params.sample`` is off;
+    otherwise batches are sampled from the statistics (``draws`` as in :func:`evaluate`).
+    """
+    if routing.trace is not None and not params.sample:
+        experts_of, batches, num_tokens = _trace_source(
+            routing, layer_ids, windows, params, num_gpus
+        )
+        return experts_of, batches, num_tokens, "trace"
+    experts_of, batches, num_tokens = _sampled_source(
+        routing.stats, layer_ids, stats_rows, windows, params, num_gpus, draws
+    )
+    return experts_of, batches, num_tokens, "sampled"
+
+
 def _trace_source(
-    routing: RoutingData, placement: Placement, windows: tuple[int, int],
+    routing: RoutingData, layer_ids: np.ndarray, windows: tuple[int, int],
     params: EvalParams, num_gpus: int,
 ) -> tuple[ExpertsOf, Batches, int]:
     """Tokens of the evaluated windows, sorted by batch, and a per-layer expert reader."""
@@ -396,13 +411,13 @@ def _trace_source(
     selected = selected[order]
     batches = _reorder(batches, order)
     trace_cols = {int(i): col for col, i in enumerate(trace.layer_ids.tolist())}
-    missing = [int(i) for i in placement.layer_ids if int(i) not in trace_cols]
+    missing = [int(i) for i in layer_ids if int(i) not in trace_cols]
     if missing:
         raise DataError(
             f"the per-token trace has no column for layer {format_ranges(np.array(missing))}",
             hint="read the trace with keep_tokens=True for every layer",
         )
-    cols = [trace_cols[int(i)] for i in placement.layer_ids]
+    cols = [trace_cols[int(i)] for i in layer_ids]
     in_order = bool(np.array_equal(selected, np.arange(trace.num_tokens)))
 
     def experts_of(row: int) -> np.ndarray:
@@ -414,7 +429,7 @@ def _trace_source(
 
 
 def _sampled_source(
-    stats: ExpertStats, placement: Placement, stats_rows: np.ndarray,
+    stats: ExpertStats, layer_ids: np.ndarray, stats_rows: np.ndarray,
     windows: tuple[int, int], params: EvalParams, num_gpus: int,
     draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> tuple[ExpertsOf, Batches, int]:
@@ -446,7 +461,7 @@ def _sampled_source(
     load_all = stats.mean_load
 
     def experts_of(row: int) -> np.ndarray:
-        layer_id = int(placement.layer_ids[row])
+        layer_id = int(layer_ids[row])
         key = (layer_id, *windows, params.seed, batch_tokens, num_batches)
         if draws is not None and key in draws:
             return draws[key].astype(np.int64)

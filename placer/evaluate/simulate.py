@@ -301,6 +301,7 @@ def simulate(
         "layer_p99_over_p50_median": _finite_median(ratio(layer_p99, layer_p50)),
         "step_p50_us": step_p50,
         "step_p99_us": step_p99,
+        "step_mean_us": _finite_mean(step),
         "step_p99_over_p50": step_p99 / step_p50 if step_p50 > 0 else np.nan,
     }
     order_bias = None

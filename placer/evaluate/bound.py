@@ -1,0 +1,509 @@
+"""A proven lower bound on the evaluator's layer time, valid for *every* placement.
+
+:func:`time_bound` takes the same tokens :func:`placer.evaluate.evaluate` would replay
+(or sample), the topology, the model and the slots per GPU ``S``, and returns, for each
+(batch, layer), a time that no placement with ``S`` slots per GPU can beat under the
+evaluator's timing model (:mod:`placer.evaluate.timing`), whatever its replica counts,
+wherever its replicas sit and whatever replica each selection is dispatched to.  Since
+every (batch, layer) cell is a floor, every percentile, every step sum and every median
+over layers of the floors is a floor of the same figure of any placement: the plan
+summary states how far a plan is from it.
+
+The argument, per batch and layer (``n[g, e]``: selections of expert ``e`` by tokens whose
+source is GPU ``g``; ``M_g``: GPUs of ``g``'s node; ``top_m(v)``: sum of the ``m``
+largest entries of ``v``; ``P``: bytes per copy):
+
+1. **Compute.**  Each selected expert runs on at least one slot, and a slot costs
+   ``max(w, tokens x t)`` (``w`` weight read, ``t`` per-token GEMM time, at the fastest
+   GPU's rates), and splitting tokens over replicas never costs less, so the GPUs'
+   compute times sum to at least ``K = sum_e [n_e > 0] max(w, n_e t)``.
+2. **Copies a GPU must send.**  GPU ``g`` holds ``S`` slots, so at most ``top_S(n[g])``
+   of its selections are served without a copy: in low-latency modes
+   ``out_g >= sum_e n[g, e] - top_S(n[g])``.  Its node holds at most ``S x M_g``
+   experts, so ``inter_g >= sum_e n[g, e] - top_{S M_g}(n[g])`` selections leave the node
+   (every copy does, in ``low_latency_rdma``).  Under normal kernels copies are per token:
+   a token whose ``k`` experts all sit on ``g`` uses ``k`` of the ``top_S`` selections, so
+   at most ``top_S(n[g]) / k_min`` of ``g``'s tokens need no copy (likewise per node).
+3. **Communication time of one GPU.**  A phase takes at least the busiest link class's
+   volume over its injection bandwidth plus its phase cost, and at least the whole
+   volume over the two classes' bandwidths together plus the cheaper phase cost, plus
+   the latency of the nearest peer it exchanges with.  The combine phase receives
+   exactly what the dispatch sent, so it is bounded the same way with the combine's
+   bytes.  This gives each GPU a floor ``a_g`` on dispatch + combine.
+4. **Water-filling.**  The layer time is ``max_g (dispatch_g + compute_g + combine_g)``
+   with ``compute_g >= 0`` and ``sum_g compute_g >= K``, so it is at least the level
+   ``L`` at which ``sum_g max(0, L - a_g) = K`` (and at least ``max_g a_g``):
+   ``L = max(max_g a_g, min_j (K + a_(1) + ... + a_(j)) / j)`` over ``a`` sorted upward.
+5. **Totals.**  It is also at least the mean over GPUs of the three phases, where the
+   inter-node copies are counted per node (a node holds at most ``S x M`` experts, a
+   tighter count than the per-GPU one summed).
+
+What it leaves out (so a plan's gap to it is an upper bound on what any placement could
+gain): per-batch load noise on the hottest GPU, weight reads of replicas that receive
+tokens (a replica costs a read whenever it is used), pair-link and receive-side limits,
+and the dispatch policy (it holds for every policy, including the engine's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from placer import constants
+from placer.evaluate.batches import Batches
+from placer.evaluate.core import EvalParams, token_source
+from placer.evaluate.metrics import nan_percentile
+from placer.evaluate.timing import INTER_NODE, INTRA_NODE
+from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
+from placer.evaluate.windows import resolve_window_range
+from placer.stats import ExpertStats, RoutingData
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
+
+#: bytes / (GB/s) -> microseconds; flops / TFLOPS -> microseconds.
+_US_PER_BYTE_GBPS = 1e-3
+_US_PER_FLOP_TFLOPS = 1e-6
+#: Round robin's floor counts replicas exactly for as many of the most loaded experts as
+#: keep its ``[batches, experts, replicas, places]`` counts below this many cells (and at
+#: least twice the redundant replicas); the others are bounded more loosely.
+_ROUND_ROBIN_CELLS = 1 << 22
+
+#: ``(batch, place, expert, code)`` of each selection (:func:`_round_robin_local`).
+_Selections = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TimeBound:
+    """Floors of the evaluator's layer time for every placement with ``slots_per_gpu``.
+
+    Attributes
+    ----------
+    layer_ids: ``[L]`` int64 layers, in the order of the columns.
+    layer_time_us: ``[batches, L]`` float64 floor of each (batch, layer) time,
+        microseconds (NaN where the batch has no token).
+    layer_sum_us: ``[L]`` float64 floor of each layer's time summed over the batches
+        (tighter than the cells summed: one placement serves every batch).
+    slots_per_gpu: slots per GPU the floor holds for.
+    source: ``trace`` (per-token replay) or ``sampled``.
+    """
+
+    layer_ids: np.ndarray
+    layer_time_us: np.ndarray
+    layer_sum_us: np.ndarray
+    slots_per_gpu: int
+    source: str
+
+    @property
+    def layer_p99_us(self) -> np.ndarray:
+        """``[L]`` floor of each layer's p99 over batches."""
+        cells = self.layer_time_us
+        return np.array([nan_percentile(cells[:, i], 99) for i in range(cells.shape[1])])
+
+    def metrics(self) -> dict[str, float]:
+        """The floors of the evaluator's time metrics of the same name."""
+        cells = self.layer_time_us
+        has = np.isfinite(cells).any(axis=1)
+        step = np.where(has, np.nansum(cells, axis=1), np.nan)
+        per_layer = self.layer_p99_us
+        finite = per_layer[np.isfinite(per_layer)]
+        return {
+            "moe_layer_p50_us": nan_percentile(cells, 50),
+            "moe_layer_p99_us": nan_percentile(cells, 99),
+            "layer_p99_us_median": float(np.median(finite)) if finite.size else float("nan"),
+            "layer_p99_us_worst": float(finite.max()) if finite.size else float("nan"),
+            "step_p50_us": nan_percentile(step, 50),
+            "step_p99_us": nan_percentile(step, 99),
+            "step_mean_us": (float(np.nansum(self.layer_sum_us)) / int(has.sum())
+                             if has.any() else float("nan")),
+        }
+
+
+def time_bound(
+    routing: RoutingData | ExpertStats,
+    topology: Topology,
+    model: ModelSpec,
+    params: EvalParams,
+    slots_per_gpu: int,
+    *,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
+) -> TimeBound:
+    """The floor of every placement's layer time on the tokens ``evaluate`` uses with
+    the same ``params`` (and the same ``draws``), for ``slots_per_gpu`` slots per GPU.
+
+    Every layer of the routing data is bounded.  Only the mode, dtype, windows and
+    batch settings of ``params`` matter: the floor holds for every dispatch policy.
+    """
+    if isinstance(routing, ExpertStats):
+        routing = RoutingData(routing)
+    stats = routing.stats
+    windows = resolve_window_range(
+        params.windows if params.windows is not None else (None, None),
+        stats.num_windows, option="--eval",
+    )
+    num_gpus = topology.num_gpus
+    fabric = Fabric.from_topology(topology, params.mode)
+    layer_ids = np.asarray(stats.layer_ids, dtype=np.int64)
+    experts_of, batches, _, source = token_source(
+        routing, layer_ids, np.arange(layer_ids.size), windows, params, num_gpus, draws
+    )
+    costs = _Costs.of(topology, model, params.dtype or model.default_dtype)
+    cells = np.full((batches.num_batches, layer_ids.size), np.nan)
+    sums = np.full(layer_ids.size, np.nan)
+    for row in range(layer_ids.size):
+        cells[:, row], sums[row] = layer_floor(
+            experts_of(row), batches, slots_per_gpu, stats.num_experts, fabric, costs,
+            params.mode, params.policy)
+    return TimeBound(layer_ids=layer_ids, layer_time_us=cells, layer_sum_us=sums,
+                     slots_per_gpu=slots_per_gpu, source=source)
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Per-copy and per-expert costs, at the fastest GPU's rates where GPUs differ."""
+
+    activation_bytes: float
+    combine_bytes: float
+    weight_us: float
+    token_us: float
+
+    @classmethod
+    def of(cls, topology: Topology, model: ModelSpec, dtype: str) -> _Costs:
+        hbm = float(np.max(np.asarray(topology.hbm_gbps, dtype=np.float64)))
+        hbm *= topology.hbm_efficiency
+        tflops = float(np.max(topology.tflops(dtype))) * topology.flops_efficiency
+        flops = constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size * model.moe_intermediate_size
+        return cls(
+            activation_bytes=float(model.activation_bytes(dtype)),
+            combine_bytes=float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE),
+            weight_us=float(model.expert_bytes(dtype)) / hbm * _US_PER_BYTE_GBPS,
+            token_us=flops / tflops * _US_PER_FLOP_TFLOPS,
+        )
+
+
+def layer_floor(
+    ids: np.ndarray, batches: Batches, slots_per_gpu: int, num_experts: int,
+    fabric: Fabric, costs: _Costs, mode: str, policy: str,
+) -> tuple[np.ndarray, float]:
+    """``([batches], total)``: the floor of one layer's time for each batch, and the
+    floor of its time summed over the batches (module docstring).
+
+    The sum's floor counts copies on all batches together: one placement serves every
+    batch, so it cannot follow each batch's own noise as the per-batch floors allow.
+
+    ``ids``: ``[tokens, k]`` expert ids of the tokens of ``batches`` (-1: no expert).
+    """
+    num_batches, num_gpus = batches.num_batches, fabric.num_gpus
+    valid = ids >= 0
+    tok, kpos = np.nonzero(valid)
+    experts = ids[valid]
+    cell = batches.batch_of_token * num_gpus + batches.source  # [tokens] (batch, source)
+    n = np.bincount(cell[tok] * num_experts + experts,
+                    minlength=num_batches * num_gpus * num_experts)
+    n = n.reshape(num_batches, num_gpus, num_experts).astype(np.float64)
+    at = (batches.batch_of_token[tok], batches.source[tok], experts,
+          batches.rank_position[tok] * ids.shape[1] + kpos)
+    per_token = valid.sum(axis=1)
+    has = per_token > 0
+    counted = np.bincount(cell[has], minlength=num_batches * num_gpus)
+    fewest = np.full(num_batches * num_gpus, np.iinfo(np.int64).max)
+    np.minimum.at(fewest, cell[has], per_token[has])
+    k_min = np.where(counted > 0, fewest, 1).reshape(num_batches, num_gpus)
+    tokens = counted.reshape(num_batches, num_gpus).astype(np.float64)
+    copies = _Copies(slots_per_gpu, num_experts, fabric, mode, policy)
+
+    # (2) copies: each GPU's floors, and totals per batch and over all batches
+    out, inter = copies.per_gpu(n, tokens, k_min)
+    out_total, node_inter = copies.totals(n, tokens, k_min, at, num_batches)
+    out_all, inter_all = copies.totals(
+        n.sum(axis=0, keepdims=True), tokens.sum(axis=0, keepdims=True),
+        k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1)
+    out_total = np.maximum(out_total, out.sum(axis=1))
+    node_inter = np.maximum(node_inter, inter.sum(axis=1))
+
+    # (1) compute
+    load = n.sum(axis=1)  # [B, E]
+    total_compute = np.where(
+        load > 0, np.maximum(costs.weight_us, load * costs.token_us), 0.0
+    ).sum(axis=1)
+
+    # (3) per-GPU communication floors and summed floors, dispatch then combine
+    per_gpu = np.zeros((num_batches, num_gpus))
+    summed = np.zeros(num_batches)
+    coupled = 0.0
+    for payload in (costs.activation_bytes, costs.combine_bytes):
+        phase = _PhaseFloor.of(out, inter, payload, fabric)
+        per_gpu += phase.per_gpu
+        by_batch = phase.summed(out_total, node_inter)
+        summed += by_batch
+        coupled += max(float(by_batch.sum()), phase.summed_over_batches(out_all[0],
+                                                                       inter_all[0]))
+
+    # (4) water-filling, (5) totals
+    level = _water_level(per_gpu, total_compute)
+    result = np.maximum(level, (total_compute + summed) / num_gpus)
+    empty = np.bincount(batches.batch_of_token[has], minlength=num_batches) == 0
+    cells = np.where(empty, np.nan, result)
+    total = max(float(np.nansum(cells)), (float(total_compute.sum()) + coupled) / num_gpus)
+    return cells, total
+
+
+@dataclass(frozen=True)
+class _Copies:
+    """Floors of the copies a layer's selections cost (argument 2 of the module)."""
+
+    slots_per_gpu: int
+    num_experts: int
+    fabric: Fabric
+    mode: str
+    policy: str
+
+    @property
+    def extra(self) -> int:
+        return self.slots_per_gpu * self.fabric.num_gpus - self.num_experts
+
+    def per_gpu(self, n: np.ndarray, tokens: np.ndarray,
+                k_min: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``([B, G], [B, G])`` copies each GPU must send, and send across nodes."""
+        fabric, num_gpus = self.fabric, self.fabric.num_gpus
+        own = np.full(num_gpus, self.slots_per_gpu)
+        node_slots = self.slots_per_gpu * fabric.node_size[fabric.node_of_gpu]
+        if self.mode in PER_SELECTION_MODES:
+            out = _uncovered(n, own)
+            inter = out if self.mode == "low_latency_rdma" else _uncovered(n, node_slots)
+            return out, inter
+        return (_uncovered_tokens(n, tokens, k_min, own),
+                _uncovered_tokens(n, tokens, k_min, node_slots))
+
+    def totals(self, n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
+               at: _Selections, num_batches: int) -> tuple[np.ndarray, np.ndarray]:
+        """``([B], [B])`` copies sent and copies across nodes, over all GPUs."""
+        fabric = self.fabric
+        by_node = _per_node(n, fabric)
+        node_slots = self.slots_per_gpu * fabric.node_size
+        if self.mode not in PER_SELECTION_MODES:
+            out = _uncovered_tokens(n, tokens, k_min,
+                                    np.full(fabric.num_gpus, self.slots_per_gpu)).sum(axis=1)
+            inter = _uncovered_tokens(by_node, _per_node(tokens[:, :, None], fabric)[:, :, 0],
+                                      _node_min(k_min, fabric), node_slots).sum(axis=1)
+            return out, inter
+        selections = n.sum(axis=(1, 2))
+        out = selections - np.minimum(
+            _top_sums(n, np.full(fabric.num_gpus, self.slots_per_gpu)).sum(axis=1),
+            _covering(n, self.extra))
+        inter = selections - np.minimum(_top_sums(by_node, node_slots).sum(axis=1),
+                                        _covering(by_node, self.extra))
+        if self.policy == "round_robin":  # on several nodes the inter-node copies matter most
+            batch, source, experts, code = at
+            if fabric.num_nodes == 1:
+                out = np.maximum(out, selections - _round_robin_local(
+                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra))
+            else:
+                inter = np.maximum(inter, selections - _round_robin_local(
+                    (batch, fabric.node_of_gpu[source], experts, code), num_batches,
+                    fabric.num_nodes, self.num_experts, self.extra))
+        if self.mode == "low_latency_rdma":
+            inter = out
+        return np.maximum(out, 0.0), np.maximum(inter, 0.0)
+
+
+def _per_node(values: np.ndarray, fabric: Fabric) -> np.ndarray:
+    """``[B, N, ...]`` sums of ``[B, G, ...]`` over each node's GPUs."""
+    out = np.zeros((values.shape[0], fabric.num_nodes, *values.shape[2:]))
+    for node in range(fabric.num_nodes):
+        out[:, node] = values[:, fabric.node_of_gpu == node].sum(axis=1)
+    return out
+
+
+def _node_min(values: np.ndarray, fabric: Fabric) -> np.ndarray:
+    """``[B, N]`` minimum of ``[B, G]`` over each node's GPUs."""
+    out = np.full((values.shape[0], fabric.num_nodes), np.iinfo(np.int64).max)
+    for node in range(fabric.num_nodes):
+        out[:, node] = values[:, fabric.node_of_gpu == node].min(axis=1)
+    return out
+
+
+def _top_sums(n: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``[B, X]``: sum of the ``counts[x]`` largest entries of ``n[b, x, :]``."""
+    ordered = -np.sort(-n, axis=2)
+    cumulative = np.concatenate([np.zeros((*n.shape[:2], 1)), ordered.cumsum(axis=2)], axis=2)
+    take = np.minimum(counts, n.shape[2]).astype(np.int64)
+    return np.take_along_axis(cumulative, np.broadcast_to(take[None, :, None],
+                                                          (n.shape[0], n.shape[1], 1)),
+                              axis=2)[:, :, 0]
+
+
+def _uncovered(n: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """``[B, X]`` selections of ``n[b, x]`` that ``slots[x]`` experts cannot all serve."""
+    return np.maximum(n.sum(axis=2) - _top_sums(n, slots), 0.0)
+
+
+def _covering(n: np.ndarray, extra: int) -> np.ndarray:
+    """``[B]`` most selections ``n[b, x, e]`` that placements with ``extra`` slots beyond
+    one per expert can serve where they arise (``x``: a GPU or a node).
+
+    Every expert sits at one place at least, and only ``extra`` more (place, expert)
+    pairs exist: at best each expert sits where it is selected most, and the ``extra``
+    pairs take the heaviest of the remaining entries (capacities ignored: an upper
+    bound).
+    """
+    ordered = np.sort(n, axis=1)  # [B, X, E], each expert's places upward
+    best = ordered[:, -1, :].sum(axis=1)
+    if extra <= 0 or n.shape[1] < 2:
+        return best
+    rest = ordered[:, :-1, :].reshape(n.shape[0], -1)
+    take = min(extra, rest.shape[1])
+    top = -np.partition(-rest, take - 1, axis=1)[:, :take]
+    return best + top.sum(axis=1)
+
+
+def _round_robin_local(
+    at: _Selections, num_batches: int,
+    num_places: int, num_experts: int, extra: int,
+) -> np.ndarray:
+    """``[B]`` most selections round-robin dispatch can serve where they arise, over
+    every placement with ``extra`` replicas beyond one per expert.
+
+    ``at``: ``(batch, place, expert, code)`` of each selection, ``code`` the number
+    round robin takes modulo the replica count (``rank position x k + k position``).
+    With ``c`` replicas, replica ``i`` receives the selections whose code is ``i`` modulo
+    ``c`` (``m[x, i]`` from place ``x``), so at best replica ``i`` sits where most of
+    them arise: ``f(c) = sum_i max_x m[x, i]``.  The best split of the ``extra``
+    replicas over experts is a knapsack (exact for the most loaded experts, as many as
+    :data:`_ROUND_ROBIN_CELLS` allows; each other expert gains at most ``n_e - f(1)``
+    however many replicas it gets).
+    """
+    batch, place, expert, code = at
+    cell = batch * num_experts + expert
+    per_place = np.bincount(cell * num_places + place,
+                            minlength=num_batches * num_experts * num_places)
+    per_place = per_place.reshape(num_batches, num_experts, num_places)
+    alone = per_place.max(axis=2).astype(np.float64)  # f(1) [B, E]
+    if extra <= 0:
+        return alone.sum(axis=1)
+    headroom = per_place.sum(axis=2) - alone  # the most one expert can still gain
+    width = max(2 * extra, _ROUND_ROBIN_CELLS // ((extra + 1) * num_places * num_batches))
+    chosen = np.argsort(-per_place.sum(axis=(0, 2)), kind="stable")[: min(num_experts, width)]
+    index = np.full(num_experts, -1)
+    index[chosen] = np.arange(chosen.size)
+    keep = index[expert] >= 0
+    b, x, e, k = batch[keep], place[keep], index[expert[keep]], code[keep]
+    width = chosen.size
+    gain = np.zeros((num_batches, width, extra + 1))  # gain[b, e, c - 1]
+    for count in range(2, extra + 2):
+        key = ((b * width + e) * count + k % count) * num_places + x
+        m = np.bincount(key, minlength=num_batches * width * count * num_places)
+        best = m.reshape(num_batches, width, count, num_places).max(axis=3).sum(axis=2)
+        gain[:, :, count - 1] = best - alone[:, chosen]
+    gain = np.maximum(gain, 0.0)
+    # multiple-choice knapsack over the chosen experts: budget[b, j] = best gain with <= j
+    budget = np.zeros((num_batches, extra + 1))
+    steps = np.arange(extra + 1)
+    before = steps[:, None] - steps[None, :]  # [j, used]: budget left before this item
+    allowed = before >= 0
+    before = np.where(allowed, before, 0)
+    for item in range(width):
+        options = budget[:, before] + gain[:, item][:, None, :]  # [B, j, used]
+        budget = np.where(allowed[None], options, -np.inf).max(axis=2)
+    others = np.ones(num_experts, dtype=bool)
+    others[chosen] = False
+    rest = -np.sort(-headroom[:, others], axis=1)[:, :extra]
+    prefix = np.concatenate([np.zeros((num_batches, 1)), rest.cumsum(axis=1)], axis=1)
+    spent = np.arange(prefix.shape[1])
+    total = (budget[:, extra - spent] + prefix).max(axis=1)
+    return alone.sum(axis=1) + total
+
+
+def _uncovered_tokens(n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
+                      slots: np.ndarray) -> np.ndarray:
+    """``[B, X]`` tokens that need a copy: a token served entirely by a set of ``slots``
+    experts uses at least ``k_min`` of the set's ``top_slots`` selections."""
+    covered = np.floor(_top_sums(n, slots) / np.maximum(k_min, 1))
+    return np.maximum(tokens - covered, 0.0)
+
+
+@dataclass(frozen=True)
+class _PhaseFloor:
+    """Floors of one phase (dispatch or combine) from the copies (argument 3).
+
+    Attributes
+    ----------
+    per_gpu: ``[B, G]`` each GPU's floor.
+    fixed_inter, fixed_any: ``[B]`` phase costs and latencies summed over GPUs that
+        surely send across nodes / send at all.
+    us_inter, us_any: microseconds per copy at the fastest NIC / the fastest pair of
+        link classes together.
+    """
+
+    per_gpu: np.ndarray
+    fixed_inter: np.ndarray
+    fixed_any: np.ndarray
+    us_inter: float
+    us_any: float
+
+    @classmethod
+    def of(cls, out: np.ndarray, inter: np.ndarray, payload: float,
+           fabric: Fabric) -> _PhaseFloor:
+        inj_intra = fabric.injection_gbps[:, INTRA_NODE]
+        inj_inter = fabric.injection_gbps[:, INTER_NODE]
+        phase = np.zeros((fabric.num_gpus, 3)) if fabric.phase_us is None else fabric.phase_us
+        ph_intra, ph_inter = phase[:, INTRA_NODE], phase[:, INTER_NODE]
+        both = np.where(np.isfinite(inj_intra), inj_intra, 0.0) + np.where(
+            np.isfinite(inj_inter), inj_inter, 0.0)
+        sends_inter = inter > 0
+        sends = out > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inter_us = np.where(sends_inter, inter * payload / inj_inter * _US_PER_BYTE_GBPS
+                                + ph_inter, 0.0)
+            all_us = np.where(sends, out * payload / both * _US_PER_BYTE_GBPS
+                              + np.minimum(ph_intra, ph_inter), 0.0)
+        latency = np.maximum(np.where(sends, _nearest(fabric, any_peer=True), 0.0),
+                             np.where(sends_inter, _nearest(fabric, any_peer=False), 0.0))
+        return cls(
+            per_gpu=np.maximum(inter_us, all_us) + latency,
+            fixed_inter=(np.where(sends_inter, ph_inter, 0.0) + latency).sum(axis=1),
+            fixed_any=(np.where(sends, np.minimum(ph_intra, ph_inter), 0.0)
+                       + latency).sum(axis=1),
+            us_inter=payload / _fastest(inj_inter) * _US_PER_BYTE_GBPS,
+            us_any=payload / _fastest(both) * _US_PER_BYTE_GBPS,
+        )
+
+    def summed(self, out_total: np.ndarray, node_inter: np.ndarray) -> np.ndarray:
+        """``[B]`` floor of the phase's time summed over GPUs, per batch: the per-GPU
+        floors summed, or the totals of copies (tighter than the per-GPU ones summed)."""
+        return np.maximum(self.per_gpu.sum(axis=1), np.maximum(
+            node_inter * self.us_inter + self.fixed_inter,
+            out_total * self.us_any + self.fixed_any))
+
+    def summed_over_batches(self, out_all: float, inter_all: float) -> float:
+        """Floor of the phase's time summed over GPUs and batches from the copies of
+        all batches together (one placement for every batch)."""
+        return max(inter_all * self.us_inter + float(self.fixed_inter.sum()),
+                   out_all * self.us_any + float(self.fixed_any.sum()))
+
+
+def _fastest(bandwidth: np.ndarray) -> float:
+    """The largest finite positive entry of ``bandwidth`` (inf when there is none)."""
+    finite = bandwidth[np.isfinite(bandwidth) & (bandwidth > 0)]
+    return float(finite.max()) if finite.size else np.inf
+
+
+def _nearest(fabric: Fabric, any_peer: bool) -> np.ndarray:
+    """``[G]`` latency to the nearest other GPU (``any_peer``) or other-node GPU."""
+    peers = ~np.eye(fabric.num_gpus, dtype=bool)
+    if not any_peer:
+        peers &= fabric.link_class == INTER_NODE
+    lat = np.where(peers, fabric.latency_us, np.inf).min(axis=1)
+    return np.where(np.isfinite(lat), lat, 0.0)
+
+
+def _water_level(floors: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """``[B]`` the smallest ``L >= max_g floors[b, g]`` with
+    ``sum_g max(0, L - floors[b, g]) >= work[b]``."""
+    ordered = np.sort(floors, axis=1)
+    count = np.arange(1, floors.shape[1] + 1)
+    level = ((work[:, None] + ordered.cumsum(axis=1)) / count[None]).min(axis=1)
+    return np.maximum(level, ordered[:, -1])
