@@ -189,7 +189,10 @@ def compare_engines(
             seconds=seconds, status=result.status, key=key,
             extra={"layers_faster": summary.layers,
                    "a2a": (theirs["all_to_all_us"], mine["all_to_all_us"]),
-                   "compute": (theirs["compute_us"], mine["compute_us"])},
+                   "compute": (theirs["compute_us"], mine["compute_us"]),
+                   "floor": (summary.floor or {}).get("step_mean_us", math.nan),
+                   "mean": (theirs["step_mean_us"], mine["step_mean_us"]),
+                   "gaps": summary.gaps()},
         ))
         log(f"{label}, {engine}: step p99 eplb {theirs['step_p99_us']:.1f} us,"
             f" cpsat {mine['step_p99_us']:.1f} us ({change:+.2%})")
@@ -208,18 +211,23 @@ def render_table(rows: Sequence[Row]) -> list[str]:
     lines = [
         "| configuration | engine | EPLB step p99 µs | EPLB layer p99 µs | cpsat step p99 µs |"
         " cpsat layer p99 µs | cpsat / EPLB - 1 | verdict | cpsat <= EPLB |"
-        " a2a mean µs EPLB / cpsat | compute mean µs EPLB / cpsat | cpsat s (status) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " a2a mean µs EPLB / cpsat | compute mean µs EPLB / cpsat |"
+        " step mean µs EPLB / cpsat / floor | above floor EPLB / cpsat | cpsat s (status) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         a2a = r.extra.get("a2a", (math.nan, math.nan))
         compute = r.extra.get("compute", (math.nan, math.nan))
+        mean = r.extra.get("mean", (math.nan, math.nan))
+        gaps = r.extra.get("gaps", {})
+        above = " / ".join(f"{gaps[n]:.1%}" if n in gaps else "-" for n in ("eplb", "cpsat"))
         lines.append(
             f"| {r.config} | {r.engine} | {_us(r.eplb_step_p99)} | {_us(r.eplb_layer_p99)} |"
             f" {_us(r.cpsat_step_p99)} | {_us(r.cpsat_layer_p99)} | {r.change:+.2%} |"
             f" {r.verdict} | {'pass' if r.not_above else '**FAIL**'} |"
             f" {_us(a2a[0])} / {_us(a2a[1])} | {_us(compute[0])} / {_us(compute[1])} |"
-            f" {r.seconds:.1f} ({r.status or '-'}) |"
+            f" {_us(mean[0])} / {_us(mean[1])} / {_us(r.extra.get('floor', math.nan))} |"
+            f" {above} | {r.seconds:.1f} ({r.status or '-'}) |"
         )
     return lines
 
@@ -402,7 +410,10 @@ def _run(folder: Path) -> str:
            " (issue 12's \"never above\"). a2a / compute: the slowest GPU's all-to-all and"
            " expert GEMM time, mean over (batch, layer). Status FALLBACK: cpsat kept its"
            " EPLB hint. cpsat's search is time-limited (10 s per layer), so on a loaded"
-           " machine a row can differ from run to run.", ""]
+           " machine a row can differ from run to run. Floor: `placer.evaluate.time_bound`,"
+           " the mean step no placement with these slots per GPU can beat on the judged"
+           " tokens under the evaluator's model (docs/planner.md, the floor); above floor:"
+           " how far each plan's mean step is above it, as a share of its own.", ""]
     configs: list[Config] = []
     notes: list[str] = []
     if SHARED_DATA.exists():

@@ -213,8 +213,15 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
     for figures in doc["times"].values():
         assert set(figures) == {"moe_layer_p50_us", "moe_layer_p99_us", "layer_p99_us_median",
                                 "layer_p99_us_worst", "step_p50_us", "step_p99_us",
-                                "all_to_all_us", "compute_us"}
+                                "step_mean_us", "all_to_all_us", "compute_us"}
         assert 0 < figures["moe_layer_p50_us"] <= figures["moe_layer_p99_us"]
+    # the floor: below both plans on every figure it bounds, and the gaps say by how much
+    floor = doc["floor"]
+    for key, value in floor.items():
+        for figures in doc["times"].values():
+            assert 0 < value <= figures[key] + 1e-9, key
+    for name, gap in doc["gap_to_floor"].items():
+        assert gap == pytest.approx(1 - floor["step_mean_us"] / doc["times"][name]["step_mean_us"])
     assert sum(doc["layers_faster"].values()) == 4
     assert doc["verdict"]["text"].startswith("verdict: round_robin ")
     assert doc["verdict"]["text"].endswith(" on held-out step p99 (vllm decode)")
@@ -227,6 +234,7 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
     assert text[6] == ("judged on    held-out windows 6:8 (fitted 0:6), per-token replay:"
                        " 1 batch of up to 1024 tokens, 100 tokens")
     assert doc["verdict"]["text"] in text
+    assert any(line.startswith("floor: no placement with ") for line in text)
 
 
 def test_plan_workload_prefill_changes_mode_and_batch(skewed_trace, tmp_path):

@@ -72,15 +72,16 @@ def test_time_rows_layers_faster_and_verdict(clustered_trace, tmp_path):
                    "--fit", "0:3", "-o", str(out), *FAST)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    header = lines.index(f"{'estimated time, µs':24}{'cpsat':>12}{'eplb':>12}")
+    header = lines.index(f"{'estimated time, µs':24}{'cpsat':>12}{'eplb':>12}{'floor':>12}")
     assert lines[header - 2].startswith("judged on    held-out windows 3:4 (fitted 0:3)")
-    faster = lines[header + 9]
+    faster = lines[header + 10]
     assert faster.startswith("layers faster: cpsat ") and ", eplb " in faster
     counts = [int(x.strip(",")) for x in faster.split()[3:8:2]]
     assert sum(counts) == 2
-    assert lines[header + 10].startswith("verdict: cpsat ")
-    assert lines[header + 10].endswith(" on held-out step p99 (vllm decode)")
-    assert lines[header + 12] == f"{'explanation':24}{'cpsat':>12}{'eplb':>12}"
+    assert lines[header + 11].startswith("verdict: cpsat ")
+    assert lines[header + 11].endswith(" on held-out step p99 (vllm decode)")
+    assert lines[header + 12].startswith("floor: no placement with 2 slots per GPU")
+    assert lines[header + 14] == f"{'explanation':24}{'cpsat':>12}{'eplb':>12}"
 
 
 def test_json_summary_carries_both_columns(clustered_trace, tmp_path):

@@ -108,13 +108,21 @@ def test_text_and_json_carry_the_same_figures(synth):
     lines = summary.rows()
     assert lines[5] == ("judged as    vllm decode, 128 tokens per GPU (round_robin dispatch,"
                         " low_latency all-to-all)")
-    header = lines.index(f"{'estimated time, µs':24}{'round_robin':>12}{'eplb':>12}")
+    header = lines.index(f"{'estimated time, µs':24}{'round_robin':>12}{'eplb':>12}"
+                         f"{'floor':>12}")
+    floor = summary.floor
     for i, fig in enumerate(TIME_FIGURES, start=header + 1):
         assert lines[i] == (f"{fig.label:24}{fig.cell(summary.times['round_robin'][fig.key]):>12}"
-                            f"{fig.cell(summary.times['eplb'][fig.key]):>12}")
+                            f"{fig.cell(summary.times['eplb'][fig.key]):>12}"
+                            f"{fig.cell(floor.get(fig.key)):>12}")
     assert lines[header + len(TIME_FIGURES) + 1].startswith("layers faster: round_robin ")
     assert lines[header + len(TIME_FIGURES) + 2] == summary.verdict.text
+    gap = summary.gaps()
+    assert lines[header + len(TIME_FIGURES) + 3].endswith(
+        f"above it: round_robin {gap['round_robin']:.1%}, eplb {gap['eplb']:.1%}"
+        " (docs/planner.md, the floor)")
     doc = summary.to_dict()
+    assert doc["floor"] == floor and doc["gap_to_floor"] == gap
     assert doc["times"] == summary.times
     assert doc["verdict"]["text"] == summary.verdict.text
     assert doc["layers_faster"] == summary.layers

@@ -83,6 +83,8 @@ TIME_FIGURES = (
                "one batch through every MoE layer, p50 over batches"),
     TimeFigure("step_p99_us", "step p99", "step p99 µs",
                "one batch through every MoE layer, p99 over batches"),
+    TimeFigure("step_mean_us", "step mean", "step mean µs",
+               "one batch through every MoE layer, mean over batches"),
     TimeFigure("all_to_all_us", "all-to-all, mean", "a2a µs",
                "dispatch + combine of the slowest GPU, mean over (batch, layer)"),
     TimeFigure("compute_us", "expert compute, mean", "compute µs",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import PlacerError, PlacerWarning
-from placer.evaluate import EvalParams, Evaluation, evaluate
+from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
 from placer.problem import PlacementProblem, SolveResult
 from placer.stats import ExpertStats, RoutingData, format_ranges
 from placer.summary.figures import (
@@ -26,6 +27,13 @@ from placer.summary.figures import (
 )
 from placer.summary.proxies import basic_metrics, render_versus, versus_eplb
 from placer.workload import Workload
+
+#: Column header of the floor (:func:`placer.evaluate.time_bound`) in the time rows.
+FLOOR_COLUMN = "floor"
+#: The figure the gap to the floor is measured on: the mean step, whose floor holds one
+#: placement to every batch (the per-batch floors of the percentiles let it follow each
+#: batch, so they are looser).
+FLOOR_FIGURE = "step_mean_us"
 
 # -- the summary ------------------------------------------------------------------------------
 
@@ -51,6 +59,9 @@ class PlanSummary:
     verdict: on :data:`VERDICT_FIGURE`; None without a baseline or figures.
     versus: the explanation rows (:func:`versus_eplb`); None without a baseline.
     evaluations: solver -> the :class:`~placer.evaluate.Evaluation` behind ``times``.
+    floor: the same time figures' floor for every placement with this many slots per GPU
+        on the same tokens (:func:`placer.evaluate.time_bound`; the figures it bounds
+        only); None when not estimated.
     """
 
     output: str
@@ -69,6 +80,7 @@ class PlanSummary:
     versus: dict[str, Any] | None = None
     evaluations: dict[str, Evaluation] = field(default_factory=dict, repr=False,
                                                compare=False)
+    floor: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (exports are added by the command)."""
@@ -90,6 +102,8 @@ class PlanSummary:
             "times_note": self.times_note,
             "layers_faster": self.layers,
             "verdict": None if self.verdict is None else self.verdict.to_dict(),
+            "floor": None if self.floor is None else dict(self.floor),
+            "gap_to_floor": self.gaps(),
         }
         if self.versus is not None:
             doc["versus"] = self.versus
@@ -134,9 +148,13 @@ class PlanSummary:
         if not self.times:
             return [f"estimated time: not shown ({self.times_note})"]
         names = [n for n in self.columns if n in self.times]
-        lines = [f"{'estimated time, µs':24}" + "".join(f"{n:>12}" for n in names)]
+        floor = self.floor or {}
+        lines = [f"{'estimated time, µs':24}" + "".join(f"{n:>12}" for n in names)
+                 + (f"{FLOOR_COLUMN:>12}" if self.floor is not None else "")]
         for fig in TIME_FIGURES:
             cells = "".join(f"{fig.cell(self.times[n].get(fig.key)):>12}" for n in names)
+            if self.floor is not None:
+                cells += f"{fig.cell(floor.get(fig.key)):>12}"
             lines.append(f"{fig.label:24}{cells}")
         if self.layers is not None and len(names) == 2:
             mine, theirs = names
@@ -146,7 +164,28 @@ class PlanSummary:
                 f" {EQUAL_TOLERANCE:.1%})")
         if self.verdict is not None:
             lines.append(self.verdict.text)
+        gaps = self.gaps()
+        if gaps:
+            slots = self.problem["slots_per_gpu"]
+            within = ", ".join(f"{name} {gap:.1%}" for name, gap in gaps.items())
+            lines.append(
+                f"{FLOOR_COLUMN}: no placement with {slots} slots per GPU has a mean step below"
+                f" {floor[FLOOR_FIGURE]:,.1f} µs on these tokens under this model; above it:"
+                f" {within} (docs/planner.md, the floor)")
         return lines
+
+    def gaps(self) -> dict[str, float]:
+        """Solver -> how far its mean step is above the floor, as a share of its own
+        (0: no placement can do better on these tokens); empty without a floor."""
+        if self.floor is None or not math.isfinite(self.floor.get(FLOOR_FIGURE, math.nan)):
+            return {}
+        bound = self.floor[FLOOR_FIGURE]
+        out = {}
+        for name in self.columns:
+            value = self.times.get(name, {}).get(FLOOR_FIGURE, math.nan)
+            if math.isfinite(value) and value > 0:
+                out[name] = max(0.0, 1.0 - bound / value)
+        return out
 
 
 def summarize_plan(
@@ -274,7 +313,8 @@ def _with_times(
     times = {name: {f.key: float(ev.metrics[f.key]) for f in TIME_FIGURES}
              for name, ev in evaluations.items()}
     summary = replace(summary, eval_params=params, judged=judged, times=times,
-                      evaluations=evaluations)
+                      evaluations=evaluations,
+                      floor=_floor(routing, problem, params, draws))
     if len(results) < 2:
         return summary
     mine, theirs = (r.solver for r in results)
@@ -287,6 +327,20 @@ def _with_times(
         verdict=verdict(mine, theirs, times[mine][VERDICT_FIGURE],
                         times[theirs][VERDICT_FIGURE], on=on),
     )
+
+
+def _floor(routing: RoutingData, problem: PlacementProblem, params: EvalParams,
+           draws: dict[tuple[int, ...], np.ndarray]) -> dict[str, float] | None:
+    """The time figures' floor on the tokens the placements were judged on."""
+    assert problem.topology is not None and problem.model is not None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlacerWarning)  # said when evaluating
+            bound = time_bound(routing, problem.topology, problem.model, params,
+                               problem.slots_per_gpu, draws=draws)
+    except PlacerError:
+        return None
+    return bound.metrics()
 
 
 def _selections(routing: RoutingData, windows: tuple[int, int]) -> int:
