@@ -203,3 +203,10 @@ SAMPLING_CALIBRATION_TOL = 1e-4
 #: 3 slots): 0.51 of a fresh plan's moves at weight 1, 0.49 at 3, 0.49 at 10, with the
 #: same hot shard; traffic is only traded against moves when ``--current`` is given.
 DEFAULT_MIGRATION_WEIGHT = 3.0
+
+#: Re-planning without a move budget: the fewest moves whose estimated time is within this
+#: share of the best re-plan's (``--move-tolerance``; ``placer.migration.Frontier``).
+MOVE_TOLERANCE = 0.005
+
+#: Budgets (shares of the best re-plan's moves) the move frontier is reported at.
+FRONTIER_SHARES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)

@@ -279,10 +279,11 @@ class Placement:
         """
         if other.num_gpus != self.num_gpus or other.num_experts != self.num_experts:
             raise PlacementError("placements have different GPUs or experts; moves undefined")
-        rows = [other.layer_row(int(i)) for i in self.layer_ids]
-        before = other.expert_gpu_mask[rows]
-        after = self.expert_gpu_mask
-        return int((after & ~before).sum())
+        from placer.migration import layer_moves
+
+        for i in self.layer_ids:
+            other.layer_row(int(i))  # PlacementError for a layer the other lacks
+        return int(layer_moves(self, other).sum())
 
 
 def gpu_loads(placement: Placement, load: np.ndarray) -> np.ndarray:

@@ -93,6 +93,8 @@ class SolveParams:
     Attributes
     ----------
     time_limit_s: wall-clock budget per layer for search-based solvers.
+    total_time_limit_s: wall-clock budget for the whole plan, split over the layers (each
+        layer gets at most ``time_limit_s``); None: only the per-layer budget.
     seed: random seed; same inputs and seed give the same placement.
     jobs: layers solved in parallel (processes).
     balance_tolerance: relative slack on the hot-shard load that the traffic and
@@ -109,10 +111,19 @@ class SolveParams:
         loads alone.
     workload: the engine and batch regime the plan is judged under (the evaluator's
         dispatch policy, all-to-all mode and batch size; :class:`placer.workload.Workload`).
+    max_moves: re-planning (``problem.current``): at most this many weight moves in all
+        (a hard budget; :mod:`placer.migration`); None: no budget.
+    max_move_gb: the same budget in GB of expert weights to copy; None: none.
+    move_tolerance: re-planning without a budget: the fewest moves whose estimated time
+        is within this share of the best re-plan's (0.005 = 0.5%; 0 moves when the
+        deployed placement is already there).
     options: solver-specific extras.
+    progress: called as ``progress(done, total)`` as layers finish (search-based
+        solvers); None: silent.
     """
 
     time_limit_s: float = 10.0
+    total_time_limit_s: float | None = None
     seed: int = 0
     jobs: int = 1
     balance_tolerance: float = 0.005
@@ -122,11 +133,27 @@ class SolveParams:
     robust: str = "max"
     batch_tokens: int | None = None
     workload: Workload = field(default_factory=Workload)
+    max_moves: int | None = None
+    max_move_gb: float | None = None
+    move_tolerance: float = constants.MOVE_TOLERANCE
     options: dict[str, Any] = field(default_factory=dict)
+    progress: Callable[[int, int], None] | None = field(default=None, compare=False,
+                                                        repr=False)
 
     def __post_init__(self) -> None:
-        if self.time_limit_s <= 0:
+        if self.total_time_limit_s is not None and not self.total_time_limit_s > 0:
             raise UsageError("time limit must be positive", where="--time-limit")
+        if self.max_moves is not None and self.max_moves < 0:
+            raise UsageError(f"expected a move budget >= 0, got {self.max_moves}",
+                             where="--max-moves", hint="0 keeps the deployed placement")
+        if self.max_move_gb is not None and not self.max_move_gb >= 0:
+            raise UsageError(f"expected a move budget >= 0 GB, got {self.max_move_gb}",
+                             where="--max-move-gb")
+        if not 0 <= self.move_tolerance < 1:
+            raise UsageError(f"expected a move tolerance in [0, 1), got {self.move_tolerance}",
+                             where="--move-tolerance")
+        if self.time_limit_s <= 0:
+            raise UsageError("time limit must be positive", where="--layer-time-limit")
         if self.jobs < 1:
             raise UsageError("jobs must be at least 1", where="--jobs")
         if not 0 <= self.balance_tolerance <= 1:

@@ -189,3 +189,39 @@ def test_installed_placer_plans_with_cpsat(clustered_trace, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"{'explanation':24}{'cpsat':>12}{'eplb':>12}" in proc.stdout.splitlines()
     assert read_placement(out).num_physical == 10
+
+
+def test_replan_budget_frontier_and_progress(clustered_trace, tmp_path):
+    """--max-moves is a hard budget, --sweep-moves prints the frontier, and progress goes
+    to stderr as plain [i/n] lines (no terminal) unless --quiet or --json."""
+    first = tmp_path / "first.json"
+    args = [str(clustered_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "-r", "8", *FAST]
+    assert _plan(*args, "--fit", "0:2", "-o", str(first)).exit_code == 0
+    second = tmp_path / "second.json"
+    result = _plan(*args, "--fit", "2:4", "--current", str(first), "-o", str(second),
+                   "--max-moves", "3", "--sweep-moves")
+    assert result.exit_code == 0, result.stderr
+    assert read_placement(second).moves_from(read_placement(first)) <= 3
+    lines = result.stdout.splitlines()
+    replan = next(line for line in lines if line.startswith("re-plan      "))
+    assert " weight moves of 32 slots " in replan and " GB, ~" in replan
+    assert any(line.strip().startswith("budget 3 moves; the best re-plan needs") for line in lines)
+    header = lines.index(f"{'move budget':>12}{'moves':>10}{'estimate':>14}{'vs current':>12}")
+    assert lines[header + 1].split()[:2] == ["0", "0"]
+    assert "[2/2] layers planned in " in result.stderr
+    quiet = _plan(*args, "--fit", "2:4", "--current", str(first), "-o", str(second), "-q")
+    assert quiet.exit_code == 0 and "layers planned" not in quiet.stderr
+    doc = json.loads(_plan(*args, "--fit", "2:4", "--current", str(first), "-o", str(second),
+                           "--max-moves", "3", "--json").stdout)
+    assert doc["replan"]["budget"] == 3 and doc["replan"]["moves"] <= 3
+    assert doc["replan"]["frontier"][0] == {"budget": 0, "moves": 0,
+                                            "cost": doc["replan"]["current_cost"]}
+
+
+@pytest.mark.parametrize("flag", [["--max-moves", "3"], ["--max-move-gb", "1"],
+                                  ["--sweep-moves"]])
+def test_move_budget_needs_current(clustered_trace, tmp_path, flag):
+    result = _plan(str(clustered_trace), "-g", "4", *flag, "-o", str(tmp_path / "p.json"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {flag[0]}: ")
+    assert "hint: pass --current DEPLOYED.json" in result.stderr

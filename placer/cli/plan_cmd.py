@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,13 @@ from placer.cli.common import (
     read_trace,
     top_k_option,
 )
+from placer.cli.progress import progress
 from placer.errors import UsageError
 from placer.placement_io import read_placement, write_placement
 from placer.planning import build_problem, parse_window_range
 from placer.problem import SolveParams, solve, solver_names
 from placer.summary import BASELINE_SOLVER, basic_metrics, summarize_plan
+from placer.summary.replan import replan_rows
 from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
 
 #: Solver used when ``--solver`` is not given.
@@ -142,8 +145,15 @@ def plan(
         None, "--kv-reserve-gb", help="Memory per GPU kept for the KV cache, GB."
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed of search-based solvers."),
-    time_limit: float = typer.Option(
-        10.0, "--time-limit", help="Seconds per layer for search-based solvers."
+    time_limit: float | None = typer.Option(
+        None, "--time-limit", min=0.001, metavar="SECONDS",
+        help="Wall seconds for the whole plan, split over the layers (each gets at most"
+        " --layer-time-limit). Default: no total.", show_default=False,
+    ),
+    layer_time_limit: float = typer.Option(
+        10.0, "--layer-time-limit", min=0.001, metavar="SECONDS",
+        help="Wall seconds per layer for search-based solvers (a cap: the search normally"
+        " stops earlier).",
     ),
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=1,
@@ -151,6 +161,28 @@ def plan(
     ),
     current: Path | None = typer.Option(
         None, "--current", help="Deployed placement JSON: plan few weight moves from it."
+    ),
+    max_moves: int | None = typer.Option(
+        None, "--max-moves", min=0, metavar="N",
+        help="With --current: at most N weight moves in all (a hard budget).",
+        show_default=False,
+    ),
+    max_move_gb: float | None = typer.Option(
+        None, "--max-move-gb", min=0.0, metavar="GB",
+        help="With --current: at most this many GB of expert weights to copy.",
+        show_default=False,
+    ),
+    move_tolerance: float = typer.Option(
+        constants.MOVE_TOLERANCE, "--move-tolerance", min=0.0, max=0.999,
+        help="With --current and no budget: the fewest moves whose estimated time is within"
+        " this share of the best re-plan's (0 moves when the deployed placement is).",
+    ),
+    sweep_moves: bool = typer.Option(
+        False, "--sweep-moves",
+        help="With --current: print the move frontier (budget -> estimated time).",
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
     ),
     balance_tolerance: float = typer.Option(
         0.005, "--balance-tolerance",
@@ -224,8 +256,16 @@ def plan(
         )
     target, target_note = resolve_workload(engine, workload, tokens_per_gpu,
                                            [fmt for fmt, _ in exports])
+    if current is None:
+        for flag, value in (("--max-moves", max_moves), ("--max-move-gb", max_move_gb),
+                            ("--sweep-moves", sweep_moves or None)):
+            if value is not None:
+                raise UsageError(f"{flag} budgets weight moves from a deployed placement",
+                                 where=flag, hint="pass --current DEPLOYED.json")
     params = SolveParams(
-        time_limit_s=time_limit, seed=seed, jobs=jobs or os.cpu_count() or 1,
+        time_limit_s=layer_time_limit, total_time_limit_s=time_limit,
+        max_moves=max_moves, max_move_gb=max_move_gb, move_tolerance=move_tolerance,
+        seed=seed, jobs=jobs or os.cpu_count() or 1,
         balance_tolerance=balance_tolerance,
         traffic_weight=traffic_weight, migration_weight=migration_weight, robust=robust,
         traffic_first=traffic_first, batch_tokens=batch_tokens, workload=target,
@@ -255,7 +295,8 @@ def plan(
         problem = build(auto.chosen.slots_per_gpu, None)
     else:
         problem = build(slots_per_gpu, _redundant_count(redundant))
-    result = solve(problem, solver, params)
+    with progress("layers planned", enabled=not (quiet or json_out)) as report:
+        result = solve(problem, solver, replace(params, progress=report))
     # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
     baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER, params)
     metrics = basic_metrics(result.placement, problem.stats)
@@ -283,6 +324,8 @@ def plan(
         print_json(doc)
         return
     lines = summary.rows()
+    if sweep_moves:
+        lines += replan_rows(summary.replan, frontier=True)[len(replan_rows(summary.replan)):]
     if auto is not None:
         lines += ["", auto.reason, "candidates (redundant: estimated step us with EPLB): "
                   + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in auto.options)]

@@ -26,6 +26,7 @@ from placer.summary.figures import (
     verdict,
 )
 from placer.summary.proxies import basic_metrics, render_versus, versus_eplb
+from placer.summary.replan import replan_doc, replan_rows
 from placer.workload import Workload
 
 #: Column header of the floor (:func:`placer.evaluate.time_bound`) in the time rows.
@@ -59,6 +60,8 @@ class PlanSummary:
     verdict: on :data:`VERDICT_FIGURE`; None without a baseline or figures.
     versus: the explanation rows (:func:`versus_eplb`); None without a baseline.
     evaluations: solver -> the :class:`~placer.evaluate.Evaluation` behind ``times``.
+    replan: what re-planning from ``problem.current`` costs and gains
+        (:func:`placer.summary.replan.replan_doc`); None without a deployed placement.
     floor: the same time figures' floor for every placement with this many slots per GPU
         on the same tokens (:func:`placer.evaluate.time_bound`; the figures it bounds
         only); None when not estimated.
@@ -81,6 +84,7 @@ class PlanSummary:
     evaluations: dict[str, Evaluation] = field(default_factory=dict, repr=False,
                                                compare=False)
     floor: dict[str, float] | None = None
+    replan: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (exports are added by the command)."""
@@ -104,6 +108,7 @@ class PlanSummary:
             "verdict": None if self.verdict is None else self.verdict.to_dict(),
             "floor": None if self.floor is None else dict(self.floor),
             "gap_to_floor": self.gaps(),
+            "replan": self.replan,
         }
         if self.versus is not None:
             doc["versus"] = self.versus
@@ -137,6 +142,7 @@ class PlanSummary:
         ]
         if self.judged is not None and self.times:
             lines.append(f"judged on    {self.judged.describe()}")
+        lines += replan_rows(self.replan)
         lines.append("")
         lines += self.time_rows()
         if self.versus is not None:
@@ -247,6 +253,7 @@ def summarize_plan(
         output=str(output), problem=problem_doc, solver=solver_doc,
         metrics=basic_metrics(result.placement, stats), workload=workload,
         workload_note=workload_note, columns=columns,
+        replan=replan_doc(problem, result, dtype),
     )
     if baseline is not None:
         summary = replace(summary, versus=versus_eplb(problem, result, baseline, routing.stats))

@@ -15,7 +15,7 @@ which method won are in ``details``.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import UsageError
+from placer.migration import Frontier, layer_moves
 from placer.placement import Placement
 from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver, solve
 from placer.solvers.cpsat.judge import EQUAL_TIME, can_judge, faster_rows, layer_times
@@ -242,6 +243,35 @@ def _solve_one(task: tuple[LayerData, np.ndarray, SearchParams]) -> LayerOutcome
     return solve_layer(*task)
 
 
+#: Share of a whole-plan time limit (``SolveParams.total_time_limit_s``) the layer search
+#: may use; the rest is for the hint, the judge and the summary.
+SEARCH_SHARE = 0.7
+#: Least wall seconds a layer gets however tight the whole plan's limit.
+MIN_LAYER_SECONDS = 0.2
+
+
+def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
+                params: SolveParams) -> list[LayerOutcome]:
+    """Solve every layer, in parallel processes with ``params.jobs`` > 1, reporting
+    ``params.progress(done, total)`` as layers finish; outcomes in layer order."""
+    total = len(tasks)
+    report = params.progress or (lambda done, total: None)
+    report(0, total)
+    if params.jobs <= 1 or total <= 1:
+        outcomes = []
+        for task in tasks:
+            outcomes.append(_solve_one(task))
+            report(len(outcomes), total)
+        return outcomes
+    results: dict[int, LayerOutcome] = {}
+    with ProcessPoolExecutor(max_workers=min(params.jobs, total)) as pool:
+        futures = {pool.submit(_solve_one, task): i for i, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            report(len(results), total)
+    return [results[i] for i in range(total)]
+
+
 @register_solver("cpsat")
 def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     """Plan every layer with CP-SAT; see the module docstring for what is read and returned."""
@@ -276,11 +306,14 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
                           params.batch_tokens, allowed)
         tasks.append((data, hint_mask[hint_row], search))
 
-    if params.jobs > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(max_workers=min(params.jobs, len(tasks))) as pool:
-            outcomes = list(pool.map(_solve_one, tasks))
-    else:
-        outcomes = [_solve_one(task) for task in tasks]
+    if params.total_time_limit_s is not None:  # the whole plan's budget, split over layers
+        spent = time.perf_counter() - started
+        share = (params.total_time_limit_s * SEARCH_SHARE - spent) * min(
+            params.jobs, len(tasks)) / max(len(tasks), 1)
+        per_layer = min(params.time_limit_s, max(MIN_LAYER_SECONDS, share))
+        tasks = [(data, mask, replace(search, time_limit_s=per_layer))
+                 for data, mask, search in tasks]
+    outcomes = _run_layers(tasks, params)
 
     outcomes = [replace(o, winner=hint_result.solver) if o.winner == "hint" else o
                 for o in outcomes]
@@ -298,7 +331,7 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         num_gpus=problem.num_gpus,
         meta=dict(hint.meta),
     )
-    times = None
+    times = current_times = None
     if can_judge(problem):
         candidates = [(hint_result.solver, hint)]
         reference = hint if hint_result.solver == "eplb" else solve(problem, "eplb",
@@ -314,17 +347,89 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
             candidates.append(("eplb", reference))
         if problem.current is not None:  # re-planning: moving nothing is the baseline
             candidates.append(("current", problem.current))
-        placement, outcomes, times = _keep_faster(
+        placement, outcomes, times, current_times = _keep_faster(
             placement, candidates, outcomes, [task[0] for task in tasks], problem, params)
+    budget: dict[str, Any] | None = None
+    if problem.current is not None:
+        layers = [task[0] for task in tasks]
+        if times is None or current_times is None:  # no judge: the hot shard is the cost
+            chosen_cost = np.array([o.balance for o in outcomes])
+            current_cost = np.array([
+                data.balance(problem.current.replicas_on_gpu[
+                    problem.current.layer_row(data.layer_id)]) for data in layers])
+        else:
+            chosen_cost, current_cost = times[0], current_times
+        placement, outcomes, chosen_cost, budget = _within_budget(
+            placement, outcomes, layers, problem, params, chosen_cost, current_cost)
+        if times is not None:
+            times = (chosen_cost, times[1])
     return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
-                   times)
+                   times, budget)
+
+
+def _within_budget(
+    placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
+    problem: PlacementProblem, params: SolveParams, chosen_cost: np.ndarray,
+    current_cost: np.ndarray,
+) -> tuple[Placement, list[LayerOutcome], np.ndarray, dict[str, Any]]:
+    """Re-plan only the layers that pay (:class:`placer.migration.Frontier`).
+
+    ``chosen_cost`` / ``current_cost``: ``[layers]`` estimated p99 layer times (or hot
+    shards without a judge) of the plan and of the deployed placement.  Within
+    ``params.max_moves`` / ``max_move_gb`` the layers with the largest total gain are
+    re-planned; without a budget, the fewest moves within ``params.move_tolerance`` of
+    the best re-plan.  Returns the placement, outcomes, costs and the ``details`` block.
+    """
+    current = problem.current
+    assert current is not None
+    moves = layer_moves(placement, current)
+    frontier = Frontier.of(moves, current_cost - chosen_cost)
+    limits = []
+    if params.max_moves is not None:
+        limits.append(params.max_moves)
+    if params.max_move_gb is not None:
+        if problem.model is None:
+            raise UsageError("--max-move-gb needs the model to size expert weights",
+                             where="--max-move-gb", hint="pass --model, or use --max-moves")
+        per_expert = problem.model.expert_bytes(problem.model.default_dtype) / constants.GB
+        limits.append(int(np.floor(params.max_move_gb / per_expert + 1e-9)))
+    budget = min(limits) if limits else frontier.fewest_within(
+        params.move_tolerance, float(chosen_cost.sum()))
+    picked = frontier.chosen(budget)
+    rows = placement.physical_to_logical.copy()
+    kept = list(outcomes)
+    for row in np.flatnonzero(~picked).tolist():
+        x = current.replicas_on_gpu[current.layer_row(int(placement.layer_ids[row]))]
+        rows[row] = current.physical_to_logical[current.layer_row(int(placement.layer_ids[row]))]
+        data = layers[row]
+        kept[row] = replace(outcomes[row], x=x > 0, balance=data.balance(x),
+                            traffic=data.traffic(x), moves=0, status="FALLBACK",
+                            winner="current")
+    cost = np.where(picked, chosen_cost, current_cost)
+    total_current = float(current_cost.sum())
+    full = frontier.max_moves
+    budgets = sorted({round(share * full) for share in constants.FRONTIER_SHARES})
+    details = {
+        "budget": None if not limits else int(budget),
+        "tolerance": None if limits else params.move_tolerance,
+        "moves": int(moves[picked].sum()),
+        "best_moves": full,
+        "cost": "estimated p99 layer time, µs, summed over layers" if problem.model
+        is not None and problem.topology is not None else "hot shard, summed over layers",
+        "current_cost": total_current,
+        "cost_after": float(cost.sum()),
+        "best_cost": total_current - float(frontier.best[-1]),
+        "frontier": [{"budget": b, "moves": m, "cost": total_current - gain}
+                     for b, (m, gain) in zip(budgets, frontier.points(budgets), strict=True)],
+    }
+    return replace(placement, physical_to_logical=rows), kept, cost, details
 
 
 def _keep_faster(
     placement: Placement, candidates: list[tuple[str, Placement]],
     outcomes: list[LayerOutcome], layers: list[LayerData], problem: PlacementProblem,
     params: SolveParams,
-) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray]]:
+) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
     """The fastest of the plan and the ``candidates`` (the hint, the reference EPLB) by
     the evaluator's estimated p99 layer time.
 
@@ -343,7 +448,8 @@ def _keep_faster(
     Returns the placement, the outcomes (a candidate's rows with the candidate's name as
     winner and its figures, ``FALLBACK`` for the hint's and the baseline's), and
     ``(chosen_times, eplb_times)``: ``[layers]`` estimated p99 layer times, microseconds,
-    of the returned placement and of the reference EPLB (the hint when it is EPLB).
+    of the returned placement and of the reference EPLB (the hint when it is EPLB), and
+    the deployed placement's times (candidate ``current``; None without one).
     """
     draws: dict[tuple[int, ...], np.ndarray] = {}  # all judged on the same sampled tokens
 
@@ -383,18 +489,20 @@ def _keep_faster(
     if candidates and best[2].sum() > baseline_times.sum() * (1 - constants.JUDGE_MARGIN):
         best = whole[-1]  # not clearly faster than the baseline (EPLB): keep the baseline
     name, chosen, chosen_times = best
+    current_times = next((t for n, _, t in whole if n == "current"), None)
     if name == "merged":
-        return merged, merged_outcomes, (chosen_times, eplb_times)
+        return merged, merged_outcomes, (chosen_times, eplb_times), current_times
     if name == "cpsat":
-        return placement, list(outcomes), (chosen_times, eplb_times)
+        return placement, list(outcomes), (chosen_times, eplb_times), current_times
     return chosen, [taken(row, name, chosen) for row in range(len(outcomes))], (
-        chosen_times, eplb_times)
+        chosen_times, eplb_times), current_times
 
 
 def _result(
     placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
     seconds: float, params: SolveParams,
     times: tuple[np.ndarray, np.ndarray] | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> SolveResult:
     statuses = {o.status for o in outcomes}
     if statuses == {"FALLBACK"}:
@@ -438,6 +546,8 @@ def _result(
         "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
         "layers": per_layer,
     }
+    if budget is not None:
+        details["replan"] = budget
     if times is not None:
         plan_times, hint_times = times
         details["judged_by"] = (

@@ -1,0 +1,47 @@
+"""Progress of long commands on stderr: a bar with an ETA on a terminal, plain
+``[i/n]`` lines otherwise, nothing when quiet (results stay alone on stdout)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from placer.cli.common import err
+
+#: Without a terminal, a line every this share of the work (and at the end).
+PLAIN_STEP = 0.1
+
+
+@contextmanager
+def progress(what: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """A ``report(done, total)`` callback for ``what`` (e.g. ``"layers planned"``)."""
+    if not enabled:
+        yield lambda done, total: None
+        return
+    if sys.stderr.isatty():
+        bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("eta"), TimeRemainingColumn(), console=err, transient=True)
+        task = bar.add_task(what, total=None)
+        with bar:
+            def report(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield report
+        return
+    state = {"next": 0.0, "start": time.perf_counter()}
+
+    def plain(done: int, total: int) -> None:
+        if total <= 0 or done <= 0:
+            return
+        if done >= total or done / total >= state["next"]:
+            state["next"] = done / total + PLAIN_STEP
+            spent = time.perf_counter() - state["start"]
+            eta = spent / done * (total - done)
+            tail = f", eta {eta:.0f} s" if done < total else f" in {spent:.0f} s"
+            err.print(f"[{done}/{total}] {what}{tail}", highlight=False)
+
+    yield plain
