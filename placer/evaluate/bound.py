@@ -213,12 +213,12 @@ def layer_floor(
     np.minimum.at(fewest, cell[has], per_token[has])
     k_min = np.where(counted > 0, fewest, 1).reshape(num_batches, num_gpus)
     tokens = counted.reshape(num_batches, num_gpus).astype(np.float64)
-    copies = _Copies(slots_per_gpu, num_experts, fabric, mode, policy)
+    copies = _Copies(slots_per_gpu, num_experts, fabric, mode, policy, costs)
 
     # (2) copies: each GPU's floors, and totals per batch and over all batches
     out, inter = copies.per_gpu(n, tokens, k_min)
-    out_total, node_inter = copies.totals(n, tokens, k_min, at, num_batches)
-    out_all, inter_all = copies.totals(
+    out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches)
+    out_all, inter_all, _ = copies.totals(
         n.sum(axis=0, keepdims=True), tokens.sum(axis=0, keepdims=True),
         k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1)
     out_total = np.maximum(out_total, out.sum(axis=1))
@@ -228,7 +228,7 @@ def layer_floor(
     load = n.sum(axis=1)  # [B, E]
     total_compute = np.where(
         load > 0, np.maximum(costs.weight_us, load * costs.token_us), 0.0
-    ).sum(axis=1)
+    ).sum(axis=1) + replica_compute
 
     # (3) per-GPU communication floors and summed floors, dispatch then combine
     per_gpu = np.zeros((num_batches, num_gpus))
@@ -260,6 +260,7 @@ class _Copies:
     fabric: Fabric
     mode: str
     policy: str
+    costs: _Costs
 
     @property
     def extra(self) -> int:
@@ -279,8 +280,10 @@ class _Copies:
                 _uncovered_tokens(n, tokens, k_min, node_slots))
 
     def totals(self, n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
-               at: _Selections, num_batches: int) -> tuple[np.ndarray, np.ndarray]:
-        """``([B], [B])`` copies sent and copies across nodes, over all GPUs."""
+               at: _Selections, num_batches: int,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``([B], [B], [B])`` copies sent and copies across nodes, over all GPUs, and
+        the least compute redundant replicas add (round robin; 0 otherwise)."""
         fabric = self.fabric
         by_node = _per_node(n, fabric)
         node_slots = self.slots_per_gpu * fabric.node_size
@@ -289,25 +292,28 @@ class _Copies:
                                     np.full(fabric.num_gpus, self.slots_per_gpu)).sum(axis=1)
             inter = _uncovered_tokens(by_node, _per_node(tokens[:, :, None], fabric)[:, :, 0],
                                       _node_min(k_min, fabric), node_slots).sum(axis=1)
-            return out, inter
+            return out, inter, np.zeros(n.shape[0])
         selections = n.sum(axis=(1, 2))
         out = selections - np.minimum(
             _top_sums(n, np.full(fabric.num_gpus, self.slots_per_gpu)).sum(axis=1),
             _covering(n, self.extra))
         inter = selections - np.minimum(_top_sums(by_node, node_slots).sum(axis=1),
                                         _covering(by_node, self.extra))
+        compute = np.zeros(num_batches)
         if self.policy == "round_robin":  # on several nodes the inter-node copies matter most
             batch, source, experts, code = at
             if fabric.num_nodes == 1:
-                out = np.maximum(out, selections - _round_robin_local(
-                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra))
+                local, compute = _round_robin_local(
+                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra, self.costs)
+                out = np.maximum(out, selections - local)
             else:
-                inter = np.maximum(inter, selections - _round_robin_local(
+                local, compute = _round_robin_local(
                     (batch, fabric.node_of_gpu[source], experts, code), num_batches,
-                    fabric.num_nodes, self.num_experts, self.extra))
+                    fabric.num_nodes, self.num_experts, self.extra, self.costs)
+                inter = np.maximum(inter, selections - local)
         if self.mode == "low_latency_rdma":
             inter = out
-        return np.maximum(out, 0.0), np.maximum(inter, 0.0)
+        return np.maximum(out, 0.0), np.maximum(inter, 0.0), compute
 
 
 def _per_node(values: np.ndarray, fabric: Fabric) -> np.ndarray:
@@ -362,10 +368,11 @@ def _covering(n: np.ndarray, extra: int) -> np.ndarray:
 
 def _round_robin_local(
     at: _Selections, num_batches: int,
-    num_places: int, num_experts: int, extra: int,
-) -> np.ndarray:
-    """``[B]`` most selections round-robin dispatch can serve where they arise, over
-    every placement with ``extra`` replicas beyond one per expert.
+    num_places: int, num_experts: int, extra: int, costs: _Costs,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``([B], [B])``: the most selections round-robin dispatch can serve where they
+    arise, and the least compute the ``extra`` replicas add, over every placement with
+    ``extra`` replicas beyond one per expert.
 
     ``at``: ``(batch, place, expert, code)`` of each selection, ``code`` the number
     round robin takes modulo the replica count (``rank position x k + k position``).
@@ -375,6 +382,12 @@ def _round_robin_local(
     replicas over experts is a knapsack (exact for the most loaded experts, as many as
     :data:`_ROUND_ROBIN_CELLS` allows; each other expert gains at most ``n_e - f(1)``
     however many replicas it gets).
+
+    Compute: every slot sits in the rotation, so replica ``i`` of an expert with ``c``
+    replicas runs whenever its residue class has a selection, at ``max(w, m_i t)``.  All
+    ``extra`` replicas must go somewhere, so the least they add over one replica per
+    expert is a knapsack with exactly ``extra`` items (exact when every expert is counted
+    exactly; otherwise the others may take replicas at no cost, which only lowers it).
     """
     batch, place, expert, code = at
     cell = batch * num_experts + expert
@@ -383,7 +396,7 @@ def _round_robin_local(
     per_place = per_place.reshape(num_batches, num_experts, num_places)
     alone = per_place.max(axis=2).astype(np.float64)  # f(1) [B, E]
     if extra <= 0:
-        return alone.sum(axis=1)
+        return alone.sum(axis=1), np.zeros(num_batches)
     headroom = per_place.sum(axis=2) - alone  # the most one expert can still gain
     width = max(2 * extra, _ROUND_ROBIN_CELLS // ((extra + 1) * num_places * num_batches))
     chosen = np.argsort(-per_place.sum(axis=(0, 2)), kind="stable")[: min(num_experts, width)]
@@ -393,12 +406,19 @@ def _round_robin_local(
     b, x, e, k = batch[keep], place[keep], index[expert[keep]], code[keep]
     width = chosen.size
     gain = np.zeros((num_batches, width, extra + 1))  # gain[b, e, c - 1]
+    added = np.zeros((num_batches, width, extra + 1))  # compute c replicas add over one
+    selected = per_place.sum(axis=2)[:, chosen].astype(np.float64)
+    one = np.where(selected > 0, np.maximum(costs.weight_us, selected * costs.token_us), 0.0)
     for count in range(2, extra + 2):
         key = ((b * width + e) * count + k % count) * num_places + x
         m = np.bincount(key, minlength=num_batches * width * count * num_places)
-        best = m.reshape(num_batches, width, count, num_places).max(axis=3).sum(axis=2)
-        gain[:, :, count - 1] = best - alone[:, chosen]
+        m = m.reshape(num_batches, width, count, num_places)
+        gain[:, :, count - 1] = m.max(axis=3).sum(axis=2) - alone[:, chosen]
+        runs = m.sum(axis=3)
+        spent = np.where(runs > 0, np.maximum(costs.weight_us, runs * costs.token_us), 0.0)
+        added[:, :, count - 1] = spent.sum(axis=2) - one
     gain = np.maximum(gain, 0.0)
+    added = np.maximum(added, 0.0)
     # multiple-choice knapsack over the chosen experts: budget[b, j] = best gain with <= j
     budget = np.zeros((num_batches, extra + 1))
     steps = np.arange(extra + 1)
@@ -414,7 +434,14 @@ def _round_robin_local(
     prefix = np.concatenate([np.zeros((num_batches, 1)), rest.cumsum(axis=1)], axis=1)
     spent = np.arange(prefix.shape[1])
     total = (budget[:, extra - spent] + prefix).max(axis=1)
-    return alone.sum(axis=1) + total
+    # the least compute the extra replicas add: exactly ``extra`` of them over the experts
+    least = np.full((num_batches, extra + 1), np.inf)
+    least[:, 0] = 0.0
+    for item in range(width):
+        options = least[:, before] + added[:, item][:, None, :]
+        least = np.where(allowed[None], options, np.inf).min(axis=2)
+    compute = least[:, extra] if width == num_experts else least.min(axis=1)
+    return alone.sum(axis=1) + total, compute
 
 
 def _uncovered_tokens(n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
