@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from placer import constants
 from placer.errors import InfeasibleError, PlacerError, UsageError
 from placer.evaluate import MODES, POLICIES, EvalParams, evaluate
 from placer.evaluate.windows import default_split
+from placer.parallel import Backend
 from placer.placement import Placement
 from placer.planning import build_problem
 from placer.problem import SolveParams, solve
@@ -573,6 +573,7 @@ def compare(
     settings: CompareSettings,
     *,
     jobs: int = 1,
+    ray: str | None = None,
     on_done: Callable[[int, ScenarioOutcome], None] | None = None,
     keep_details: bool = True,
 ) -> list[ScenarioOutcome]:
@@ -584,6 +585,8 @@ def compare(
     scenarios: what to compare (:func:`expand_scenarios`).
     settings: what the scenarios share.
     jobs: scenarios run at once in separate processes (1 = in this process).
+    ray: run the scenarios on Ray instead (:class:`placer.parallel.Backend`: ``"local"``
+        or a cluster's address); the table is the same as a local run's.
     on_done: called as ``on_done(index, outcome)`` when a scenario finishes (in
         completion order), e.g. to advance a progress bar.
     keep_details: keep placements and evaluations (for pictures).
@@ -593,24 +596,10 @@ def compare(
     UsageError: unknown model, topology or solver names, or ``jobs < 1``; these
         stop the study before anything runs. Problems of one scenario become rows.
     """
-    if jobs < 1:
-        raise UsageError(f"jobs must be at least 1, got {jobs}", where="--jobs")
+    backend = Backend(jobs=jobs, ray=ray)
     context = prepare(routing, scenarios, settings, keep_details=keep_details)
-    outcomes: list[ScenarioOutcome | None] = [None] * len(scenarios)
-    if jobs == 1 or len(scenarios) <= 1:
-        for i, scenario in enumerate(scenarios):
-            outcomes[i] = _run_safely(context, scenario)
-            if on_done:
-                on_done(i, outcomes[i])  # type: ignore[arg-type]
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(scenarios)),
-                                 initializer=_init_worker, initargs=(context,)) as pool:
-            futures = {pool.submit(_run_in_worker, s): i for i, s in enumerate(scenarios)}
-            for future in as_completed(futures):
-                i = futures[future]
-                outcomes[i] = future.result()
-                if on_done:
-                    on_done(i, outcomes[i])  # type: ignore[arg-type]
+    outcomes: list[ScenarioOutcome | None] = backend.run(
+        _run_safely, scenarios, shared=context, on_done=on_done)
     done = [o for o in outcomes if o is not None]
     judged = context.split
     on = "held-out step p99" if judged.judge != judged.fit else "step p99"
@@ -666,20 +655,6 @@ def _run_safely(context: _Context, scenario: Scenario) -> ScenarioOutcome:
                          status=f"error: {type(e).__name__}: {e}",
                          num_gpus=int(topology.num_gpus), num_nodes=int(topology.num_nodes))
         return ScenarioOutcome(row)
-
-
-_WORKER_CONTEXT: _Context | None = None
-
-
-def _init_worker(context: _Context) -> None:
-    global _WORKER_CONTEXT
-    _WORKER_CONTEXT = context
-
-
-def _run_in_worker(scenario: Scenario) -> ScenarioOutcome:
-    if _WORKER_CONTEXT is None:  # pragma: no cover - the pool's initializer sets it
-        raise RuntimeError("worker context missing")
-    return _run_safely(_WORKER_CONTEXT, scenario)
 
 
 def _reason(error: PlacerError) -> str:

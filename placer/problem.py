@@ -120,6 +120,8 @@ class SolveParams:
     options: solver-specific extras.
     progress: called as ``progress(done, total)`` as layers finish (search-based
         solvers); None: silent.
+    ray: run the layers on Ray (:class:`placer.parallel.Backend`): ``"local"`` starts a
+        local instance, another value is a cluster's address; None: local processes.
     """
 
     time_limit_s: float = 10.0
@@ -139,6 +141,7 @@ class SolveParams:
     options: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[int, int], None] | None = field(default=None, compare=False,
                                                         repr=False)
+    ray: str | None = None
 
     def __post_init__(self) -> None:
         if self.total_time_limit_s is not None and not self.total_time_limit_s > 0:

@@ -251,6 +251,12 @@ def compare(
         None, "--format", "-f", help="Trace format (default: detected)."
     ),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Scenarios run in parallel (processes)."),
+    ray: str | None = typer.Option(
+        None, "--ray", metavar="ADDRESS",
+        help="Run the scenarios on Ray: 'local' starts an instance here, else a cluster's"
+        " address (auto, ray://head:10001). Needs pip install 'placer[ray]'.",
+        show_default=False,
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
     report: Path | None = typer.Option(
@@ -305,7 +311,7 @@ def compare(
     labels = [s.label for s in study.scenarios]
     with _Progress(labels, quiet=False) as progress:
         outcomes = compare_lib.compare(routing, study.scenarios, study.settings, jobs=jobs,
-                                       on_done=progress,
+                                       ray=ray, on_done=progress,
                                        keep_details=report is not None or png_dir is not None)
     if json_out:
         print_json(compare_json(study, outcomes, description))

@@ -181,6 +181,12 @@ def plan(
         False, "--sweep-moves",
         help="With --current: print the move frontier (budget -> estimated time).",
     ),
+    ray: str | None = typer.Option(
+        None, "--ray", metavar="ADDRESS",
+        help="Solve the layers on Ray: 'local' starts an instance here, else a cluster's"
+        " address (auto, ray://head:10001). Needs pip install 'placer[ray]'.",
+        show_default=False,
+    ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
     ),
@@ -265,7 +271,7 @@ def plan(
     params = SolveParams(
         time_limit_s=layer_time_limit, total_time_limit_s=time_limit,
         max_moves=max_moves, max_move_gb=max_move_gb, move_tolerance=move_tolerance,
-        seed=seed, jobs=jobs or os.cpu_count() or 1,
+        seed=seed, jobs=jobs or os.cpu_count() or 1, ray=ray,
         balance_tolerance=balance_tolerance,
         traffic_weight=traffic_weight, migration_weight=migration_weight, robust=robust,
         traffic_first=traffic_first, batch_tokens=batch_tokens, workload=target,

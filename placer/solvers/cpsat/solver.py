@@ -15,7 +15,6 @@ which method won are in ``details``.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 from placer import constants
 from placer.errors import UsageError
 from placer.migration import Frontier, layer_moves
+from placer.parallel import Backend
 from placer.placement import Placement
 from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver, solve
 from placer.solvers.cpsat.judge import EQUAL_TIME, can_judge, faster_rows, layer_times
@@ -252,24 +252,21 @@ MIN_LAYER_SECONDS = 0.2
 
 def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
                 params: SolveParams) -> list[LayerOutcome]:
-    """Solve every layer, in parallel processes with ``params.jobs`` > 1, reporting
+    """Solve every layer where ``params`` says (this process, ``params.jobs`` local
+    processes, or Ray: :class:`placer.parallel.Backend`), reporting
     ``params.progress(done, total)`` as layers finish; outcomes in layer order."""
     total = len(tasks)
     report = params.progress or (lambda done, total: None)
     report(0, total)
-    if params.jobs <= 1 or total <= 1:
-        outcomes = []
-        for task in tasks:
-            outcomes.append(_solve_one(task))
-            report(len(outcomes), total)
-        return outcomes
-    results: dict[int, LayerOutcome] = {}
-    with ProcessPoolExecutor(max_workers=min(params.jobs, total)) as pool:
-        futures = {pool.submit(_solve_one, task): i for i, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            report(len(results), total)
-    return [results[i] for i in range(total)]
+    finished = 0
+
+    def done(_index: int, _outcome: LayerOutcome) -> None:
+        nonlocal finished
+        finished += 1
+        report(finished, total)
+
+    backend = Backend(jobs=params.jobs, ray=params.ray)
+    return backend.run(_solve_one, tasks, on_done=done)
 
 
 @register_solver("cpsat")
