@@ -15,13 +15,22 @@ from placer.evaluate.bound import _water_level, time_bound
 from placer.evaluate.dispatch import POLICIES
 from placer.evaluate.traffic import MODES
 from placer.placement import Placement
+from placer.topology import load_topology
 
-CLUSTERS = {
+CLUSTERS: dict[str, tuple[int, ...] | str] = {
     "one node": (4,),
     "two nodes": (2, 2),
     "uneven nodes": (3, 1),
     "four nodes": (1, 1, 1, 1),
+    # presets: calibrated links, with a fixed cost per phase on NVLink and InfiniBand
+    "dgx-h100": "dgx-h100",
+    "2x-dgx-h100": "2x-dgx-h100",
 }
+
+
+def _cluster(shape: str):
+    sizes = CLUSTERS[shape]
+    return load_topology(sizes) if isinstance(sizes, str) else cluster(sizes)
 
 
 def random_placement(rng: np.random.Generator, num_experts: int, num_gpus: int,
@@ -77,15 +86,14 @@ def local_placement(routing, num_gpus: int, slots_per_gpu: int, batch: int) -> P
 def test_no_placement_beats_the_floor(seed: int, shape: str, mode: str, policy: str,
                                       slots: int, top_k: int, batch: int, wide: bool) -> None:
     rng = np.random.default_rng(seed)
-    sizes = CLUSTERS[shape]
-    num_gpus = sum(sizes)
-    num_experts = 6
+    topology = _cluster(shape)
+    num_gpus = topology.num_gpus
+    num_experts = 6 if num_gpus <= 4 else 12
     model = tiny_model(num_experts=num_experts, top_k=top_k)
     if wide:  # experts large enough for their weight reads to dominate
         model = replace(model, hidden_size=4096, moe_intermediate_size=8192)
     routing = random_routing(96, num_experts=num_experts, top_k=top_k, batch=batch, seed=seed,
                              ranks=num_gpus)
-    topology = cluster(sizes)
     params = EvalParams(policy=policy, mode=mode, batch_tokens=batch, seed=seed % 7)
     floor = time_bound(routing, topology, model, params, slots)
     candidates = [random_placement(rng, num_experts, num_gpus, slots) for _ in range(2)]

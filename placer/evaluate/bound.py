@@ -474,26 +474,32 @@ class _PhaseFloor:
     @classmethod
     def of(cls, out: np.ndarray, inter: np.ndarray, payload: float,
            fabric: Fabric) -> _PhaseFloor:
-        inj_intra = fabric.injection_gbps[:, INTRA_NODE]
-        inj_inter = fabric.injection_gbps[:, INTER_NODE]
+        # the link classes each GPU's copies can take (no NIC traffic on one node, no
+        # NVLink traffic when every copy goes through the NICs)
+        has_intra = (fabric.link_class == INTRA_NODE).any(axis=1)
+        has_inter = (fabric.link_class == INTER_NODE).any(axis=1)
+        inj_intra = np.where(has_intra, fabric.injection_gbps[:, INTRA_NODE], 0.0)
+        inj_inter = np.where(has_inter, fabric.injection_gbps[:, INTER_NODE], 0.0)
         phase = np.zeros((fabric.num_gpus, 3)) if fabric.phase_us is None else fabric.phase_us
-        ph_intra, ph_inter = phase[:, INTRA_NODE], phase[:, INTER_NODE]
+        ph_intra = np.where(has_intra, phase[:, INTRA_NODE], np.inf)
+        ph_inter = np.where(has_inter, phase[:, INTER_NODE], np.inf)
         both = np.where(np.isfinite(inj_intra), inj_intra, 0.0) + np.where(
             np.isfinite(inj_inter), inj_inter, 0.0)
+        cheaper = np.minimum(ph_intra, ph_inter)
+        cheaper = np.where(np.isfinite(cheaper), cheaper, 0.0)
+        ph_inter = np.where(np.isfinite(ph_inter), ph_inter, 0.0)
         sends_inter = inter > 0
         sends = out > 0
         with np.errstate(divide="ignore", invalid="ignore"):
             inter_us = np.where(sends_inter, inter * payload / inj_inter * _US_PER_BYTE_GBPS
                                 + ph_inter, 0.0)
-            all_us = np.where(sends, out * payload / both * _US_PER_BYTE_GBPS
-                              + np.minimum(ph_intra, ph_inter), 0.0)
+            all_us = np.where(sends, out * payload / both * _US_PER_BYTE_GBPS + cheaper, 0.0)
         latency = np.maximum(np.where(sends, _nearest(fabric, any_peer=True), 0.0),
                              np.where(sends_inter, _nearest(fabric, any_peer=False), 0.0))
         return cls(
             per_gpu=np.maximum(inter_us, all_us) + latency,
             fixed_inter=(np.where(sends_inter, ph_inter, 0.0) + latency).sum(axis=1),
-            fixed_any=(np.where(sends, np.minimum(ph_intra, ph_inter), 0.0)
-                       + latency).sum(axis=1),
+            fixed_any=(np.where(sends, cheaper, 0.0) + latency).sum(axis=1),
             us_inter=payload / _fastest(inj_inter) * _US_PER_BYTE_GBPS,
             us_any=payload / _fastest(both) * _US_PER_BYTE_GBPS,
         )
