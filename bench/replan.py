@@ -1,0 +1,190 @@
+"""Re-planning and scale benchmark (issue 13).
+
+1. **Re-planning under drift**, DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant),
+   the synthetic group-limited trace of ``bench/latency.py`` (16 windows of 4,096
+   tokens, drift 0.02): the *deployed* placement is planned on windows 0:8; the routing
+   then drifts; a *fresh* plan, the *default re-plan* (``--current``) and a re-plan with
+   ``--max-moves`` at 10% of the slots are fitted on windows 8:12 and everything is
+   replayed on the held-out windows 12:16 (per-token, vLLM decode: round-robin dispatch,
+   low-latency all-to-all, 128 tokens per GPU).  Targets: the default re-plan moves at
+   most half of the fresh plan's moves with an estimated p99 within 1% of the fresh
+   plan's; the budget is respected exactly.
+2. **Scale**: ``placer plan`` with default settings (every core) on the DeepSeek-V3 shape
+   (58 x 256, EP32) and the Kimi-K2 shape (60 x 384 on GB200 NVL72), the command run as
+   a user runs it, timed and its peak memory read (``/usr/bin/time``-like, from
+   ``resource``).  Targets: under 60 s wall and 2 GB each.
+
+Every plan goes through ``build_problem`` and ``solve`` as ``placer plan`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+from typing import Any
+
+from bench.latency import OUT, SYNTH, log, read, synth_trace
+
+#: Share of the slots the budgeted re-plan may move.
+BUDGET_SHARE = 0.10
+
+
+def run() -> str:
+    out = ["## replan: re-planning under drift, and plans at scale (issue 13)", ""]
+    out += _replan()
+    out += ["", *_scale()]
+    return "\n".join(out) + "\n"
+
+
+def _replan() -> list[str]:
+    from placer.evaluate import EvalParams, evaluate
+    from placer.migration import move_cost
+    from placer.models import load_model
+    from placer.planning import build_problem
+    from placer.problem import SolveParams, solve
+    from placer.topology import load_topology
+    from placer.workload import Workload
+
+    name, model_name, overrides = SYNTH["deepseek-v3"]
+    routing = read(synth_trace(OUT / name, model_name, **overrides), model_name,
+                   keep_tokens=True)
+    model = load_model(model_name)
+    topology = load_topology("4x-dgx-h100")
+    workload = Workload("vllm", "decode")
+    jobs = os.cpu_count() or 1
+
+    def problem(fit: tuple[int, int], current: Any = None) -> Any:
+        return build_problem(routing, model=model, topology=topology, redundant=32, fit=fit,
+                             current=current)
+
+    def plan(fit: tuple[int, int], current: Any = None, **extra: Any) -> tuple[Any, float]:
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = solve(problem(fit, current), "cpsat",
+                           SolveParams(jobs=jobs, workload=workload, **extra))
+        return result, time.perf_counter() - started
+
+    log("replan: deployed plan on windows 0:8 ...")
+    deployed, _ = plan((0, 8))
+    current = deployed.placement
+    slots = current.num_physical * current.num_layers
+    budget = int(BUDGET_SHARE * slots)
+    rows = []
+    for label, kwargs in (("fresh plan (no --current)", None),
+                          ("keep the deployed placement", "keep"),
+                          ("default re-plan (--current)", {}),
+                          (f"re-plan --max-moves {budget:,} (10% of slots)",
+                           {"max_moves": budget})):
+        log(f"replan: {label} ...")
+        if kwargs == "keep":
+            placement, seconds, details = current, 0.0, None
+        elif kwargs is None:
+            result, seconds = plan((8, 12))
+            placement, details = result.placement, None
+        else:
+            result, seconds = plan((8, 12), current, **kwargs)
+            placement, details = result.placement, result.details.get("replan")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ev = evaluate(placement, routing, topology, model, EvalParams(
+                policy=workload.policy, mode=workload.mode,
+                batch_tokens=workload.batch_tokens(topology.num_gpus), windows=(12, 16)))
+        cost = move_cost(placement, current, model, topology)
+        rows.append((label, cost, ev.metrics, seconds, details))
+    fresh = rows[0]
+    lines = [
+        "### Re-planning under drift: DeepSeek-V3 shape, 4 x DGX H100 (EP32, +32)", "",
+        f"Deployed: cpsat on windows 0:8. Re-plans fitted on 8:12, judged on held-out 12:16"
+        f" (per-token replay, {workload.describe()}). {slots:,} slots in all. One run.", "",
+        "| plan | moves | share of fresh moves | GB to copy | copy time | step p99 µs |"
+        " vs fresh | layer p99 µs (median layer) | plan s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, cost, m, seconds, _ in rows:
+        share = cost.moves / fresh[1].moves if fresh[1].moves else float("nan")
+        change = m["step_p99_us"] / fresh[2]["step_p99_us"] - 1.0
+        lines.append(
+            f"| {label} | {cost.moves:,} | {share:.2f} | {cost.gb:,.1f} |"
+            f" {cost.copy_s:.2f} s | {m['step_p99_us']:,.1f} | {change:+.2%} |"
+            f" {m['layer_p99_us_median']:,.1f} | {seconds:.1f} |")
+    default, budgeted = rows[2], rows[3]
+    half = default[1].moves <= 0.5 * fresh[1].moves
+    within = default[2]["step_p99_us"] <= 1.01 * fresh[2]["step_p99_us"]
+    kept = budgeted[1].moves <= budget
+    lines += [
+        "",
+        f"Default re-plan: {default[1].moves:,} moves ="
+        f" {default[1].moves / max(fresh[1].moves, 1):.2f}"
+        f" of the fresh plan's (target <= 0.5: {'met' if half else 'not met'}), step p99"
+        f" {default[2]['step_p99_us'] / fresh[2]['step_p99_us'] - 1:+.2%} against the fresh"
+        f" plan (target within +1%: {'met' if within else 'not met'}). Budget {budget:,}:"
+        f" {budgeted[1].moves:,} moves ({'respected' if kept else '**exceeded**'}), step p99"
+        f" {budgeted[2]['step_p99_us'] / fresh[2]['step_p99_us'] - 1:+.2%} against the fresh"
+        " plan.",
+    ]
+    frontier = (default[4] or {}).get("frontier") or []
+    if frontier:
+        lines += ["", "Move frontier of the default re-plan (estimated p99 layer time summed"
+                  " over layers, fitted windows 8:12; whole layers re-planned or kept):", "",
+                  "| budget | moves | estimate µs | vs keeping the deployed |",
+                  "|---:|---:|---:|---:|"]
+        before = default[4]["current_cost"]
+        for row in frontier:
+            lines.append(f"| {row['budget']:,} | {row['moves']:,} | {row['cost']:,.1f} |"
+                         f" {row['cost'] / before - 1:+.2%} |")
+    return lines
+
+
+def _scale() -> list[str]:
+    lines = ["### Plans at scale: `placer plan` with default settings", "",
+             f"Machine: {os.cpu_count()} cores; wall and peak memory (the largest max RSS of"
+             " the command and its worker processes) of one run each.", "",
+             "| plan | wall s | peak memory MB | target | verdict |", "|---|---:|---:|---|---|"]
+    cases = (
+        ("DeepSeek-V3 shape, 4 x DGX H100 (58 x 256, EP32, +32)", "deepseek-v3",
+         ["-m", "deepseek-v3", "-t", "4x-dgx-h100", "-r", "32", "--fit", "0:12"]),
+        ("Kimi-K2 shape, GB200 NVL72 (60 x 384, 72 x 6)", "kimi-k2",
+         ["-m", "kimi-k2", "-t", "gb200-nvl72", "-r", "48", "--fit", "0:12"]),
+    )
+    for label, key, args in cases:
+        name, model_name, overrides = SYNTH[key]
+        trace = synth_trace(OUT / name, model_name, **overrides)
+        output = OUT / f"scale-{key}.json"
+        log(f"scale: {label} ...")
+        wall, peak, rc = _timed([sys.executable, "-m", "placer.cli.main", "plan", str(trace),
+                                 *args, "-o", str(output), "-q"])
+        ok = rc == 0 and wall < 60 and peak < 2048
+        lines.append(f"| {label} | {wall:.1f} | {peak:,.0f} | < 60 s, < 2 GB |"
+                     f" {'pass' if ok else '**FAIL**' if rc == 0 else f'exit {rc}'} |")
+    return lines
+
+
+def _timed(command: list[str]) -> tuple[float, float, int]:
+    """Wall seconds, peak RSS in MB of the largest process of the command (it or one of
+    its worker processes), exit code.  A fresh Python parent per command keeps the
+    figures of earlier commands out."""
+    probe = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,"
+        " rc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True,
+                          text=True, check=False)
+    try:
+        wall, peak, rc = done.stdout.split()
+    except ValueError:
+        log(f"timing failed: {done.stderr[-400:]}")
+        return float("nan"), float("nan"), done.returncode or 1
+    if int(rc) != 0:
+        log(f"exit {rc}: {done.stderr[-400:]}")
+    return float(wall), int(peak) / 1024.0, int(rc)
+
+
+if __name__ == "__main__":
+    print(run())
