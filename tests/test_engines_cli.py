@@ -44,7 +44,8 @@ def test_export_sglang_prints_the_server_flags(maverick_plan: Path, tmp_path: Pa
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[:2] == [
         f"# SGLang: {out}",
-        f"--init-expert-location {out} --ep-num-redundant-experts 8 --ep-size 8",
+        f"--tp-size 8 --ep-size 8 --moe-a2a-backend deepep --init-expert-location {out}"
+        " --ep-num-redundant-experts 8",
     ]
     rows = json.loads(out.read_text())["physical_to_logical_map"]
     assert len(rows) == 48  # every hidden layer, the dense even layers included
@@ -90,8 +91,9 @@ def test_import_needs_the_gpu_count(maverick_plan: Path, tmp_path: Path) -> None
                                  "-o", str(tmp_path / "x.json")])
     assert result.exit_code == 2
     assert result.stderr == (
-        "error: --num-gpus: SGLang placement files do not record the number of GPUs\n"
-        "hint: pass --num-gpus with the EP size the engine serves with\n"
+        "error: --ep-size: SGLang placement files do not record the number of GPUs\n"
+        "hint: pass --ep-size with the EP size the engine serves with, or --topology with the"
+        " cluster it serves on\n"
     )
 
 
@@ -180,8 +182,8 @@ def test_plan_exports_engine_files(mixtral_trace: Path, tmp_path: Path) -> None:
         "--export", f"sglang:{sglang_file}", "-x", f"trtllm:{trtllm_file}",
     ])
     assert result.exit_code == 0, result.output
-    assert f"--init-expert-location {sglang_file} --ep-num-redundant-experts 4 --ep-size 4" \
-        in result.stdout.splitlines()
+    assert (f"--tp-size 4 --ep-size 4 --moe-a2a-backend deepep --init-expert-location"
+            f" {sglang_file} --ep-num-redundant-experts 4") in result.stdout.splitlines()
     assert f"  load_balancer: {trtllm_file}" in result.stdout.splitlines()
     planned = read_placement(tmp_path / "plan.json", warn_duplicates=False)
     # the reference EPLB puts some expert twice on a GPU here: imported, with a warning
@@ -205,3 +207,37 @@ def test_plan_export_needs_a_model_and_a_valid_spec(mixtral_trace: Path, tmp_pat
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == "error: --export: expected FORMAT:FILE, got 's.json'"
     assert not (tmp_path / "plan.json").exists()
+
+
+@pytest.mark.parametrize("fmt,name", [("sglang", "plan.map"), ("vllm-ascend", "map.txt"),
+                                      ("vllm", "map")])
+def test_export_refuses_a_name_the_engine_would_not_load(maverick_plan: Path, tmp_path: Path,
+                                                         fmt: str, name: str) -> None:
+    out = tmp_path / name
+    result = runner.invoke(app, ["export", str(maverick_plan), "--format", fmt, "-o", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --output: ") and "would not load" in result.stderr
+    assert "hint: name the file with .json" in result.stderr
+    assert not out.exists()
+
+
+def test_import_takes_the_ep_size_from_the_topology(maverick_plan: Path, tmp_path: Path) -> None:
+    engine_file = tmp_path / "sglang.json"
+    assert runner.invoke(app, ["export", str(maverick_plan), "--format", "sglang", "-o",
+                               str(engine_file)]).exit_code == 0
+    out = tmp_path / "back.json"
+    result = runner.invoke(app, ["import", str(engine_file), "--model", "llama4-maverick",
+                                 "--topology", "dgx-h100", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert "8 GPUs x 17 slots" in result.stdout
+    for flag in (["--ep-size", "8"], ["--num-gpus", "8"]):
+        again = runner.invoke(app, ["import", str(engine_file), "--model", "llama4-maverick",
+                                    *flag, "-o", str(out)])
+        assert again.exit_code == 0, again.stderr
+    clash = runner.invoke(app, ["import", str(engine_file), "--model", "llama4-maverick",
+                                "--topology", "dgx-h100", "--ep-size", "16", "-o", str(out)])
+    assert clash.exit_code == 2 and "disagrees with --topology" in clash.stderr
+    bare = runner.invoke(app, ["import", str(engine_file), "--model", "llama4-maverick",
+                               "-o", str(out)])
+    assert bare.exit_code == 2
+    assert "hint: pass --ep-size with the EP size" in bare.stderr

@@ -150,7 +150,8 @@ def test_sglang_rows_are_hidden_layers_with_trivial_dense_rows(
     assert rows[0] == rows[3] == [0, 1, 2, 3, 0, 1]  # SGLang's trivial arange(P) % E
     assert rows[1] == [0, 1, 3, 2, 3, 0] and rows[4] == [2, 3, 1, 0, 1, 3]
     assert hints[0] == (
-        f"--init-expert-location {path} --ep-num-redundant-experts 2 --ep-size 2"
+        f"--tp-size 2 --ep-size 2 --moe-a2a-backend deepep --init-expert-location {path}"
+        " --ep-num-redundant-experts 2"
     )
 
 
@@ -296,7 +297,7 @@ def test_sglang_needs_the_gpu_count(toy: ToyModel, tmp_path: Path) -> None:
     path = _json(tmp_path, {"physical_to_logical_map": _sglang_rows(toy)})
     with pytest.raises(UsageError, match="files do not record the number of GPUs") as info:
         read_engine(path, "sglang", model=toy)
-    assert info.value.where == "--num-gpus"
+    assert info.value.where == "--ep-size"
     with pytest.raises(EngineFormatError, match="6 slots per layer do not split over 4 GPUs"):
         read_engine(path, "sglang", model=toy, num_gpus=4)
 
@@ -465,7 +466,7 @@ def test_vllm_ascend_uneven_devices_and_layer_ids(
 def test_vllm_ascend_gpu_count_is_checked(plan: Placement, toy: ToyModel, tmp_path: Path) -> None:
     path = _json(tmp_path, vllm_ascend.to_document(plan))
     assert read_engine(path, "vllm-ascend", model=toy).num_gpus == 2
-    with pytest.raises(EngineFormatError, match="the map has 2 devices but --num-gpus is 3"):
+    with pytest.raises(EngineFormatError, match="the map has 2 devices but --ep-size is 3"):
         read_engine(path, "vllm-ascend", model=toy, num_gpus=3)
 
 

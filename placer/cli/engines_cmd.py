@@ -28,7 +28,7 @@ def parse_export_spec(spec: str, option: str = "--export") -> tuple[str, Path]:
             where=option,
             hint=f"for example sglang:plan.json; formats: {', '.join(engine_names())}",
         )
-    get_engine(fmt)  # unknown names fail before any work
+    get_engine(fmt).check_output(file, where=option)  # fail before any work
     return fmt, Path(file)
 
 
@@ -88,7 +88,7 @@ def export(
     """Write a placement in a serving engine's format and print how to load it."""
     from placer.placement_io import read_placement
 
-    get_engine(fmt)
+    get_engine(fmt).check_output(output, where="--output")
     placement = read_placement(placement_file)
     spec = resolve_model(model, placement)
     result = export_to(placement, fmt, output, spec)
@@ -115,8 +115,14 @@ def import_(
         help=f"Engine format: {', '.join(engine_names())} (default: detected).",
     ),
     num_gpus: int | None = typer.Option(
-        None, "--num-gpus", "-g",
-        help="EP size the engine serves with (needed unless the file records it).",
+        None, "--ep-size", "--num-gpus", "-g", min=1,
+        help="EP size the engine serves with (needed unless the file or --topology says).",
+        show_default=False,
+    ),
+    topology: str | None = typer.Option(
+        None, "--topology", "-t",
+        help="Cluster preset or YAML the engine serves on (its GPU count is the EP size).",
+        show_default=False,
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -124,6 +130,16 @@ def import_(
     from placer.placement_io import write_placement
 
     spec = resolve_model(model)
+    if topology is not None:
+        from placer.topology import load_topology
+
+        gpus = load_topology(topology).num_gpus
+        if num_gpus is not None and num_gpus != gpus:
+            raise UsageError(
+                f"--ep-size {num_gpus} disagrees with --topology {topology} ({gpus} GPUs)",
+                where="--ep-size", hint="give one of them, or make them agree",
+            )
+        num_gpus = gpus
     if not engine_file.is_file():
         raise UsageError("file not found", where=str(engine_file))
     name = fmt or sniff_engine(engine_file)

@@ -62,6 +62,8 @@ class EngineFormat:
     read: see :data:`ReadFn`.
     sniff: ``sniff(path) -> bool``, whether a file looks like this format.
     experimental: the engine has no released loader for it yet.
+    suffixes: the only suffixes the engine loads the file by (empty: any), and
+    suffix_rule: why, in words (the engine's own rule), for the error.
     """
 
     name: str
@@ -71,6 +73,20 @@ class EngineFormat:
     read: ReadFn
     sniff: Callable[[Path], bool]
     experimental: bool = False
+    suffixes: tuple[str, ...] = ()
+    suffix_rule: str = ""
+
+    def check_output(self, path: str | Path, where: str | None = None) -> None:
+        """UsageError when the engine would not load a file named ``path``."""
+        path = Path(path)
+        if not self.suffixes or path.suffix.lower() in self.suffixes:
+            return
+        stem = path.name if path.suffix else f"{path.name}"
+        raise UsageError(
+            f"{self.engine} would not load {path.name}: {self.suffix_rule}",
+            where=where or str(path),
+            hint=f"name the file with {' or '.join(self.suffixes)}, e.g. {stem}{self.suffixes[0]}",
+        )
 
 
 _FORMATS: dict[str, EngineFormat] = {}
@@ -123,6 +139,7 @@ def write_engine(
     from placer.fileio import atomic_path
 
     engine = get_engine(fmt)
+    engine.check_output(path)
     ordered = fit_to_model(placement, model, engine.engine)
     with atomic_path(path) as tmp:
         hints = engine.write(ordered, tmp, model)
@@ -152,7 +169,7 @@ def read_engine(
     if not path.is_file():
         raise EngineFormatError("file not found", where=str(path))
     if num_gpus is not None and num_gpus <= 0:
-        raise UsageError(f"number of GPUs must be positive, got {num_gpus}", where="--num-gpus")
+        raise UsageError(f"number of GPUs must be positive, got {num_gpus}", where="--ep-size")
     return engine.read(path, model, num_gpus)
 
 
@@ -278,8 +295,9 @@ def check_num_gpus(num_slots: int, num_gpus: int | None, path: Path, engine: str
     if num_gpus is None:
         raise UsageError(
             f"{engine} placement files do not record the number of GPUs",
-            where="--num-gpus",
-            hint="pass --num-gpus with the EP size the engine serves with",
+            where="--ep-size",
+            hint="pass --ep-size with the EP size the engine serves with, or --topology with"
+            " the cluster it serves on",
         )
     if num_slots % num_gpus:
         raise EngineFormatError(

@@ -93,9 +93,12 @@ def from_document(
 
 def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
     write_json(path, to_document(placement, model))
+    gpus = placement.num_gpus
     return [
-        f"--init-expert-location {{path}} --ep-num-redundant-experts {placement.num_redundant}"
-        f" --ep-size {placement.num_gpus}",
+        f"--tp-size {gpus} --ep-size {gpus} --moe-a2a-backend deepep"
+        f" --init-expert-location {{path}} --ep-num-redundant-experts {placement.num_redundant}",
+        f"# EP spans the whole world: tensor-parallel size = EP size = {gpus} GPUs (with"
+        " --nnodes / --node-rank on several nodes); an EP all-to-all backend such as DeepEP",
         "# SGLang then dispatches statically (--ep-dispatch-algorithm static is implied)",
     ]
 
@@ -113,6 +116,9 @@ def sniff(path: Path) -> bool:
 
 FORMAT = register_engine(
     EngineFormat(
-        name="sglang", engine=ENGINE, suffix=".json", write=write, read=read, sniff=sniff
+        name="sglang", engine=ENGINE, suffix=".json", write=write, read=read, sniff=sniff,
+        suffixes=(".json",),
+        suffix_rule="SGLang reads --init-expert-location by its suffix (.json: a JSON file,"
+        " .pt: a torch file) and parses any other value as inline JSON",
     )
 )

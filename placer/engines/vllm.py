@@ -73,10 +73,14 @@ def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
     write_json(path, to_document(placement))
     return [
         f"# {EXPERIMENTAL_NOTE}",
+        "# released vLLM rejects this flag (its EPLBConfig forbids unknown keys): it needs a"
+        " build with that pull request",
         "--enable-expert-parallel --enable-eplb"
         f" --eplb-config '{{\"num_redundant_experts\": {placement.num_redundant},"
         ' "initial_expert_map_path": "{path}"}\'',
         f"# EP size (data-parallel x tensor-parallel) must be {placement.num_gpus}",
+        "# with --enable-eplb vLLM re-balances on its own every eplb_config.step_interval"
+        " steps (default 3000), replacing this placement: raise step_interval to keep it",
     ]
 
 
@@ -97,5 +101,7 @@ FORMAT = register_engine(
         read=read,
         sniff=sniff,
         experimental=True,
+        suffixes=(".json",),
+        suffix_rule="the initial_expert_map_path proposal reads a JSON file",
     )
 )

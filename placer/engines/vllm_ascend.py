@@ -135,7 +135,7 @@ def from_document(
         raise EngineFormatError("layer_list is empty", where=f"{path}: layer_list")
     if num_gpus is not None and num_gpus != gpus:
         raise EngineFormatError(
-            f"the map has {gpus} devices but --num-gpus is {num_gpus}", where=str(path)
+            f"the map has {gpus} devices but --ep-size is {num_gpus}", where=str(path)
         )
     return build_placement(np.asarray(rows, dtype=np.int64), model, gpus, path, ENGINE)
 
@@ -166,6 +166,8 @@ def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
         "# older vLLM-Ascend releases: --additional-config '{\"expert_map_path\": \"{path}\"}'",
         f"# EP size must be {placement.num_gpus}"
         f" ({placement.slots_per_gpu} experts per device, {placement.num_redundant} redundant)",
+        "# vLLM-Ascend loads a static map only when the model's quantization method declares"
+        " supports_eplb: check yours before serving",
     ]
 
 
@@ -185,5 +187,7 @@ FORMAT = register_engine(
         write=write,
         read=read,
         sniff=sniff,
+        suffixes=(".json",),
+        suffix_rule="vLLM-Ascend loads expert_map_path as a JSON file",
     )
 )
