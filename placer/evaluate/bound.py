@@ -38,10 +38,14 @@ largest entries of ``v``; ``P``: bytes per copy):
    inter-node copies are counted per node (a node holds at most ``S x M`` experts, a
    tighter count than the per-GPU one summed).
 
+Under round robin (``policy="round_robin"``) the replica rule is counted too: copies that
+can stay on their node, and the weight reads of redundant replicas (every replica whose
+residue class has a selection runs), see :func:`_round_robin_local`.
+
 What it leaves out (so a plan's gap to it is an upper bound on what any placement could
-gain): per-batch load noise on the hottest GPU, weight reads of replicas that receive
-tokens (a replica costs a read whenever it is used), pair-link and receive-side limits,
-and the dispatch policy (it holds for every policy, including the engine's).
+gain): per-batch load noise on the hottest GPU, pair-link and receive-side limits, and for
+other policies the dispatch rule and the reads of redundant replicas (it holds for every
+dispatch there).
 """
 
 from __future__ import annotations
