@@ -4,7 +4,15 @@ A :class:`ModelSpec` says which layers are MoE layers (absolute ids, never renum
 how many experts each has and how many a token selects, the expert FFN shape, and how
 many parameters are *not* routed experts (attention, dense MLPs, shared experts,
 embeddings).  Presets come from the catalog ``placer/data/models.yaml``; users can pass
-their own YAML file with the same keys.
+their own YAML file with the same keys, a Hugging Face ``config.json`` (read by
+:mod:`placer.hf_config`), or a known hub id (``deepseek-ai/DeepSeek-V3``).
+
+Multi-token-prediction (MTP, "next-n") layers: DeepSeek-V3 / R1 ship one MoE decoder
+block after the last hidden layer.  Engines that run it with expert parallelism give it
+the layer id ``num_hidden_layers + i`` (TensorRT-LLM builds ``DeepseekV3MTP(61)``), so
+statistics recorded with MTP on hold layer 61.  :attr:`ModelSpec.mtp_layer_ids` names
+those ids; :attr:`ModelSpec.moe_layer_ids` stays the main model's MoE layers (what every
+engine file and the memory budget cover).
 
 Bytes, exactly (``h`` hidden size, ``f`` expert FFN size; gate and up are ``[f, h]``,
 down is ``[h, f]``)::
@@ -26,7 +34,9 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import math
+import re
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -44,7 +54,7 @@ from placer.constants import (
     MXFP4_SCALE_BYTES,
 )
 from placer.errors import ModelError, UsageError
-from placer.yaml_schema import Section, YamlDoc, parse_yaml, read_yaml
+from placer.yaml_schema import Section, YamlDoc, parse_yaml
 
 __all__ = [
     "DTYPES",
@@ -54,6 +64,7 @@ __all__ = [
     "model_from_dict",
     "model_names",
     "model_to_dict",
+    "spec_problems",
 ]
 
 
@@ -88,6 +99,12 @@ class ModelSpec:
     default_dtype: dtype of the published checkpoint's experts.
     non_expert_bf16_params: part of ``non_expert_params`` kept in BF16 whatever the dtype.
     expert_bias: experts carry BF16 biases (``2f + h`` per expert).
+    num_nextn_predict_layers: MTP layers the checkpoint ships (DeepSeek-V3: 1); their
+        ids are :attr:`mtp_layer_ids`.  Not counted in the parameters.
+    architecture: the checkpoint's Hugging Face architecture
+        (``"DeepseekV3ForCausalLM"``; ``""`` when unknown); engines choose features by it.
+    hub_ids: Hugging Face repository ids that name this model
+        (``"deepseek-ai/DeepSeek-V3"``).
     aliases: other accepted names.
     description: one line (where the figures come from).
     source: ``"preset NAME"`` or the file path it was read from.
@@ -107,12 +124,15 @@ class ModelSpec:
     default_dtype: str
     non_expert_bf16_params: int = 0
     expert_bias: bool = False
+    num_nextn_predict_layers: int = 0
+    architecture: str = ""
+    hub_ids: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     description: str = ""
     source: str = ""
 
     def __post_init__(self) -> None:
-        problems = _problems(self)
+        problems = spec_problems(self)
         if problems:
             key, message = problems[0]
             raise ModelError(message, where=f"{self.source or self.name}: {key}")
@@ -121,6 +141,17 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return len(self.moe_layer_ids)
+
+    @property
+    def mtp_layer_ids(self) -> tuple[int, ...]:
+        """``[next-n layers]`` ids of the MTP layers: ``num_hidden_layers + i``."""
+        first = self.num_hidden_layers
+        return tuple(range(first, first + self.num_nextn_predict_layers))
+
+    @property
+    def all_moe_layer_ids(self) -> tuple[int, ...]:
+        """Every layer routing statistics may record: the MoE layers, then the MTP layers."""
+        return self.moe_layer_ids + self.mtp_layer_ids
 
     @property
     def expert_params(self) -> int:
@@ -194,6 +225,10 @@ def model_to_dict(model: ModelSpec) -> dict[str, Any]:
         "num_hidden_layers": model.num_hidden_layers,
         "moe_layer_ids": list(model.moe_layer_ids),
         "num_moe_layers": model.num_moe_layers,
+        "num_nextn_predict_layers": model.num_nextn_predict_layers,
+        "mtp_layer_ids": list(model.mtp_layer_ids),
+        "architecture": model.architecture,
+        "hub_ids": list(model.hub_ids),
         "num_experts": model.num_experts,
         "top_k": model.top_k,
         "num_groups": model.num_groups,
@@ -223,7 +258,7 @@ def model_to_dict(model: ModelSpec) -> dict[str, Any]:
     return result
 
 
-def _problems(m: Any) -> list[tuple[str, str]]:
+def spec_problems(m: Any) -> list[tuple[str, str]]:
     """``(key, message)`` for every inconsistency between a model's fields."""
     out: list[tuple[str, str]] = []
     ids = m.moe_layer_ids
@@ -258,6 +293,8 @@ def _problems(m: Any) -> list[tuple[str, str]]:
                 f" {m.num_experts // m.num_groups} experts of the top groups",
             )
         )
+    if m.num_nextn_predict_layers < 0:
+        out.append(("num_nextn_predict_layers", "num_nextn_predict_layers must be 0 or more"))
     if m.non_expert_bf16_params > m.non_expert_params:
         out.append(("non_expert_bf16_params", "non_expert_bf16_params exceeds non_expert_params"))
     if m.default_dtype not in DTYPES:
@@ -300,16 +337,21 @@ def _layer_ids(section: Section, num_hidden_layers: int) -> tuple[int, ...]:
     )
 
 
+def _strings(section: Section, key: str, what: str) -> tuple[str, ...]:
+    """The optional list of strings under ``key`` (aliases, hub ids)."""
+    values: list[str] = []
+    for path, value in section.items(key, None):
+        if not isinstance(value, str):
+            raise section.doc.fail(path, f"{what} must be a string, got {value!r}")
+        values.append(value)
+    return tuple(values)
+
+
 def model_from_section(section: Section, source: str) -> ModelSpec:
     """Read one model mapping (catalog entry or user file); unknown keys are errors."""
     num_hidden_layers = section.integer("num_hidden_layers")
     num_experts = section.integer("num_experts")
     num_groups = section.integer("num_groups", 1)
-    aliases: list[str] = []
-    for path, alias in section.items("aliases", None):
-        if not isinstance(alias, str):
-            raise section.doc.fail(path, f"an alias must be a string, got {alias!r}")
-        aliases.append(alias)
     values: dict[str, Any] = dict(
         name=section.string("name"),
         num_hidden_layers=num_hidden_layers,
@@ -325,12 +367,15 @@ def model_from_section(section: Section, source: str) -> ModelSpec:
         non_expert_bf16_params=section.integer("non_expert_bf16_params", 0, minimum=0),
         default_dtype=section.string("default_dtype", "bf16", choices=DTYPES),
         expert_bias=section.boolean("expert_bias", False),
-        aliases=tuple(aliases),
+        num_nextn_predict_layers=section.integer("num_nextn_predict_layers", 0, minimum=0),
+        architecture=section.string("architecture", ""),
+        hub_ids=_strings(section, "hub_ids", "a hub id"),
+        aliases=_strings(section, "aliases", "an alias"),
         description=section.string("description", ""),
         source=source,
     )
     section.done()
-    problems = _problems(SimpleNamespace(**values))
+    problems = spec_problems(SimpleNamespace(**values))
     if problems:
         key, message = problems[0]
         raise section.fail(key if section.has(key) else None, message)
@@ -363,10 +408,27 @@ def model_names() -> list[str]:
     return list(_presets())
 
 
+#: ``org/name``: how a Hugging Face repository id looks (``deepseek-ai/DeepSeek-V3``).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: Prefixes of hub addresses that name the same repository id.
+_HUB_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
+
+
+def _hub_id(text: str) -> str:
+    """``text`` without a ``https://huggingface.co/`` prefix or a trailing slash."""
+    for prefix in _HUB_PREFIXES:
+        if text.lower().startswith(prefix):
+            return text[len(prefix):].rstrip("/")
+    return text
+
+
 def _lookup(name: str) -> ModelSpec | None:
     key = name.lower()
+    hub = _hub_id(name).lower()
     for spec in _presets().values():
         if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
+            return spec
+        if hub in (h.lower() for h in spec.hub_ids):
             return spec
     return None
 
@@ -377,27 +439,91 @@ def model_from_dict(data: dict[str, Any], source: str = "<dict>") -> ModelSpec:
     return model_from_section(doc.root(), source)
 
 
+def _read_document(path: Path) -> YamlDoc:
+    """A model file's document: JSON (checked as JSON first, for its error messages) or YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ModelError(
+            "file not found", where=str(path),
+            hint="pass a preset name, a model YAML or a Hugging Face config.json that exists",
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ModelError(f"cannot read file: {e}", where=str(path)) from None
+    if path.suffix == ".json" or text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ModelError(
+                f"invalid JSON: {e.msg} (column {e.colno})", where=f"{path}:{e.lineno}",
+                hint="a Hugging Face config.json is one JSON object",
+            ) from None
+        try:
+            return parse_yaml(text, str(path), ModelError)  # the same values, with line numbers
+        except ModelError:
+            return YamlDoc(data=data, source=str(path), error=ModelError)
+    return parse_yaml(text, str(path), ModelError)
+
+
+def _load_file(path: Path) -> ModelSpec:
+    """A model YAML file, or a Hugging Face ``config.json`` (recognised by its keys) or
+    the folder holding it."""
+    from placer.hf_config import is_hf_config, model_from_hf_config
+
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise ModelError(
+                "folder has no config.json", where=str(path),
+                hint="pass a Hugging Face model folder, its config.json, or a model YAML",
+            )
+        path = config
+    doc = _read_document(path)
+    if is_hf_config(doc.data):
+        return model_from_hf_config(doc)
+    return model_from_section(doc.root(), str(path))
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
-    """A catalog model by name or alias (case-insensitive), or a model YAML file by path.
+    """A catalog model by name, alias or hub id (case-insensitive), or a model file.
+
+    Files: a model YAML, or a Hugging Face ``config.json`` (or the folder holding it)
+    whose figures :mod:`placer.hf_config` derives.  Hub ids of the catalog's models
+    (``deepseek-ai/DeepSeek-V3``) name their preset; placer never downloads.
 
     Raises
     ------
-    ModelError: unknown name, missing file, or an invalid document (file, line, key).
+    ModelError: unknown name or hub id, missing file, or an invalid document (file,
+        line, key).
     """
     text = str(name_or_path)
     path = Path(text)
-    if isinstance(name_or_path, Path) or path.suffix in (".yaml", ".yml") or path.is_file():
-        doc = read_yaml(path, ModelError)
-        return model_from_section(doc.root(), str(path))
+    if (
+        isinstance(name_or_path, Path)
+        or path.suffix in (".yaml", ".yml", ".json")
+        or path.is_file()
+        or (path / "config.json").is_file()
+    ):
+        return _load_file(path)
     spec = _lookup(text)
-    if spec is None:
-        names = model_names()
-        all_names = names + [a for s in _presets().values() for a in s.aliases]
-        close = difflib.get_close_matches(text.lower(), [n.lower() for n in all_names], n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
+    if spec is not None:
+        return spec
+    if _HUB_ID.match(_hub_id(text)):
+        hub = _hub_id(text)
         raise ModelError(
-            f"unknown model '{text}': not a preset and no such file",
+            f"unknown model '{text}': no preset has this Hugging Face id, and placer does"
+            " not download",
             where="model",
-            hint=f"{hint}presets: {', '.join(names)}; or pass a model YAML file ({_SPEC_KEYS_DOC})",
+            hint=f"download its config.json (huggingface-cli download {hub}"
+            " config.json --local-dir DIR) and pass --model DIR/config.json",
         )
-    return spec
+    names = model_names()
+    all_names = names + [a for s in _presets().values() for a in s.aliases]
+    close = difflib.get_close_matches(text.lower(), [n.lower() for n in all_names], n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise ModelError(
+        f"unknown model '{text}': not a preset and no such file",
+        where="model",
+        hint=f"{hint}presets: {', '.join(names)}; or pass a model YAML file ({_SPEC_KEYS_DOC})"
+        " or a Hugging Face config.json",
+    )

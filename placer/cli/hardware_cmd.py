@@ -17,7 +17,7 @@ from placer.capacity import plan_capacity
 from placer.cli.common import handle_errors, print_json
 from placer.constants import DEFAULT_KV_RESERVE_FRACTION, GB, RUNTIME_OVERHEAD_GB
 from placer.errors import TopologyError
-from placer.models import load_model, model_names, model_to_dict
+from placer.models import ModelSpec, load_model, model_names, model_to_dict
 from placer.topology import (
     Topology,
     calibration_rows,
@@ -240,6 +240,15 @@ def _layer_ranges(ids: Sequence[int]) -> str:
     return ",".join(str(i) for i in ids)
 
 
+def _mtp_row(m: ModelSpec) -> str:
+    """``1 (id 61, when served with MTP)`` or ``-``."""
+    if not m.num_nextn_predict_layers:
+        return "-"
+    ids = _layer_ranges(m.mtp_layer_ids)
+    word = "id" if m.num_nextn_predict_layers == 1 else "ids"
+    return f"{m.num_nextn_predict_layers} ({word} {ids}, when served with MTP)"
+
+
 @model_app.command("list")
 @handle_errors
 def model_list(
@@ -284,7 +293,11 @@ def model_list(
 @model_app.command("show")
 @handle_errors
 def model_show(
-    name_or_file: str = typer.Argument(..., help="A preset name or alias, or a model YAML file."),
+    name_or_file: str = typer.Argument(
+        ...,
+        help="A preset name, alias or Hugging Face id, a model YAML file, or a Hugging Face"
+        " config.json (or its folder).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
 ) -> None:
     """Show a model: MoE layers, experts, shapes, and bytes per dtype."""
@@ -298,6 +311,7 @@ def model_show(
         ("aliases", ", ".join(m.aliases) or "-"),
         ("hidden layers", m.num_hidden_layers),
         ("MoE layers", f"{m.num_moe_layers} (ids {_layer_ranges(m.moe_layer_ids)})"),
+        ("MTP layers", _mtp_row(m)),
         ("experts / top-k", f"{m.num_experts} / {m.top_k} ({groups})"),
         ("shared experts", m.num_shared_experts),
         ("hidden / expert FFN", f"{m.hidden_size} / {m.moe_intermediate_size}"),
@@ -305,6 +319,8 @@ def model_show(
         ("non-expert params", f"{m.non_expert_params:,}"),
         ("total / active params", f"{m.total_params / 1e9:.2f} B / {m.active_params / 1e9:.2f} B"),
         ("default dtype", m.default_dtype),
+        ("architecture", m.architecture or "-"),
+        ("hub ids", ", ".join(m.hub_ids) or "-"),
     ]
     _echo(table(("field", "value"), rows))
     _echo()
