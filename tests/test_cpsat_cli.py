@@ -225,3 +225,24 @@ def test_move_budget_needs_current(clustered_trace, tmp_path, flag):
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {flag[0]}: ")
     assert "hint: pass --current DEPLOYED.json" in result.stderr
+
+
+def test_plan_refuses_to_overwrite_its_input_and_writes_nothing_on_failure(clustered_trace,
+                                                                         tmp_path):
+    result = _plan(str(clustered_trace), "-g", "4", "--solver", "eplb", "-o",
+                   str(clustered_trace))
+    assert result.exit_code == 2
+    assert "is an input of this command" in result.stderr
+    assert clustered_trace.stat().st_size > 0 and clustered_trace.suffix == ".npz"
+    # the engine file cannot be written: the placement is not written either
+    out = tmp_path / "plan.json"
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    result = _plan(str(clustered_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "-r", "8",
+                   "--solver", "eplb", "-o", str(out), "--export",
+                   f"sglang:{blocked}/sglang.json")
+    assert result.exit_code == 2 and "is not a directory" in result.stderr
+    assert not out.exists()
+    same = _plan(str(clustered_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "-r", "8",
+                 "--solver", "eplb", "-o", str(out), "--export", f"sglang:{out}")
+    assert same.exit_code == 2 and "two outputs name the same file" in same.stderr

@@ -16,6 +16,7 @@ import typer
 from placer.cli.common import handle_errors, print_json
 from placer.engines import engine_names, get_engine, read_engine, sniff_engine, write_engine
 from placer.errors import UsageError
+from placer.fileio import check_not_inputs, check_output_path
 from placer.placement import Placement
 
 
@@ -89,6 +90,8 @@ def export(
     from placer.placement_io import read_placement
 
     get_engine(fmt).check_output(output, where="--output")
+    check_output_path(output, where="--output")
+    check_not_inputs([("--output", output)], [placement_file])
     placement = read_placement(placement_file)
     spec = resolve_model(model, placement)
     result = export_to(placement, fmt, output, spec)
@@ -130,6 +133,8 @@ def import_(
     from placer.placement_io import write_placement
 
     spec = resolve_model(model)
+    check_output_path(output, where="--output")
+    check_not_inputs([("--output", output)], [engine_file])
     if topology is not None:
         from placer.topology import load_topology
 

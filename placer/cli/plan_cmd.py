@@ -32,6 +32,7 @@ from placer.cli.common import (
 )
 from placer.cli.progress import progress
 from placer.errors import UsageError
+from placer.fileio import all_or_nothing, check_not_inputs, check_output_path, is_stream
 from placer.placement_io import read_placement, write_placement
 from placer.planning import build_problem, parse_window_range
 from placer.problem import SolveParams, solve, solver_names
@@ -249,6 +250,7 @@ def plan(
     from placer.cli.engines_cmd import export_to, parse_export_spec, render_export
 
     exports = [parse_export_spec(spec) for spec in export]
+    _check_paths(output, exports, [trace, current, topology, model])
     if exports and model is None:
         raise UsageError(
             "engine files need the model's layer layout", where="--export",
@@ -306,12 +308,6 @@ def plan(
     # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
     baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER, params)
     metrics = basic_metrics(result.placement, problem.stats)
-    write_placement(
-        output, result.placement,
-        model_name=getattr(model_spec, "name", None) or routing.stats.provenance.model,
-        top_k=model_spec.top_k if model_spec is not None else (routing.stats.top_k or None),
-        topology=topo, solver=result, metrics=metrics,
-    )
     windows = routing.stats.num_windows
     fitted = None
     if fit_range is not None:
@@ -320,7 +316,15 @@ def plan(
         problem, result, baseline, routing, workload=target, workload_note=target_note,
         fit=fitted, output=str(output), dtype=dtype, no_trace_reason=no_trace,
     )
-    exported = [export_to(result.placement, fmt, path, model_spec) for fmt, path in exports]
+    with all_or_nothing():  # the placement and the engine files land together, or none
+        write_placement(
+            output, result.placement,
+            model_name=getattr(model_spec, "name", None) or routing.stats.provenance.model,
+            top_k=model_spec.top_k if model_spec is not None else (routing.stats.top_k or None),
+            topology=topo, solver=result, metrics=metrics,
+        )
+        exported = [export_to(result.placement, fmt, path, model_spec)
+                    for fmt, path in exports]
     if json_out:
         doc = summary.to_dict()
         if auto is not None:
@@ -338,6 +342,22 @@ def plan(
     for item in exported:
         lines += ["", *render_export(item)]
     sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _check_paths(output: Path, exports: list[tuple[str, Path]], inputs: list[Any]) -> None:
+    """Every output can be written and none is an input (before any work)."""
+    outputs = [("--output", output), *(("--export", path) for _, path in exports)]
+    for option, path in outputs:
+        check_output_path(path, where=option)
+    files = [Path(p).resolve() for _, p in outputs if not is_stream(p)]
+    if len(set(files)) < len(files):
+        raise UsageError("two outputs name the same file", where="--export",
+                         hint="give --output and every --export a file of its own")
+    flat: list[Any] = []
+    for item in inputs:
+        flat.extend(item if isinstance(item, list | tuple) else [item])
+    sources = [str(p) for p in flat if p is not None and Path(str(p)).exists()]
+    check_not_inputs(outputs, sources)
 
 
 def _redundant_count(text: str | None) -> int | None:
