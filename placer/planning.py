@@ -74,7 +74,9 @@ def build_problem(
     ----------
     routing: what a trace reader returned (or its ``ExpertStats``).
     model: ``placer.models.ModelSpec`` or None.  When given, the trace must have the
-        model's number of experts, and its layer ids must be MoE layers of the model.
+        model's number of experts, and its layer ids must be MoE layers of the model
+        (its multi-token-prediction layers included: statistics recorded with MTP on
+        hold them, and they are planned like any other layer).
     topology: ``placer.topology.Topology`` or None; gives ``G`` and the node of each GPU.
     num_gpus: ``G`` when there is no topology (all GPUs on one node); must agree
         with the topology when both are given.
@@ -149,14 +151,25 @@ def _check_trace_against_model(stats: ExpertStats, model: Any) -> None:
             hint="check --model, or the trace's num_experts",
         )
     moe_layers = [int(i) for i in model.moe_layer_ids]
-    foreign = [int(i) for i in stats.layer_ids if int(i) not in set(moe_layers)]
+    # MTP layers (num_hidden_layers + i) are MoE layers too when the engine ran them
+    mtp_layers = [int(i) for i in getattr(model, "mtp_layer_ids", ())]
+    allowed = set(moe_layers) | set(mtp_layers)
+    foreign = [int(i) for i in stats.layer_ids if int(i) not in allowed]
     if foreign:
         trace_layers = format_ranges(stats.layer_ids)
         hint = f"{name}'s MoE layers are {format_ranges(np.array(moe_layers))}"
+        if mtp_layers:
+            hint += f", and {format_ranges(np.array(mtp_layers))} with multi-token prediction"
         if (stats.layer_ids < len(moe_layers)).all() and min(moe_layers) > 0:
             hint += (
                 "; the trace may number MoE layers from 0: re-export it with the model's"
                 " absolute layer ids (placer never renumbers layers silently)"
+            )
+        elif not mtp_layers and foreign[0] >= getattr(model, "num_hidden_layers", foreign[0] + 1):
+            hint += (
+                f"; layer {foreign[0]} is past the {model.num_hidden_layers} hidden layers,"
+                " as a multi-token-prediction (MTP) layer is: give a model with"
+                " num_nextn_predict_layers (a model YAML or the checkpoint's config.json)"
             )
         raise TraceError(
             f"trace layer {foreign[0]} is not an MoE layer of {name}"
