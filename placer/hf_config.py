@@ -374,8 +374,8 @@ def _default_dtype(fields: _Fields) -> str:
             raise ModelError(
                 f"quantization method {method!r} is not one placer sizes",
                 where=fields.doc.where(f"{path}.quant_method"),
-                hint="placer sizes fp8 and mxfp4 checkpoints (and bf16): pass the unquantized"
-                f" model's config.json, or {_MODEL_DOC} with default_dtype",
+                hint="placer sizes bf16, fp8 and mxfp4 experts: pass the unquantized model's"
+                " config.json, or write a model YAML with default_dtype (docs/models.md)",
             )
         return _QUANT_DTYPES[method]
     key = "torch_dtype" if fields.has("torch_dtype") else "dtype"
