@@ -226,14 +226,21 @@ def test_synthetic_header_warns(tmp_path):
 
 
 def test_warm_up_pass_warns(tmp_path):
-    """100 dummy tokens routed alike (a profiling pass), then varied routing."""
+    """100 dummy tokens routed alike (a profiling pass), then varied routing: left out by
+    default, counted with keep_warmup (and a warning either way)."""
     rows = [{"layer": 0, "experts": [0, 1]} for _ in range(100)]
     rows += [{"layer": 0, "experts": [i % 4, (i + 1) % 4]} for i in range(1, 21)]
     path = write_lines(tmp_path / "warm.jsonl", rows)
+    with pytest.warns(TraceWarning, match=r"left out 100 routing rows of a profiling or"
+                      r" warm-up pass: .* \(the longest: 100 rows for layer 0, ending at"
+                      r" .*warm.jsonl:100\)"):
+        s = read_routing(path).stats
+    assert s.provenance.rows_read == 20
     with pytest.warns(TraceWarning, match=r"100 identical consecutive routing rows for layer 0"
                       r" \(ending at .*warm.jsonl:100\): this looks like a profiling or"
                       r" warm-up pass"):
-        read_routing(path)
+        s = read_routing(path, keep_warmup=True).stats
+    assert s.provenance.rows_read == 120
 
 
 def test_never_routed_experts_warn(tmp_path):
@@ -314,12 +321,15 @@ def test_duplicate_expert_in_a_row(tmp_path):
     assert e.where.endswith(":2")
 
 
-def test_duplicate_token_row(tmp_path):
+def test_duplicate_token_row_is_a_new_occurrence(tmp_path):
+    """A second row for (request, token, layer) is read as a second token, with a warning."""
     rows = [{"request": "r", "token": 7, "layer": 0, "experts": [0, 1]},
             {"request": "r", "token": 7, "layer": 0, "experts": [1, 2]}]
-    e = bad(tmp_path, rows)
-    assert e.message == "token (request r, token 7) has a second row for layer 0"
-    assert e.where.endswith(":2")
+    path = write_lines(tmp_path / "dup.jsonl", rows)
+    with pytest.warns(TraceWarning, match=r"1 routing rows repeat a \(request, token, layer\)"
+                      r" read before \(the first at .*dup.jsonl:2\)"):
+        s = read_routing(path).stats
+    assert s.tokens.sum() == 2
 
 
 def test_bad_field_types(tmp_path):

@@ -299,7 +299,21 @@ def test_warm_up_run_in_npz_is_found_across_chunks(tmp_path, monkeypatch, coact,
     write_npz_trace(path, ids, layer_ids=[0, 1])
     monkeypatch.setattr(constants, "CHUNK_ROWS", chunk_rows)
     with pytest.warns(Warning) as record:
-        read_routing(path, coact=coact)
+        read_routing(path, coact=coact, keep_warmup=True)
     runs = [str(w.message) for w in record if "identical consecutive" in str(w.message)]
     assert runs == [f"70 identical consecutive routing rows for layer 1 (ending at {path}:"
                     " topk_ids[72, 1]): this looks like a profiling or warm-up pass"]
+    with pytest.warns(Warning) as record:
+        s = read_routing(path, coact=coact).stats
+    runs = [str(w.message) for w in record if "warm-up" in str(w.message)]
+    assert runs == [f"left out 70 routing rows of a profiling or warm-up pass: runs of 64 or"
+                    " more identical consecutive selections in one layer (the longest: 70"
+                    f" rows for layer 1, ending at {path}: topk_ids[72, 1]); pass"
+                    " keep_warmup=True (--keep-warmup) to count them"]
+    kept = np.ones((100, 2), dtype=bool)
+    kept[3:73, 1] = False
+    want = np.zeros((2, 16), dtype=np.int64)
+    for layer in range(2):
+        np.add.at(want[layer], ids[kept[:, layer], layer].ravel(), 1)
+    np.testing.assert_array_equal(s.load.sum(axis=0), want)
+    assert s.tokens.sum() == 100

@@ -19,6 +19,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ def read_routing(
     num_experts: int | None = None,
     top_k: int | None = None,
     progress: bool = False,
+    keep_warmup: bool = False,
 ) -> RoutingData:
     """Read one or more traces (or aggregated load files) into statistics.
 
@@ -94,6 +96,14 @@ def read_routing(
     num_experts, top_k: the model's, checked against the data and any header; inferred
         from the data when neither gives them.
     progress: draw a progress bar on stderr for large inputs.
+    keep_warmup: count the rows of warm-up passes too.  By default runs of
+        ``constants.WARMUP_RUN_ROWS`` or more identical consecutive selections in one
+        layer (from one request) are an engine's profiling or warm-up pass: they are
+        left out with a warning.
+
+    Per-token rows whose (request, token, layer) repeats are read, not refused: the
+    n-th row of a (request, token, layer) belongs to the n-th occurrence of the token,
+    with one warning that counts them.
 
     Returns
     -------
@@ -114,11 +124,30 @@ def read_routing(
         num_experts=num_experts,
         top_k=top_k,
         progress=progress,
+        keep_warmup=keep_warmup,
     )
     fmts = [get_format(format) if format else detect_format(p) for p in paths]
+    acc = _accumulate(paths, fmts, options)
+    if acc.only_warmup():
+        # nothing but identical rows is the data itself (a synthetic or degenerate
+        # trace), not a warm-up pass before it: read again, keeping them
+        acc = _accumulate(paths, fmts, replace(options, keep_warmup=True))
+        acc.notes.append(
+            "every routing row is in a run of identical selections, as in a warm-up pass;"
+            " they were counted since the trace has nothing else"
+        )
+    return acc.result()
+
+
+def _accumulate(paths: list[Path], fmts: list[TraceFormat], options: ReadOptions) -> Accumulator:
+    """Stream every file into one accumulator (not yet ended)."""
     acc = Accumulator(options)
     total = sum(_size(p) for p in paths)
-    bar = _progress_bar(total) if progress and total >= constants.PROGRESS_MIN_BYTES else None
+    bar = (
+        _progress_bar(total)
+        if options.progress and total >= constants.PROGRESS_MIN_BYTES
+        else None
+    )
     try:
         if bar is not None:
             prog, task = bar
@@ -134,7 +163,7 @@ def read_routing(
     finally:
         if bar is not None:
             bar[0].stop()
-    return acc.result()
+    return acc
 
 
 def _size(p: Path) -> int:

@@ -61,6 +61,7 @@ class ReadOptions:
     num_experts: int | None = None
     top_k: int | None = None
     progress: bool = False
+    keep_warmup: bool = False
 
     def __post_init__(self) -> None:
         if self.window_tokens is not None and self.window_tokens < 1:
@@ -139,12 +140,53 @@ def _capacity(n: int) -> int:
     return max(1024, 1 << (max(n, 1) - 1).bit_length())
 
 
-class _TokenTable:
-    """Tokens known by id: a sorted key index plus per-token records."""
+class _KeyIndex:
+    """Sorted 64-bit keys, each with a value (a token's table index)."""
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.int64)  # sorted
-        self.local = np.zeros(0, dtype=np.int64)  # table index of each sorted key
+        self.values = np.zeros(0, dtype=np.int64)  # value of each sorted key
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """Value of each key, -1 for keys not in the index."""
+        if self.keys.size == 0:
+            return np.full(keys.size, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.keys, keys), self.keys.size - 1)
+        return np.where(self.keys[pos] == keys, self.values[pos], -1)
+
+    def lookup(self, keys: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Value of each key, adding new keys with values ``start, start + 1, ...`` in
+        order of first appearance.
+
+        Returns ``(values [rows], new_first [rows] bool, added)``: ``new_first`` marks
+        the first row of each key the index had not seen.
+        """
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        val_u = self.find(uniq)
+        new = np.flatnonzero(val_u < 0)
+        new = new[np.argsort(first[new], kind="stable")]
+        val_u[new] = start + np.arange(new.size)
+        if new.size:
+            self.keys = np.concatenate([self.keys, uniq[new]])
+            self.values = np.concatenate([self.values, val_u[new]])
+            order = np.argsort(self.keys, kind="stable")
+            self.keys, self.values = self.keys[order], self.values[order]
+        new_first = np.zeros(keys.size, dtype=bool)
+        new_first[first[new]] = True
+        return val_u[inv.ravel()], new_first, int(new.size)
+
+
+class _TokenTable:
+    """Tokens known by id: a key index plus per-token records.
+
+    A token id (request, token) that repeats a layer starts a new occurrence of the
+    token: occurrence ``n >= 1`` of the token whose first occurrence is at table index
+    ``f`` is found under key ``f << _OCC_BITS | n`` in ``occurrences``.
+    """
+
+    def __init__(self) -> None:
+        self.index = _KeyIndex()  # token key -> table index of its first occurrence
+        self.occurrences = _KeyIndex()  # (first index, occurrence) -> table index
         self.size = 0
         self.glob = np.zeros(0, dtype=np.int64)  # global token index
         self.step = np.zeros(0, dtype=np.int64)  # step of the token's first row, -1 none
@@ -152,33 +194,25 @@ class _TokenTable:
         self.last_layer = np.zeros(0, dtype=np.int64)
         self.last_experts = np.zeros((0, 0), dtype=np.int64)
         self.seen = np.zeros((0, 1), dtype=np.uint64)
+        self.extra = np.zeros(0, dtype=np.int64)  # occurrences after the first (first index)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Table index of each key, adding new keys in order of first appearance.
+        """Table index of each key's first occurrence, adding new keys in order of first
+        appearance.
 
         Returns ``(index [rows], new_first [rows] bool)``: ``new_first`` marks the first
         row of each token the table had not seen.
         """
-        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-        pos = np.searchsorted(self.keys, uniq)
-        pos_c = np.minimum(pos, max(self.keys.size - 1, 0))
-        known = (pos < self.keys.size) & (self.keys[pos_c] == uniq) if self.keys.size else (
-            np.zeros(uniq.size, dtype=bool)
-        )
-        idx_u = np.empty(uniq.size, dtype=np.int64)
-        idx_u[known] = self.local[pos_c[known]]
-        new = np.flatnonzero(~known)
-        new = new[np.argsort(first[new], kind="stable")]
-        idx_u[new] = self.size + np.arange(new.size)
-        if new.size:
-            self.keys = np.concatenate([self.keys, uniq[new]])
-            self.local = np.concatenate([self.local, idx_u[new]])
-            order = np.argsort(self.keys, kind="stable")
-            self.keys, self.local = self.keys[order], self.local[order]
-            self.size += new.size
-        new_first = np.zeros(keys.size, dtype=bool)
-        new_first[first[new]] = True
-        return idx_u[inv.ravel()], new_first
+        idx, new_first, added = self.index.lookup(keys, self.size)
+        self.size += added
+        return idx, new_first
+
+    def occurrence(self, first: np.ndarray, occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Table index of occurrence ``occ [rows] >= 1`` of the tokens first at ``first``,
+        adding new occurrences in order of first appearance; ``(index, new_first)``."""
+        idx, new_first, added = self.occurrences.lookup((first << _OCC_BITS) | occ, self.size)
+        self.size += added
+        return idx, new_first
 
     def reserve(self, k: int, words: int) -> None:
         """Per-token records for ``size`` tokens, ``k`` experts, ``words`` x 64 layer rows."""
@@ -191,6 +225,16 @@ class _TokenTable:
             self.last_layer = _grow(self.last_layer, (cap,), -1)
             self.last_experts = _grow(self.last_experts, (cap, k), -1)
             self.seen = _grow(self.seen, (cap, words))
+            self.extra = _grow(self.extra, (cap,))
+
+
+#: Bits of an occurrence number in the occurrence keys of :class:`_TokenTable`.
+_OCC_BITS = 24
+
+#: Rows held back for warm-up detection: a layer's last run of identical rows stays
+#: open (may still grow into a warm-up pass) while the layer had a row among this many
+#: last rows; older runs are counted (logs that list a layer's rows in one block).
+_OPEN_RUN_ROWS = 1 << 16
 
 
 @dataclass
@@ -203,6 +247,77 @@ class _Keep:
     weights: list[np.ndarray | None] = field(default_factory=list)
     step: list[np.ndarray] = field(default_factory=list)  # per token, in token order
     rank: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass
+class _HeldTokens:
+    """Validated whole tokens of one source waiting to be counted (see
+    :meth:`Accumulator._cut_warmup_tokens`); arrays as in :class:`TokenChunk`."""
+
+    ids: np.ndarray  # [tokens, layers, k]
+    lid: np.ndarray  # [layers] absolute layer ids
+    step: np.ndarray | None
+    rank: np.ndarray | None
+    weights: np.ndarray | None
+    offset: int  # index of the first token in its file, for messages
+    array: str  # name of the id array, for messages
+    has_none: bool = False
+
+    def continued_by(self, other: _HeldTokens) -> bool:
+        """Whether ``other`` are the tokens right after these, in the same layout."""
+        return (
+            self.array == other.array
+            and self.offset + self.ids.shape[0] == other.offset
+            and self.ids.shape[2] == other.ids.shape[2]
+            and np.array_equal(self.lid, other.lid)
+            and all(
+                (getattr(self, name) is None) == (getattr(other, name) is None)
+                for name in ("step", "rank", "weights")
+            )
+        )
+
+    def join(self, other: _HeldTokens) -> _HeldTokens:
+        def cat(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None or b is None else np.concatenate([a, np.asarray(b)])
+
+        return _HeldTokens(
+            np.concatenate([self.ids, other.ids]), other.lid, cat(self.step, other.step),
+            cat(self.rank, other.rank), cat(self.weights, other.weights), self.offset,
+            self.array, self.has_none or other.has_none,
+        )
+
+    def tail(self, cut: int, has_none: bool) -> _HeldTokens:
+        """Copies of the tokens from ``cut`` on (readers reuse their chunk buffers)."""
+        def part(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.array(np.asarray(a)[cut:])
+
+        ids = part(self.ids)
+        assert ids is not None
+        return _HeldTokens(
+            ids, self.lid, part(self.step), part(self.rank), part(self.weights),
+            self.offset + cut, self.array, has_none,
+        )
+
+
+@dataclass
+class _Runs:
+    """Runs of identical consecutive rows of each layer, in rows sorted by layer.
+
+    Rows of one layer are in file order; a run is rows with the same experts (and the
+    same request, where rows carry one).  Every array but ``seg_of`` has one entry a run.
+    """
+
+    first: np.ndarray  # index of the run's first row here
+    carry: np.ndarray  # rows of the run read before these rows
+    length: np.ndarray  # rows of the run so far, carried ones included
+    last: np.ndarray  # index of the run's last row here
+    trailing: np.ndarray  # bool: the layer's last run here (it may go on)
+    warm: np.ndarray  # bool: length >= constants.WARMUP_RUN_ROWS
+    seg_of: np.ndarray  # [rows] run of each row
+
+
+#: Reason counted in ``Provenance.rows_skipped`` for the rows of warm-up passes.
+WARMUP_SKIP = "warm-up pass"
 
 
 class Accumulator:
@@ -262,10 +377,20 @@ class Accumulator:
         self._requests: dict[tuple[int, Any], int] = {}
         self._request_labels: list[Any] = []
         self._order_count: dict[int, int] = {}  # (request << 20 | layer) -> rows so far
-        # warm-up detection: per layer row, the last experts and the current run
+        # warm-up passes (see _cut_warmup): per layer row, the run carried from earlier
+        # rows (its experts, request and length; length 0: none), and rows held back
+        # while their run may still grow into a warm-up pass
         self._run_last = np.zeros((0, 0), dtype=np.int64)
+        self._run_req = np.zeros(0, dtype=np.int64)
         self._run_len = np.zeros(0, dtype=np.int64)
         self._run_best: tuple[int, int, str] = (0, -1, "")  # (rows, layer id, where)
+        self._warmup_rows = 0  # rows left out as a warm-up pass
+        self._held_rows: RowChunk | None = None
+        self._held_tokens: _HeldTokens | None = None
+        # token ids that repeat a layer: rows, tokens they started, first row's place
+        self._repeat_rows = 0
+        self._repeat_tokens = 0
+        self._repeat_where = ""
         self._keep = _Keep() if self.options.keep_tokens else None
         self._result: RoutingData | None = None
         self._scratch_buf: np.ndarray | None = None
@@ -275,12 +400,14 @@ class Accumulator:
     # -- reader API ----------------------------------------------------------------
     def begin_source(self, source: str, format_name: str) -> None:
         """Start reading ``source`` (a path, for messages) in format ``format_name``."""
+        self._flush_held()
         self.sources.append(source)
         if format_name not in self.formats:
             self.formats.append(format_name)
         self.source = source
         self._run_len[:] = 0
         self._run_last[:] = -2
+        self._run_req[:] = -1
 
     def set_progress(self, callback: Callable[[int], None] | None) -> None:
         self._progress = callback
@@ -366,8 +493,7 @@ class Accumulator:
     def add_rows(self, chunk: RowChunk) -> None:
         """Accumulate routing rows (one per token and layer)."""
         self._begin_kind("tokens")
-        n = chunk.layer.size
-        if n == 0:
+        if chunk.layer.size == 0:
             return
         keep = self._filter_layers(chunk.layer)
         if keep is not None:
@@ -378,16 +504,78 @@ class Accumulator:
         def where(i: int) -> str:
             return f"{self.source}:{int(chunk.lines[i])}"
 
-        has_none = self._check_experts(chunk.experts, where, chunk.layer)
-        experts = chunk.experts.astype(np.int64, copy=False)
-        if has_none:
-            valid_rows = np.asarray((experts >= 0).any(axis=1), dtype=bool)
+        if self._check_experts(chunk.experts, where, chunk.layer):
+            valid_rows = np.asarray((chunk.experts >= 0).any(axis=1), dtype=bool)
             if not valid_rows.all():
                 self.skip("no expert (all -1)", int((~valid_rows).sum()))
                 chunk = _take_rows(chunk, valid_rows)
-                experts = experts[valid_rows]
-                if experts.shape[0] == 0:
+                if chunk.layer.size == 0:
                     return
+        if self._held_rows is not None:
+            chunk = _concat_rows(self._held_rows, chunk)
+            self._held_rows = None
+        self._count_rows(self._cut_warmup_rows(chunk, final=False))
+
+    def _cut_warmup_rows(self, chunk: RowChunk, *, final: bool) -> RowChunk | None:
+        """The rows of ``chunk`` to count now: without the rows of warm-up passes and
+        (unless ``final``) without the rows from the start of the first layer run that
+        may still grow into a warm-up pass, held back to go before the next rows.
+
+        What is held is a suffix in file order, so rows are counted in file order (a
+        token's rows in layer order, as layer affinity needs).  A layer's last run stays
+        open while the layer had a row among the last ``_OPEN_RUN_ROWS`` rows.
+        """
+        rows = self._rows_of(chunk.layer, lambda i: self.source)
+        experts = chunk.experts
+        n = rows.size
+        if n > 1 and (rows[1:] < rows[:-1]).any():
+            order: np.ndarray | None = np.argsort(rows, kind="stable")
+        else:
+            order = None
+
+        def by_layer(a: np.ndarray) -> np.ndarray:
+            return a if order is None else a[order]
+
+        r, ex, rq = by_layer(rows), by_layer(experts), by_layer(chunk.request)
+        eq = np.zeros(n, dtype=bool)
+        eq[1:] = (ex[1:] == ex[:-1]).all(axis=1) & (rq[1:] == rq[:-1])
+        runs = self._find_runs(r, eq, lambda idx: ex[idx], rq)
+        hold = None
+        if not (final or self.options.keep_warmup):
+            pos = np.arange(n) if order is None else order  # file position of sorted rows
+            open_runs = runs.trailing & ~runs.warm & (pos[runs.last] >= n - _OPEN_RUN_ROWS)
+            if open_runs.any():
+                hold = pos >= int(pos[runs.first[open_runs]].min())
+
+        def where(i: int) -> str:
+            j = i if order is None else int(order[i])
+            return f"{self.source}:{int(chunk.lines[j])}"
+
+        drop = self._end_runs(r, runs, hold, lambda idx: ex[idx], rq, where)
+        if drop is None:
+            return chunk
+        if order is not None:
+            drop_sorted, drop = drop, np.empty_like(drop)
+            drop[order] = drop_sorted
+            if hold is not None:
+                hold_sorted, hold = hold, np.empty_like(hold)
+                hold[order] = hold_sorted
+        if hold is not None and hold.any():
+            self._held_rows = _take_rows(chunk, hold)
+        if drop.all():
+            return None
+        return _take_rows(chunk, ~drop) if drop.any() else chunk
+
+    def _count_rows(self, chunk: RowChunk | None) -> None:
+        """Count validated rows (see :meth:`add_rows`)."""
+        if chunk is None or chunk.layer.size == 0:
+            return
+
+        def where(i: int) -> str:
+            return f"{self.source}:{int(chunk.lines[i])}"
+
+        experts = chunk.experts.astype(np.int64, copy=False)
+        has_none = int(experts.min()) < 0
         rows = self._rows_of(chunk.layer, where)
         step = chunk.step
         if self._window_mode is None:
@@ -401,11 +589,10 @@ class Accumulator:
             )
         # token identity
         keys = self._token_keys(chunk, rows)
-        local, new_first = self._table.lookup(keys)
+        local, new_first = self._token_indices(keys, rows, where)
         t_new = int(new_first.sum())
         glob_new = self._num_tokens + np.arange(t_new)
         self._num_tokens += t_new
-        self._table.reserve(self._k or 1, self._words())
         table = self._table
         table.glob[local[new_first]] = glob_new
         step_rows = step if step is not None else np.full(local.size, -1, dtype=np.int64)
@@ -418,9 +605,10 @@ class Accumulator:
                     f"token {self._token_label(chunk, i)} has rows from steps "
                     f"{int(table.step[local[i]])} and {int(step_rows[i])}",
                     where=where(i),
-                    hint="token ids must be unique within a request; a token runs in one step",
+                    hint="a token runs in one step: when token ids restart, the new token"
+                    " repeats every layer (a repeated layer starts a new token); or drop"
+                    " the token field to number tokens by row order",
                 )
-        self._check_duplicates(chunk, local, rows, where)
         glob = table.glob[local]
         # windows: each token's key (its step, or its order), fixed when first seen
         win_key_new = step_rows[new_first] if self._window_mode == "step" else glob_new
@@ -437,7 +625,6 @@ class Accumulator:
             by_layer = np.argsort(rows, kind="stable")
             rows_l, ex_l, w_l = rows[by_layer], experts[by_layer], w_rows[by_layer]
         else:
-            by_layer = None
             rows_l, ex_l, w_l = rows, experts, w_rows
         cuts = np.flatnonzero(rows_l[1:] != rows_l[:-1]) + 1
         bounds = np.concatenate([[0], cuts, [rows_l.size]]).tolist()
@@ -446,9 +633,6 @@ class Accumulator:
         self._count(xt, (w_l * nl + rows_l) * e, rows_l, bounds, has_none)
         if self.options.coact:
             self._add_row_affinity(local, chunk.layer, experts)
-        self._track_runs(
-            rows_l, ex_l, lambda i: where(i if by_layer is None else int(by_layer[i]))
-        )
         self.rows_read += experts.shape[0]
         if self._keep is not None:
             self._keep.tokens.append(glob)
@@ -514,24 +698,71 @@ class Accumulator:
             flat, lambda r: where3(r * k), lid, where_flat=where3,
             where_layer=lambda i: where3(i * k), duplicates=False,
         )
-        rows = self._rows_of(lid, lambda i: self.source)
         step = None if chunk.step is None else np.asarray(chunk.step, dtype=np.int64)
         rank = None if chunk.rank is None else np.asarray(chunk.rank, dtype=np.int64)
         for name, a in (("step", step), ("rank", rank)):
             if a is not None and a.shape != (t,):
                 raise TraceError(f"{name} has shape {a.shape}, expected [{t}]", where=self.source)
+        tokens = _HeldTokens(ids, lid, step, rank, weights, token_offset, array)
+        held = self._held_tokens
+        if held is not None:
+            if held.continued_by(tokens):
+                tokens, has_none = held.join(tokens), has_none or held.has_none
+                self._held_tokens = None
+            else:
+                self._flush_held()
+        self._count_token_chunk(tokens, has_none, final=False)
+
+    def _count_token_chunk(self, tokens: _HeldTokens, has_none: bool, *, final: bool) -> None:
+        """Count validated whole tokens (see :meth:`add_tokens`), less warm-up passes and
+        (unless ``final``) the tokens held back while a run may still grow into one."""
+        ids, lid, step, rank, weights = (
+            tokens.ids, tokens.lid, tokens.step, tokens.rank, tokens.weights
+        )
+        token_offset, array = tokens.offset, tokens.array
+        t, _, k = ids.shape
+        rows = self._rows_of(lid, lambda i: self.source)
         # expert-major columns per layer: xt[c, i] is the i-th expert of every token
         xt = self._columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
         xt[...] = ids.transpose(1, 2, 0)
+        present = np.asarray((xt >= 0).any(axis=1), dtype=bool) if has_none else None  # [L, t]
+        cut, excluded = self._cut_warmup_tokens(xt, rows, present, tokens, final=final)
+        if cut < t:
+            self._held_tokens = tokens.tail(cut, has_none)
+            if cut == 0:
+                return
+            t = cut
+            xt, ids = xt[:, :, :t], ids[:t]
+            present = None if present is None else present[:, :t]
+            excluded = None if excluded is None else excluded[:, :t]
+            step = None if step is None else step[:t]
+            rank = None if rank is None else rank[:t]
+            weights = None if weights is None else np.asarray(weights)[:t]
+        had_rows = present
+        if excluded is not None:
+            # rows of warm-up passes count as no expert
+            for i in range(k):
+                xt[:, i][excluded] = -1
+            ids = np.array(ids)
+            ids[excluded.T] = -1
+            had_rows = present if present is not None else np.ones((lid.size, t), dtype=bool)
+            present = had_rows & ~excluded
+            has_none = True
+
+        def where3(i: int) -> str:
+            tok, col, j = np.unravel_index(i, ids.shape)
+            return f"{self.source}: {array}[{token_offset + int(tok)}, {int(col)}, {int(j)}]"
+
+        flat = ids.reshape(-1, k)
         if k > 1 and not self.options.coact and _has_duplicate(xt.transpose(1, 0, 2)):
             self._raise_duplicate(flat, lambda r: where3(r * k))
-        present = None
-        if has_none:
-            present = np.asarray((xt >= 0).any(axis=1), dtype=bool)  # [L, t]
+        if present is not None:
+            assert had_rows is not None
             counted = present.any(axis=0)
             if not counted.all():
                 # a token with no expert in any layer is no token (as in JSONL, it has no row)
-                self.skip("token with no expert in any layer", int((~counted).sum()))
+                empty = int((~had_rows.any(axis=0)).sum())
+                self.skip("token with no expert in any layer", empty)
                 xt, present, ids = xt[:, :, counted], present[:, counted], ids[counted]
                 step = None if step is None else step[counted]
                 rank = None if rank is None else rank[counted]
@@ -554,9 +785,6 @@ class Accumulator:
         self._tokens_w += np.bincount(tok_win, minlength=self._grid.count)
         self._count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
         keep_rows = None if present is None else present.ravel()  # layer-major
-        self._track_token_runs(
-            xt, rows, keep_rows, lambda i: self._token_where(i, t, token_offset, array, keep_rows)
-        )
         self.rows_read += lid.size * t if present is None else int(present.sum())
         if self._keep is not None:
             kept = slice(None) if keep_rows is None else keep_rows
@@ -573,6 +801,67 @@ class Accumulator:
             )
             self._keep.step.append(step if step is not None else np.full(t, -1, np.int64))
             self._keep.rank.append(rank if rank is not None else np.full(t, -1, np.int64))
+
+    def _cut_warmup_tokens(
+        self, xt: np.ndarray, rows: np.ndarray, present: np.ndarray | None,
+        tokens: _HeldTokens, *, final: bool,
+    ) -> tuple[int, np.ndarray | None]:
+        """Warm-up passes in whole tokens ``xt [layers, k, tokens]``.
+
+        Returns ``(cut, excluded)``: tokens from ``cut`` on are held back (the last run
+        of some layer may still grow into a warm-up pass; all tokens when ``final``
+        or ``keep_warmup``), and ``excluded [layers, cut or more]`` marks the rows of
+        warm-up passes before ``cut`` (None: none).
+        """
+        nl, k, t = xt.shape
+        if present is None:
+            # eq[c, j]: token j repeats token j - 1 in column c, column by column
+            eq2 = np.empty((nl, t), dtype=bool)
+            eq2[:, 0] = False
+            eq2[:, 1:] = xt[:, 0, 1:] == xt[:, 0, :-1]
+            for i in range(1, k):
+                if not eq2.any():
+                    break
+                eq2[:, 1:] &= xt[:, i, 1:] == xt[:, i, :-1]
+            r = np.repeat(rows, t)
+            eq = eq2.ravel()
+            tok = np.tile(np.arange(t), nl)
+            col = np.repeat(np.arange(nl), t)
+
+            def ex_at(idx: np.ndarray) -> np.ndarray:
+                return np.asarray(xt[idx // t, :, idx % t], dtype=np.int64)
+        else:
+            kept = present.ravel()
+            col_all, tok_all = np.divmod(np.flatnonzero(kept), t)
+            r, tok, col = rows[col_all], tok_all, col_all
+            ex = np.asarray(xt[col_all, :, tok_all], dtype=np.int64)
+            eq = np.zeros(r.size, dtype=bool)
+            eq[1:] = (ex[1:] == ex[:-1]).all(axis=1)
+
+            def ex_at(idx: np.ndarray) -> np.ndarray:
+                return ex[idx]
+
+        if r.size == 0:
+            return t, None
+        runs = self._find_runs(r, eq, ex_at, None)
+        cut = t
+        hold = None
+        if not (final or self.options.keep_warmup):
+            open_runs = runs.trailing & ~runs.warm
+            if open_runs.any():
+                cut = int(tok[runs.first[open_runs]].min())
+                hold = tok >= cut
+
+        def where(i: int) -> str:
+            return f"{self.source}: {tokens.array}[{tokens.offset + int(tok[i])}, {int(col[i])}]"
+
+        drop = self._end_runs(r, runs, hold, ex_at, None, where)
+        if drop is None or (hold is not None and not (drop & ~hold).any()):
+            return cut, None
+        excluded = np.zeros((nl, t), dtype=bool)
+        gone = drop if hold is None else drop & ~hold
+        excluded[col[gone], tok[gone]] = True
+        return cut, excluded
 
     # -- aggregated statistics ------------------------------------------------------
     def add_aggregate(
@@ -637,15 +926,26 @@ class Accumulator:
         self.rows_read += w * nl
 
     # -- result -------------------------------------------------------------------
+    def only_warmup(self) -> bool:
+        """Whether every per-token row read so far was left out as a warm-up pass."""
+        if self._result is None:
+            self._flush_held()
+        return self._kind == "tokens" and self.rows_read == 0 and self._warmup_rows > 0
+
     def result(self) -> RoutingData:
         """The statistics (and per-token trace with ``keep_tokens``); ends the accumulation
         (later calls return the same result)."""
+        if self._result is None:
+            self._flush_held()
         if self._kind is None or (self._kind == "tokens" and self.rows_read == 0):
             skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items()))
             raise TraceError(
                 "no routing rows" + (f" (skipped: {skipped})" if skipped else ""),
                 where=", ".join(self.sources) or None,
-                hint="a routing row needs 'layer' and 'experts'; check --layers and the format",
+                hint="every row is part of a warm-up pass (identical routing): pass"
+                " keep_warmup=True (--keep-warmup) to count them"
+                if self._warmup_rows
+                else "a routing row needs 'layer' and 'experts'; check --layers and the format",
             )
         if self._result is None:
             self._result = (
@@ -814,6 +1114,7 @@ class Accumulator:
             self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
         k = self._k or 1
         self._run_last = _grow(self._run_last, (nl, k), -2)
+        self._run_req = _grow(self._run_req, (nl,), -1)
         self._run_len = _grow(self._run_len, (nl,))
 
     # -- internals: tokens ---------------------------------------------------------
@@ -854,38 +1155,85 @@ class Accumulator:
         parts.append(f"token {tok}" if tok >= 0 else "(no token id)")
         return "(" + ", ".join(parts) + ")"
 
-    def _check_duplicates(
-        self,
-        chunk: RowChunk,
-        local: np.ndarray,
-        rows: np.ndarray,
-        where: Callable[[int], str],
-    ) -> None:
-        """A token has at most one row per layer; mark the rows seen."""
+    def _token_indices(
+        self, keys: np.ndarray, rows: np.ndarray, where: Callable[[int], str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Table index of the token of each row, and the first row of each new token.
+
+        ``keys [rows]`` token keys (:meth:`_token_keys`), ``rows [rows]`` accumulator rows.
+        A token has one row per layer: the n-th row of a (request, token, layer) belongs
+        to the n-th occurrence of the token (a second pass with the same ids, token
+        numbers that restart), counted for the warning.
+        """
         table = self._table
+        first, new_first = table.lookup(keys)
+        table.reserve(self._k or 1, self._words())
         words = table.seen.shape[1]
-        word, bit = rows // _WORD_BITS, (rows % _WORD_BITS).astype(np.uint64)
-        mask = np.left_shift(np.uint64(1), bit)
-        code = local * (words * _WORD_BITS) + rows
+        word = rows // _WORD_BITS
+        mask = np.left_shift(np.uint64(1), (rows % _WORD_BITS).astype(np.uint64))
+        code = first * (words * _WORD_BITS) + rows
         order = np.argsort(code, kind="stable")
         sc = code[order]
-        dup_in = np.flatnonzero(sc[1:] == sc[:-1])
-        before = (table.seen[local, word] & mask) != 0
-        if dup_in.size or before.any():
-            cands = []
-            if dup_in.size:
-                cands.append(int(order[dup_in[0] + 1]))
-            if before.any():
-                cands.append(int(np.flatnonzero(before)[0]))
-            i = min(cands)
+        repeat_in = sc[1:] == sc[:-1]
+        before = (table.seen[first, word] & mask) != 0
+        if not repeat_in.any() and not before.any():
+            np.bitwise_or.at(table.seen, (first, word), mask)
+            return first, new_first
+        # occurrence of each row = rows of its (token, layer) read before it
+        n = keys.size
+        starts = np.flatnonzero(np.concatenate([[True], ~repeat_in]))
+        sizes = np.diff(np.append(starts, n))
+        occ_sorted = np.arange(n) - np.repeat(starts, sizes)
+        g_rows = order[starts]
+        g_before = before[g_rows]
+        if g_before.any():
+            base = np.zeros(starts.size, dtype=np.int64)
+            gb = g_rows[g_before]
+            base[g_before] = self._layer_count(first[gb], rows[gb])
+            occ_sorted += np.repeat(base, sizes)
+        occ = np.empty(n, dtype=np.int64)
+        occ[order] = occ_sorted
+        rep = np.flatnonzero(occ > 0)
+        if int(occ.max()) >= 1 << _OCC_BITS or table.size >= 1 << (62 - _OCC_BITS):
+            i = int(np.argmax(occ))
             raise TraceError(
-                f"token {self._token_label(chunk, i)} has a second row for layer"
-                f" {int(chunk.layer[i])}",
+                "too many repeats of one token id (or too many tokens) to tell the"
+                " occurrences apart",
                 where=where(i),
-                hint="token ids must be unique within a request (and file); drop the token"
-                " field to number tokens by row order",
+                hint="number tokens uniquely within a request, or drop the token field",
             )
+        idx, new_occ = table.occurrence(first[rep], occ[rep])
+        table.reserve(self._k or 1, words)
+        local = first.copy()
+        local[rep] = idx
+        new_first = new_first.copy()
+        new_first[rep[new_occ]] = True
+        np.maximum.at(table.extra, first[rep], occ[rep])
+        self._repeat_rows += rep.size
+        self._repeat_tokens += int(new_occ.sum())
+        if not self._repeat_where:
+            self._repeat_where = where(int(rep[0]))
         np.bitwise_or.at(table.seen, (local, word), mask)
+        return local, new_first
+
+    def _layer_count(self, first: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Occurrences of each token (table index of its first) with a row for its layer
+        row in ``rows``; occurrence 0 has one.  Occurrences take a layer in order, so
+        those with it are a prefix: a binary search over them."""
+        table = self._table
+        word = rows // _WORD_BITS
+        mask = np.left_shift(np.uint64(1), (rows % _WORD_BITS).astype(np.uint64))
+        lo = np.ones(first.size, dtype=np.int64)  # occurrences known to hold the layer
+        hi = 1 + table.extra[first]  # occurrences that exist
+        active = np.flatnonzero(lo < hi)
+        while active.size:
+            mid = (lo[active] + hi[active]) // 2
+            idx = table.occurrences.find((first[active] << _OCC_BITS) | mid)
+            holds = (table.seen[idx, word[active]] & mask[active]) != 0
+            lo[active[holds]] = mid[holds] + 1
+            hi[active[~holds]] = mid[~holds]
+            active = active[lo[active] < hi[active]]
+        return lo
 
     # -- internals: windows --------------------------------------------------------
     def _start_windows(self, has_step: bool) -> None:
@@ -1096,89 +1444,83 @@ class Accumulator:
         table.last_layer[lo[jl][upd]] = ly[jl][upd]
         table.last_experts[lo[jl][upd]] = ex[jl][upd]
 
-    def _track_token_runs(
-        self, xt: np.ndarray, rows: np.ndarray, kept: np.ndarray | None,
-        where: Callable[[int], str],
-    ) -> None:
-        """:meth:`_track_runs` for whole tokens ``xt [layers, k, tokens]``; ``kept``
-        ``[layers x tokens]`` layer-major rows with an expert (None: all)."""
-        if kept is None:
-            nl, k, t = xt.shape
-            # eq[c, j]: token j repeats the row before it in column c (token -1: the
-            # column's last row so far); column by column, stopping when nothing is equal
-            eq = np.empty((nl, t), dtype=bool)
-            eq[:, 1:] = xt[:, 0, 1:] == xt[:, 0, :-1]
-            eq[:, 0] = xt[:, 0, 0] == self._run_last[rows, 0]
-            for i in range(1, k):
-                if not eq.any():
-                    break
-                eq[:, 1:] &= xt[:, i, 1:] == xt[:, i, :-1]
-                eq[:, 0] &= xt[:, i, 0] == self._run_last[rows, i]
-            self._run_last[rows] = xt[:, :, -1]
-            if not eq.any():
-                self._run_len[rows] = 1
-                return
-            idx = np.arange(t)
-            start = np.maximum.accumulate(np.where(eq, -1, idx), axis=1)
-            run = np.where(start >= 0, idx - start, idx + self._run_len[rows][:, None]) + 1
-            self._run_len[rows] = run[:, -1]
-            best = int(np.argmax(run))
-            if run.flat[best] > self._run_best[0]:
-                self._run_best = (
-                    int(run.flat[best]), self._layer_ids[int(rows[best // t])], where(best)
-                )
-            return
-        flat = xt.transpose(0, 2, 1).reshape(-1, xt.shape[1])
-        r_rows = np.repeat(rows, xt.shape[2])
-        if kept is not None:
-            flat, r_rows = flat[kept], r_rows[kept]
-        self._track_runs(r_rows, flat, where)
+    def _find_runs(
+        self, r: np.ndarray, eq: np.ndarray, ex_at: Callable[[np.ndarray], np.ndarray],
+        rq: np.ndarray | None,
+    ) -> _Runs:
+        """Runs in rows sorted by layer.
 
-    def _track_runs(
-        self, rows: np.ndarray, experts: np.ndarray, where: Callable[[int], str]
-    ) -> None:
-        """Longest run of identical consecutive rows within one layer (warm-up passes)."""
-        if rows.size > 1 and (rows[1:] < rows[:-1]).any():
-            order = np.argsort(rows, kind="stable")
-            r, ex = rows[order], experts[order]
-        else:
-            order = None
-            r, ex = rows, experts
-        prev = np.empty_like(ex)
-        prev[1:] = ex[:-1]
-        grp_first = np.ones(r.size, dtype=bool)
+        ``r [rows]`` accumulator rows, sorted (a layer's rows in file order); ``eq
+        [rows]`` row i repeats row i - 1 (experts and request; ignored where the layer
+        changes); ``ex_at(idx)`` experts ``[len(idx), k]`` of rows ``idx``; ``rq`` request
+        of each row, or None.  A layer's first row here continues the run carried from
+        earlier rows when it repeats it.
+        """
+        n = r.size
+        grp_first = np.ones(n, dtype=bool)
         grp_first[1:] = r[1:] != r[:-1]
-        prev[grp_first] = self._run_last[r[grp_first]]
-        eq = (ex == prev).all(axis=1)
-        last = np.ones(r.size, dtype=bool)
-        last[:-1] = r[1:] != r[:-1]
-        self._run_last[r[last]] = ex[last]
-        if not eq.any():
-            self._run_len[r[last]] = 1
-            return
-        # run length of identical rows ending at each position
-        idx = np.arange(r.size)
-        reset = np.where(~eq | grp_first, idx, -1)
-        start = np.maximum.accumulate(reset)
-        carry = np.where(eq[start] & grp_first[start], self._run_len[r[start]], 0)
-        run = idx - start + 1 + carry
-        run[~eq] = 1
-        self._run_len[r[last]] = run[last]
-        best = int(np.argmax(run))
-        if run[best] > self._run_best[0]:
-            self._run_best = (
-                int(run[best]),
-                self._layer_ids[int(r[best])],
-                where(best if order is None else int(order[best])),
-            )
+        f = np.flatnonzero(grp_first)
+        rf = r[f]
+        cont = self._run_len[rf] > 0
+        if cont.any():
+            cont &= (ex_at(f) == self._run_last[rf]).all(axis=1)
+            if rq is not None:
+                cont &= rq[f] == self._run_req[rf]
+        boundary = grp_first | ~eq
+        first = np.flatnonzero(boundary)
+        seg_of = np.cumsum(boundary) - 1
+        carry = np.zeros(first.size, dtype=np.int64)
+        carry[seg_of[f[cont]]] = self._run_len[rf[cont]]
+        last = np.empty_like(first)
+        last[:-1] = first[1:] - 1
+        last[-1] = n - 1
+        length = last - first + 1 + carry
+        trailing = np.ones(first.size, dtype=bool)
+        trailing[:-1] = r[first[1:]] != r[first[:-1]]
+        return _Runs(first, carry, length, last, trailing,
+                     length >= constants.WARMUP_RUN_ROWS, seg_of)
 
-    def _token_where(
-        self, i: int, t: int, offset: int, array: str, kept: np.ndarray | None
-    ) -> str:
-        """``file: topk_ids[token, column]`` of row ``i`` of the layer-major kept rows."""
-        flat = i if kept is None else int(np.flatnonzero(kept)[i])
-        col, tok = divmod(flat, t)
-        return f"{self.source}: {array}[{offset + tok}, {col}]"
+    def _end_runs(
+        self, r: np.ndarray, runs: _Runs, hold: np.ndarray | None,
+        ex_at: Callable[[np.ndarray], np.ndarray], rq: np.ndarray | None,
+        where: Callable[[int], str],
+    ) -> np.ndarray | None:
+        """Carry each layer's run past the rows counted now (all but ``hold``), note the
+        longest run, and count the rows of warm-up passes.
+
+        Returns the rows not to count now (warm-up passes and ``hold``), None if none.
+        """
+        counted = np.arange(r.size) if hold is None else np.flatnonzero(~hold)
+        if counted.size:
+            rr = r[counted]
+            end = np.ones(counted.size, dtype=bool)
+            end[:-1] = rr[1:] != rr[:-1]
+            il, rl = counted[end], rr[end]
+            s = runs.seg_of[il]
+            self._run_len[rl] = il - runs.first[s] + 1 + runs.carry[s]
+            self._run_last[rl] = ex_at(il)
+            self._run_req[rl] = -1 if rq is None else rq[il]
+        best = int(np.argmax(runs.length))
+        if runs.length[best] > self._run_best[0]:
+            i = int(runs.last[best])
+            self._run_best = (int(runs.length[best]), self._layer_ids[int(r[i])], where(i))
+        held = hold is not None and bool(hold.any())
+        if self.options.keep_warmup or not runs.warm.any():
+            return hold if held else None
+        drop = runs.warm[runs.seg_of]
+        gone = int((drop & ~hold).sum()) if held and hold is not None else int(drop.sum())
+        self._warmup_rows += gone
+        self.skip(WARMUP_SKIP, gone)
+        return drop | hold if held and hold is not None else drop
+
+    def _flush_held(self) -> None:
+        """Count the rows and tokens held back for warm-up detection (end of a source)."""
+        rows, self._held_rows = self._held_rows, None
+        if rows is not None:
+            self._count_rows(self._cut_warmup_rows(rows, final=True))
+        tokens, self._held_tokens = self._held_tokens, None
+        if tokens is not None:
+            self._count_token_chunk(tokens, tokens.has_none, final=True)
 
     # -- internals: results --------------------------------------------------------
     def _finish_meta(self) -> tuple[int, int]:
@@ -1192,10 +1534,24 @@ class Accumulator:
             out.append("the trace declares itself synthetic (synthetic: true): its statistics"
                        " are not measured routing")
         rows, layer, where = self._run_best
-        if rows >= constants.WARMUP_RUN_ROWS:
+        if self._warmup_rows:
+            out.append(
+                f"left out {self._warmup_rows} routing rows of a profiling or warm-up pass:"
+                f" runs of {constants.WARMUP_RUN_ROWS} or more identical consecutive"
+                f" selections in one layer (the longest: {rows} rows for layer {layer},"
+                f" ending at {where}); pass keep_warmup=True (--keep-warmup) to count them"
+            )
+        elif rows >= constants.WARMUP_RUN_ROWS:
             out.append(
                 f"{rows} identical consecutive routing rows for layer {layer} (ending at"
                 f" {where}): this looks like a profiling or warm-up pass"
+            )
+        if self._repeat_rows:
+            out.append(
+                f"{self._repeat_rows} routing rows repeat a (request, token, layer) read"
+                f" before (the first at {self._repeat_where}): each repeat starts a new"
+                f" occurrence of the token ({self._repeat_tokens} tokens more), as in a"
+                " second pass with the same ids or token numbers that restart"
             )
         total = load.sum(axis=0)
         zero = np.argwhere(total == 0)
@@ -1456,6 +1812,31 @@ def _take_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
         step=sel(chunk.step),
         rank=sel(chunk.rank),
         weights=sel(chunk.weights),
+    )
+
+
+def _concat_rows(a: RowChunk, b: RowChunk) -> RowChunk:
+    """Rows of ``a`` then ``b`` (a row without step or rank has -1 there)."""
+
+    def cat(x: np.ndarray | None, y: np.ndarray | None, n: int, m: int) -> np.ndarray | None:
+        if x is None and y is None:
+            return None
+        return np.concatenate([
+            np.full(n, -1, dtype=np.int64) if x is None else x,
+            np.full(m, -1, dtype=np.int64) if y is None else y,
+        ])
+
+    n, m = a.layer.size, b.layer.size
+    return RowChunk(
+        layer=np.concatenate([a.layer, b.layer]),
+        experts=np.concatenate([a.experts, b.experts]),
+        request=np.concatenate([a.request, b.request]),
+        token=np.concatenate([a.token, b.token]),
+        lines=np.concatenate([a.lines, b.lines]),
+        step=cat(a.step, b.step, n, m),
+        rank=cat(a.rank, b.rank, n, m),
+        weights=None if a.weights is None or b.weights is None
+        else np.concatenate([a.weights, b.weights]),
     )
 
 
