@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,26 +51,70 @@ def fail(error: PlacerError) -> None:
     raise typer.Exit(error.exit_code)
 
 
+#: Exit code of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+#: Exit code of an unexpected exception: a bug in placer, never the user's data.
+EXIT_INTERNAL = 3
+
+
 def handle_errors(fn: F) -> F:
-    """Decorator for commands: PlacerError -> clean message and exit code; warnings -> stderr."""
+    """Decorator for commands: PlacerError -> clean message and exit code; warnings ->
+    stderr (placer's as ``warning:`` lines, others as Python shows them, once each, after
+    the command); Ctrl-C / SIGTERM -> ``interrupted`` and exit 130 (outputs not written:
+    :mod:`placer.fileio`); any other exception -> ``error: internal error`` and exit 3."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = _terminate_as_interrupt()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacerWarning)
             try:
                 return fn(*args, **kwargs)
             except PlacerError as e:
                 fail(e)
+            except KeyboardInterrupt:
+                sys.stderr.write("interrupted: nothing was written\n")
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+            except (typer.Exit, typer.Abort, SystemExit):
+                raise
+            except Exception as e:  # a bug: say so, never a traceback
+                sys.stderr.write(
+                    f"error: internal error: {type(e).__name__}: {e}\n"
+                    "hint: this is a bug in placer, not in your input; please report it with"
+                    " the command line (PLACER_DEBUG=1 shows the traceback)\n")
+                if os.environ.get("PLACER_DEBUG"):
+                    raise
+                raise typer.Exit(EXIT_INTERNAL) from None
             finally:
-                for w in caught:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+                foreign = []
+                for w in list(caught):  # a snapshot: re-shown warnings are not recorded
                     if issubclass(w.category, PlacerWarning):
                         sys.stderr.write(f"warning: {w.message}\n")
                     else:
-                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+                        foreign.append(w)
+        seen: set[str] = set()
+        for w in foreign:  # after the recording context: shown once each, not re-recorded
+            key = f"{w.category.__name__}: {w.message}"
+            if key not in seen:
+                seen.add(key)
+                sys.stderr.write(f"warning: {key} ({w.filename}:{w.lineno})\n")
         return None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _terminate_as_interrupt() -> Any:
+    """Make SIGTERM raise KeyboardInterrupt in the main thread, so outputs are cleaned up
+    like on Ctrl-C; returns the previous handler (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -116,6 +163,15 @@ def num_experts_option() -> Any:
     )
 
 
+def keep_warmup_option() -> Any:
+    """``--keep-warmup``: count the rows of warm-up passes, which are left out by default."""
+    return typer.Option(
+        False, "--keep-warmup",
+        help="Count runs of identical selections (an engine's warm-up or profiling pass),"
+        " which are left out by default with a warning.",
+    )
+
+
 def read_trace(
     paths: Sequence[Path | str],
     trace_format: str | None = None,
@@ -125,6 +181,7 @@ def read_trace(
     num_experts: int | None = None,
     window_tokens: int | None = None,
     keep_tokens: bool = False,
+    keep_warmup: bool = False,
 ) -> RoutingData:
     """Read the TRACE argument(s) of a command into RoutingData.
 
@@ -149,5 +206,5 @@ def read_trace(
     source: Any = [str(p) for p in paths] if len(paths) > 1 else paths[0]
     return read_routing(
         source, trace_format, window_tokens=window_tokens, keep_tokens=keep_tokens,
-        top_k=top_k, num_experts=num_experts,
+        top_k=top_k, num_experts=num_experts, keep_warmup=keep_warmup,
     )

@@ -25,7 +25,10 @@ load is its hot-shard ratio times ``scale / G``.
 from __future__ import annotations
 
 import itertools
+import signal
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -374,12 +377,15 @@ class LayerModel:
         """
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
+        solver.parameters.catch_sigint_signal = False  # Ctrl-C is placer's: it stops the run
         if lns:
             solver.parameters.linearization_level = 0
         solver.parameters.random_seed = seed
         solver.parameters.max_deterministic_time = max(dtime, 1e-3)
         solver.parameters.max_time_in_seconds = max(wall, 1e-3)
+        handler = _sigint_handler()
         status = solver.solve(self.model)
+        _restore_sigint(handler)
         name = solver.status_name(status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return SubResult(None, name, float("nan"), float("nan"), solver.deterministic_time)
@@ -391,3 +397,18 @@ class LayerModel:
             x, name, solver.objective_value, solver.best_objective_bound,
             solver.deterministic_time,
         )
+
+
+def _sigint_handler() -> Any:
+    """The SIGINT handler now (None off the main thread, where it cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGINT)
+
+
+def _restore_sigint(handler: Any) -> None:
+    """Put back the SIGINT handler a solve found: OR-Tools may install its own for a solve
+    and leave the system default behind, which kills placer without cleaning up (the
+    solver is also told not to catch SIGINT: Ctrl-C stops the run, not one solve)."""
+    if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
+        signal.signal(signal.SIGINT, handler)
