@@ -17,7 +17,14 @@ from typing import Any
 import typer
 
 from placer import constants
-from placer.cli.common import err, handle_errors, print_json, read_trace, to_jsonable
+from placer.cli.common import (
+    err,
+    handle_errors,
+    keep_warmup_option,
+    print_json,
+    read_trace,
+    to_jsonable,
+)
 from placer.compare import (
     CompareSettings,
     ScenarioOutcome,
@@ -250,6 +257,7 @@ def compare(
     trace_format: str | None = typer.Option(
         None, "--format", "-f", help="Trace format (default: detected)."
     ),
+    keep_warmup: bool = keep_warmup_option(),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Scenarios run in parallel (processes)."),
     ray: str | None = typer.Option(
         None, "--ray", metavar="ADDRESS",
@@ -303,7 +311,7 @@ def compare(
     from placer.models import load_model
 
     routing = read_trace(list(study.trace), trace_format, model=load_model(study.settings.model),
-                         keep_tokens=True)
+                         keep_tokens=True, keep_warmup=keep_warmup)
     description = split_routing(routing, study.settings.holdout).description
     sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")
     if study.settings.target is not None:

@@ -20,7 +20,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from placer.cli.common import err, handle_errors, out, print_json, read_trace
+from placer.cli.common import (
+    err,
+    handle_errors,
+    keep_warmup_option,
+    out,
+    print_json,
+    read_trace,
+)
 from placer.errors import PlacerError, PlacerWarning, UsageError
 from placer.evaluate import (
     METRIC_KEYS,
@@ -221,6 +228,7 @@ def evaluate_cmd(
         None, "--format", "-f", help="Trace format (default: detected)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    keep_warmup: bool = keep_warmup_option(),
 ) -> None:
     """Evaluate placements on a routing trace: hot shard, traffic and time, side by side."""
     base = EvalParams(policy=policy, mode=mode, batch_tokens=batch_tokens,
@@ -243,7 +251,7 @@ def evaluate_cmd(
     model_spec = load_model(model_name)
     topo = load_topology(topology_name)
     routing = read_trace(trace, trace_format, model=model_spec, window_tokens=window_tokens,
-                         keep_tokens=True)
+                         keep_tokens=True, keep_warmup=keep_warmup)
     parts = evaluation_parts(routing.stats.num_windows, fit_range, eval_range)
     names = column_names(placement)
     report_parts = []

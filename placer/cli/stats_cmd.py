@@ -19,6 +19,7 @@ from rich.table import Table
 
 from placer.cli.common import (
     handle_errors,
+    keep_warmup_option,
     num_experts_option,
     out,
     print_json,
@@ -56,6 +57,7 @@ def stats(
     top: int = typer.Option(5, "--top", help="Hot experts and pairs listed per layer."),
     top_k: int | None = top_k_option(),
     num_experts: int | None = num_experts_option(),
+    keep_warmup: bool = keep_warmup_option(),
 ) -> None:
     """Summarize expert load skew, hot experts, co-activated pairs and drift of a trace."""
     from placer.analysis import summarize
@@ -68,7 +70,7 @@ def stats(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PlacerWarning)
         routing = read_trace(traces, format, top_k=top_k, num_experts=num_experts,
-                             window_tokens=window_tokens)
+                             window_tokens=window_tokens, keep_warmup=keep_warmup)
     messages = [str(w.message) for w in caught if issubclass(w.category, PlacerWarning)]
     for w in caught:
         if not issubclass(w.category, PlacerWarning):
