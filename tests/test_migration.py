@@ -134,3 +134,29 @@ def test_replan_respects_the_move_budget_exactly() -> None:
         assert used <= budget
         assert result.details["replan"]["budget"] == budget
         assert result.details["replan"]["moves"] == used
+
+
+def test_replan_from_a_placement_with_duplicates() -> None:
+    """DeepSeek's EPLB may put an expert twice on one GPU: re-planning from such a deployed
+    placement keeps slots where it can and loses no expert (a regression: the slot
+    assignment once kept both copies and dropped another expert)."""
+    from placer.solvers.cpsat.solver import _mask_to_row
+
+    before = np.array([0, 0, 1, 2, 3, 4])  # GPU 0 holds expert 0 twice
+    mask = np.zeros((5, 2), dtype=bool)
+    mask[[0, 1, 4], 0] = True
+    mask[[2, 3, 4], 1] = True
+    row = _mask_to_row(mask, 3, before)
+    assert sorted(row[:3].tolist()) == [0, 1, 4] and sorted(row[3:].tolist()) == [2, 3, 4]
+    assert row[0] == 0 and row[3:5].tolist() == [2, 3]  # kept slots stay put
+
+    rng = np.random.default_rng(5)
+    load = (1000 / np.arange(1, 9) ** 1.5 * rng.uniform(0.9, 1.1, size=(2, 1, 8))).astype(np.int64)
+    stats = ExpertStats(load=load, tokens=np.array([900, 900]), layer_ids=np.array([0]), top_k=2)
+    current = Placement(np.array([[0, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2]]), np.array([0]), 8, 4)
+    assert current.replicas_on_gpu.max() == 2
+    problem = PlacementProblem(stats=stats, num_gpus=4, slots_per_gpu=3,
+                               node_of_gpu=np.zeros(4, dtype=np.int64), current=current)
+    result = solve(problem, "cpsat", SolveParams(time_limit_s=2.0, move_tolerance=0.0,
+                                                 options={"patience": 2}))
+    assert (result.placement.replica_counts >= 1).all()

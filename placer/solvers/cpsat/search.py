@@ -107,8 +107,12 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
     steps: dict[str, list[int]] = {}
 
     start = hint
-    if data.current is not None and data.balance_key(data.current) < data.balance_key(hint):
-        start = data.current
+    # the current placement seeds the search only when the model can hold it: one replica
+    # of an expert per GPU (DeepSeek's EPLB may have put two on one GPU; the judge still
+    # weighs the deployed placement as it is)
+    current = data.current if _representable(data, data.current) else None
+    if current is not None and data.balance_key(current) < data.balance_key(hint):
+        start = current
     bound = data.balance_bound()
 
     # Pass 1: balance.
@@ -137,7 +141,7 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
         x2 = _relabel_to_current(data, x1) if data.current is not None else x1
         # start from the cheapest placement that meets the cap: pass 1's, the current one,
         # or the hint's (pass 1 may have traded the hint's co-location for balance)
-        for other in (data.current, hint):
+        for other in (current, hint):
             if (
                 other is not None
                 and data.balance(other) <= cap
@@ -347,6 +351,13 @@ def _better_cost(
     if data.balance(new) > cap * (1 + 1e-12):
         return False
     return _cost(data, new, params) < _cost(data, old, params) - 1e-12
+
+
+def _representable(data: LayerData, x: np.ndarray | None) -> bool:
+    """Whether ``x`` is a placement of the model: ``slots_per_gpu`` distinct experts on
+    every GPU, every expert somewhere."""
+    return x is not None and bool((x.sum(axis=0) == data.slots_per_gpu).all()
+                                  and (x.sum(axis=1) >= 1).all())
 
 
 def _canonical(data: LayerData, x: np.ndarray) -> np.ndarray:

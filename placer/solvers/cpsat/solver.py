@@ -150,9 +150,9 @@ def _mask_to_row(mask: np.ndarray, slots_per_gpu: int, before: np.ndarray | None
     for g in range(num_gpus):
         experts = np.flatnonzero(mask[:, g]).tolist()
         slots: list[int | None] = [None] * slots_per_gpu
-        if before is not None:
+        if before is not None:  # each expert once, even where ``before`` held it twice
             for k, e in enumerate(before[g * slots_per_gpu : (g + 1) * slots_per_gpu].tolist()):
-                if e in experts and slots[k] is None:
+                if e in experts and e not in slots:
                     slots[k] = e
         rest = iter(e for e in experts if e not in slots)
         row[g * slots_per_gpu : (g + 1) * slots_per_gpu] = [
