@@ -127,7 +127,7 @@ class Placement:
 
         ``model`` is a ``placer.models.ModelSpec`` (anything with ``name``,
         ``num_experts`` and ``moe_layer_ids``): same number of experts, and every
-        layer id one of the model's MoE layers.
+        layer id one of the model's MoE layers (or its MTP layers, ``mtp_layer_ids``).
         """
         name = getattr(model, "name", "the model")
         if int(model.num_experts) != self.num_experts:
@@ -136,7 +136,7 @@ class Placement:
                 f" {model.num_experts}",
                 where=where, hint="plan with the model you deploy (--model)",
             )
-        moe_layers = {int(i) for i in model.moe_layer_ids}
+        moe_layers = {int(i) for i in getattr(model, "all_moe_layer_ids", model.moe_layer_ids)}
         foreign = [int(i) for i in self.layer_ids if int(i) not in moe_layers]
         if foreign:
             raise PlacementError(

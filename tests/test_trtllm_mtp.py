@@ -181,8 +181,6 @@ def test_a_planned_mtp_row_is_written_as_planned() -> None:
     assert doc["initial_global_assignments"][61] == mtp_row.tolist()
 
 
-@pytest.mark.xfail(strict=True, reason="placer.engines.registry.fit_to_model still refuses"
-                   " rows for MTP layers; lift once it keeps them for TensorRT-LLM")
 def test_plan_export_writes_the_planned_mtp_layer(mtp_statistics: Path, tmp_path: Path) -> None:
     out, lb = tmp_path / "plan.json", tmp_path / "lb.yaml"
     result = runner.invoke(app, ["plan", str(mtp_statistics), *PLAN, "-o", str(out),
@@ -267,3 +265,17 @@ def test_no_warning_for_supported_architectures(tmp_path: Path) -> None:
     assert "warning:" not in result.stderr
     assert load_model("qwen3-30b-a3b").architecture in trtllm.LOAD_BALANCER_ARCHITECTURES
     assert load_model("kimi-k2").architecture in trtllm.LOAD_BALANCER_ARCHITECTURES
+
+
+def test_evaluate_times_the_mtp_layer(mtp_statistics: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(mtp_statistics), "--model", "deepseek-v3",
+                                 "--topology", "4x-dgx-h100", "--redundant", "32",
+                                 "--solver", "eplb-valid", "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    assert "evaluator refused" not in result.stdout
+
+
+def test_other_engines_leave_the_mtp_row_out(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    write_engine(_placement(LAYERS), "sglang", path, model=load_model("deepseek-v3"))
+    assert len(json.loads(path.read_text())["physical_to_logical_map"]) == 61

@@ -64,6 +64,8 @@ class EngineFormat:
     experimental: the engine has no released loader for it yet.
     suffixes: the only suffixes the engine loads the file by (empty: any), and
     suffix_rule: why, in words (the engine's own rule), for the error.
+    mtp_layers: the file holds the model's multi-token-prediction layers too
+        (TensorRT-LLM); other formats get the main MoE layers only.
     """
 
     name: str
@@ -75,6 +77,7 @@ class EngineFormat:
     experimental: bool = False
     suffixes: tuple[str, ...] = ()
     suffix_rule: str = ""
+    mtp_layers: bool = False
 
     def check_output(self, path: str | Path, where: str | None = None) -> None:
         """UsageError when the engine would not load a file named ``path``."""
@@ -140,7 +143,7 @@ def write_engine(
 
     engine = get_engine(fmt)
     engine.check_output(path)
-    ordered = fit_to_model(placement, model, engine.engine)
+    ordered = fit_to_model(placement, model, engine.engine, keep_mtp=engine.mtp_layers)
     with atomic_path(path) as tmp:
         hints = engine.write(ordered, tmp, model)
     return [line.replace("{path}", str(path)) for line in hints]
@@ -204,11 +207,15 @@ def _safe_sniff(fmt: EngineFormat, path: Path) -> bool:
 # -- helpers shared by the engine modules -------------------------------------------
 
 
-def fit_to_model(placement: Placement, model: EngineModel, engine: str) -> Placement:
+def fit_to_model(
+    placement: Placement, model: EngineModel, engine: str, *, keep_mtp: bool = False
+) -> Placement:
     """``placement`` with its rows in the model's MoE-layer order, or EngineFormatError.
 
     Every engine needs one row for each MoE layer of the model and the model's
-    expert count; a placement for other layers or another model is an error.
+    expert count; a placement for other layers or another model is an error.  Rows
+    of the model's MTP layers (``mtp_layer_ids``) follow when ``keep_mtp``, else are
+    left out.
     """
     if placement.num_experts != model.num_experts:
         raise EngineFormatError(
@@ -218,7 +225,8 @@ def fit_to_model(placement: Placement, model: EngineModel, engine: str) -> Place
         )
     have = [int(i) for i in placement.layer_ids]
     want = [int(i) for i in model.moe_layer_ids]
-    extra = sorted(set(have) - set(want))
+    mtp = [int(i) for i in getattr(model, "mtp_layer_ids", ())]
+    extra = sorted(set(have) - set(want) - set(mtp))
     if extra:
         raise EngineFormatError(
             f"layer {extra[0]} of the placement is not a MoE layer of {model.name}"
@@ -232,6 +240,8 @@ def fit_to_model(placement: Placement, model: EngineModel, engine: str) -> Place
             f" {len(missing)} missing ({format_ranges(missing)})",
             hint="plan with statistics that cover every MoE layer",
         )
+    if keep_mtp:
+        want += [i for i in mtp if i in have]
     rows = [have.index(i) for i in want]
     return Placement(
         physical_to_logical=placement.physical_to_logical[rows],

@@ -264,6 +264,7 @@ def sniff(path: Path) -> bool:
 
 FORMAT = register_engine(
     EngineFormat(
-        name="trtllm", engine=ENGINE, suffix=".yaml", write=write, read=read, sniff=sniff
+        name="trtllm", engine=ENGINE, suffix=".yaml", write=write, read=read, sniff=sniff,
+        mtp_layers=True,
     )
 )

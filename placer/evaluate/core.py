@@ -200,7 +200,8 @@ def _check_inputs(
             f" {topology.num_gpus}",
             hint="use a placement planned for this cluster, or pass the matching --topology",
         )
-    moe_layers = set(int(i) for i in model.moe_layer_ids)
+    # MTP layers (num_hidden_layers + i) are MoE layers when statistics hold them
+    moe_layers = set(int(i) for i in getattr(model, "all_moe_layer_ids", model.moe_layer_ids))
     foreign = [int(i) for i in placement.layer_ids if int(i) not in moe_layers]
     if foreign:
         raise PlacementError(
