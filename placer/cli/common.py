@@ -55,6 +55,8 @@ def fail(error: PlacerError) -> None:
 EXIT_INTERRUPTED = 130
 #: Exit code of an unexpected exception: a bug in placer, never the user's data.
 EXIT_INTERNAL = 3
+#: Exit code when the reader of stdout went away (128 + SIGPIPE, as shells report it).
+EXIT_BROKEN_PIPE = 141
 
 
 def handle_errors(fn: F) -> F:
@@ -75,6 +77,10 @@ def handle_errors(fn: F) -> F:
             except KeyboardInterrupt:
                 sys.stderr.write("interrupted: nothing was written\n")
                 raise typer.Exit(EXIT_INTERRUPTED) from None
+            except BrokenPipeError:  # `placer ... | head`: the reader left; stop quietly
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                raise typer.Exit(EXIT_BROKEN_PIPE) from None
             except (typer.Exit, typer.Abort, SystemExit):
                 raise
             except Exception as e:  # a bug: say so, never a traceback

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 import typer
 
@@ -56,7 +58,21 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        _flush_quietly()
+
+
+def _flush_quietly() -> None:
+    """Flush stdout now, so a reader that left (``placer ... | head``) ends the run with
+    exit 141 instead of a message from the interpreter's shutdown."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)
 
 
 if __name__ == "__main__":
