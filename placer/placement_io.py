@@ -1,4 +1,4 @@
-"""Placement JSON, version 1: placer's own placement file (DESIGN.md §4.5).
+"""Placement JSON, version 1: placer's own placement file (docs/placement.md).
 
 A document::
 

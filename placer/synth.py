@@ -188,7 +188,7 @@ class SynthParams:
         return np.full(len(self.layer_ids), float(self.zipf))
 
     def header(self) -> dict[str, Any]:
-        """Trace metadata: the DESIGN.md header fields, then ``synth_*`` generator settings.
+        """Trace metadata: the header fields of docs/traces.md, then ``synth_*`` generator settings.
 
         Flat scalars (and the per-layer Zipf list), so both the JSONL header and the
         NPZ scalar members can hold them.
