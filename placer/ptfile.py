@@ -21,6 +21,10 @@ looked up.  Plain containers (dict, list, tuple, str, int, float, bool, None)
 need no global and load as they are.  This is what lets users without torch
 read SGLang's expert-distribution dumps, and makes reading a file from
 elsewhere safe (``torch.load`` without ``weights_only`` executes pickled code).
+
+:func:`is_torch_archive` tells a torch zip by its members (wherever the pickle's keys
+sit in it), and :func:`save_pt` writes the same layout from numpy arrays, so tests and
+tools make SGLang-shaped dumps without torch.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import numpy as np
 
 from placer.errors import DataError
 
-__all__ = ["load_pt"]
+__all__ = ["is_torch_archive", "load_pt", "save_pt"]
 
 #: numpy dtype of each storage type torch writes; bfloat16 is widened to float32.
 _STORAGE_DTYPES: dict[str, str] = {
@@ -75,6 +79,23 @@ class _Storage:
 
     key: str
     elements: np.ndarray
+
+
+def is_torch_archive(path: str | Path) -> bool:
+    """Whether ``path`` is a ``torch.save`` zip: one ``<root>/data.pkl`` beside
+    ``<root>/version`` or a storage ``<root>/data/<key>`` (no unpickling)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+    roots = [n[: -len("data.pkl")] for n in names if n == "data.pkl" or n.endswith("/data.pkl")]
+    if len(roots) != 1:
+        return False
+    root = roots[0]
+    return f"{root}version" in names or f"{root}.format_version" in names or any(
+        n.startswith(f"{root}data/") for n in names
+    )
 
 
 def load_pt(path: str | Path) -> Any:
@@ -242,3 +263,113 @@ def _is_int_tuple(value: Any) -> bool:
     return isinstance(value, tuple) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     )
+
+
+# -- writing --------------------------------------------------------------------------------
+#: Storage type torch writes for each numpy dtype (the inverse of ``_STORAGE_DTYPES``).
+_DTYPE_STORAGES: dict[str, str] = {
+    dtype: name for name, dtype in _STORAGE_DTYPES.items() if dtype != "bfloat16"
+}
+
+
+@dataclass(frozen=True)
+class _Global:
+    """A global the pickle names (``torch._utils._rebuild_tensor_v2``) without importing it."""
+
+    module: str
+    name: str
+
+    def __call__(self, *args: Any) -> Any:  # pickle's REDUCE wants a callable
+        raise TypeError(f"{self.module}.{self.name} is a stand-in for writing only")
+
+
+@dataclass(frozen=True)
+class _PendingStorage:
+    """An array's elements, written as ``data/<key>`` and referred to by persistent id."""
+
+    key: str
+    storage_type: _Global
+    numel: int
+
+
+_REBUILD = _Global("torch._utils", "_rebuild_tensor_v2")
+
+
+class _TorchPickler(pickle._Pickler):
+    """Pickles numpy arrays as torch tensors and keeps their bytes for the zip."""
+
+    dispatch = pickle._Pickler.dispatch.copy()  # type: ignore[attr-defined]
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=2)
+        self.storages: list[tuple[str, bytes]] = []
+        self._globals: dict[tuple[str, str], _Global] = {}
+
+    def _global(self, module: str, name: str) -> _Global:
+        # one object a global, so the memo writes it once
+        return self._globals.setdefault((module, name), _Global(module, name))
+
+    def save_torch_global(self, obj: _Global) -> None:
+        # the pure-Python pickler's own helpers (typeshed leaves them out)
+        self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode("ascii"))  # type: ignore[attr-defined]
+        self.memoize(obj)  # type: ignore[attr-defined]
+
+    dispatch[_Global] = save_torch_global  # type: ignore[assignment]
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, _PendingStorage):
+            return ("storage", obj.storage_type, obj.key, "cpu", obj.numel)
+        return None
+
+    def reducer_override(self, obj: Any) -> Any:
+        if not isinstance(obj, np.ndarray):
+            return NotImplemented
+        name = _DTYPE_STORAGES.get(obj.dtype.name)
+        if name is None:
+            raise ValueError(f"save_pt cannot write dtype {obj.dtype}")
+        flat = np.ascontiguousarray(obj).astype(obj.dtype.newbyteorder("<"), copy=False)
+        key = str(len(self.storages))
+        self.storages.append((key, flat.tobytes()))
+        storage = _PendingStorage(key, self._global("torch", name), int(obj.size))
+        stride, step = [], 1
+        for n in reversed(obj.shape):
+            stride.append(step)
+            step *= n
+        size = tuple(int(n) for n in obj.shape)
+        args: tuple[Any, ...] = (
+            storage, 0, size, tuple(reversed(stride)), False, collections.OrderedDict()
+        )
+        return (self._global(_REBUILD.module, _REBUILD.name), args)
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` with numpy scalars as Python numbers (they would need numpy's globals)."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return type(obj)((k, _plain(v)) for k, v in obj.items())
+    if isinstance(obj, list | tuple):
+        return type(obj)(_plain(v) for v in obj)
+    return obj
+
+
+def save_pt(obj: Any, path: str | Path, *, root: str = "archive") -> None:
+    """Write ``obj`` as ``torch.save`` would, with numpy arrays as tensors (no torch).
+
+    Parameters
+    ----------
+    obj: plain containers (dict, list, tuple, str, int, float, bool, None) and numpy
+        arrays of the dtypes in ``_STORAGE_DTYPES`` (not bfloat16); each array becomes a
+        contiguous little-endian tensor with its own storage.
+    path: the ``.pt`` file to write.
+    root: folder name inside the zip (torch uses the file's stem; any name loads).
+    """
+    buffer = io.BytesIO()
+    pickler = _TorchPickler(buffer)
+    pickler.dump(_plain(obj))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr(f"{root}/data.pkl", buffer.getvalue())
+        archive.writestr(f"{root}/byteorder", "little")
+        for key, data in pickler.storages:
+            archive.writestr(f"{root}/data/{key}", data)
+        archive.writestr(f"{root}/version", "3\n")

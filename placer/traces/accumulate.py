@@ -368,6 +368,7 @@ class Accumulator:
         self._agg_coact: np.ndarray | None = None
         self._agg_has_coact = True
         self._agg_window_starts: np.ndarray | None = None
+        self._agg_by_step: bool | None = None  # add_step_counts (True) or add_aggregate
         # windows
         self._window_mode: str | None = None  # "step", "order", "fixed"
         self._grid = WindowGrid()
@@ -879,6 +880,7 @@ class Accumulator:
         """
         where = where or self.source
         self._begin_kind("aggregate")
+        self._begin_aggregate(by_step=False, where=where)
         w, nl, e = load.shape
         lid = np.arange(nl, dtype=np.int64) if layer_ids is None else layer_ids
         if self._layer_filter is not None:
@@ -924,6 +926,73 @@ class Accumulator:
             else:
                 self._agg_coact = self._agg_coact + coact
         self.rows_read += w * nl
+
+    def add_step_counts(
+        self,
+        load: np.ndarray,
+        steps: np.ndarray,
+        *,
+        layer_ids: np.ndarray,
+        where: str | None = None,
+    ) -> None:
+        """Accumulate counts of forward passes: ``load [passes, layers, experts]`` int,
+        pass ``i`` taken at step ``steps[i]`` (any order; passes of one step add up).
+
+        Windows follow the steps as a per-token trace's do (aligned ranges of steps,
+        merged pairwise past ``constants.MAX_WINDOWS``), so files read together (one per
+        rank) add up step by step; layers and experts are the union of the files'.
+        """
+        where = where or self.source
+        self._begin_kind("aggregate")
+        self._begin_aggregate(by_step=True, where=where)
+        p, nl, e = load.shape
+        lid = np.asarray(layer_ids, dtype=np.int64)
+        steps = np.asarray(steps, dtype=np.int64)
+        if steps.shape != (p,) or lid.shape != (nl,):
+            raise TraceError(
+                f"{p} passes with {steps.shape} steps and {nl} layers with {lid.shape} ids",
+                where=where,
+            )
+        if self._layer_filter is not None:
+            self._all_layers.update(lid.tolist())
+            cols = np.isin(lid, self._layer_filter)
+            self.skip("layer not selected", int(p * (~cols).sum()))
+            load, lid = load[:, cols], lid[cols]
+            nl = lid.size
+        if p == 0 or nl == 0:
+            return
+        if self._num_experts is not None and e > self._num_experts:
+            raise TraceError(
+                f"counts have {e} experts but num_experts is {self._num_experts}"
+                f" ({self._experts_from})",
+                where=where,
+            )
+        if (load < 0).any():
+            raise TraceError("counts must be >= 0", where=where)
+        rows = self._rows_of(lid, lambda i: where)
+        if e > self._num_e:
+            self._resize(num_e=e)
+        self._max_expert = max(self._max_expert, e - 1)
+        if self._window_mode is None:
+            self._window_mode = "step"
+        self._fit_windows(int(steps.min()), int(steps.max()))
+        win = self._window_of(steps)
+        np.add.at(
+            self._load,
+            (win[:, None, None], rows[None, :, None], np.arange(e)[None, None, :]),
+            load.astype(np.int64, copy=False),
+        )
+        self.rows_read += p * nl
+
+    def _begin_aggregate(self, *, by_step: bool, where: str) -> None:
+        if self._agg_by_step is None:
+            self._agg_by_step = by_step
+        elif self._agg_by_step != by_step:
+            raise TraceError(
+                "counts per forward pass and load matrices cannot be read together",
+                where=where,
+                hint="read them separately",
+            )
 
     # -- result -------------------------------------------------------------------
     def only_warmup(self) -> bool:
@@ -1675,10 +1744,16 @@ class Accumulator:
 
     def _result_aggregate(self) -> RoutingData:
         load = self._load
+        if self._agg_by_step:
+            num_e = self._num_experts if self._num_experts is not None else self._num_e
+            load = load[:, :, :num_e]
+            self._agg_window_starts = self._grid.starts()
         w, nl, _ = load.shape
         lid = np.asarray(self._layer_ids, dtype=np.int64)
         order = np.argsort(lid)
         load, lid = load[:, order], lid[order]
+        if self._agg_by_step:
+            self._check_selected_layers(lid)
         coact = None if self._agg_coact is None else self._agg_coact[order]
         top_k = self._top_k
         if top_k is None:

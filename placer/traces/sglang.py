@@ -1,7 +1,7 @@
 """SGLang expert-distribution recorder dumps (``.pt``), read without torch.
 
-SGLang (python/sglang/srt/eplb/expert_distribution.py) writes one of two layouts
-with ``torch.save``; placer reads both with :func:`placer.ptfile.load_pt`:
+SGLang (python/sglang/srt/eplb/expert_distribution.py) writes one of three layouts
+with ``torch.save``; placer reads them with :func:`placer.ptfile.load_pt`:
 
 ``stat`` mode, one file from rank 0, ``expert_distribution_recorder_{time}.pt``::
 
@@ -26,6 +26,22 @@ with ``torch.save``; placer reads both with :func:`placer.ptfile.load_pt`:
   mapped with the later map).  The step of a token is its record's
   ``forward_pass_id``; its source rank is the record's ``rank``.  Read every rank's
   file together to see all tokens.
+
+``per_pass`` mode, the same files and map, each record holding the pass's counts
+(``_DetailAccumulator`` with a counting gatherer)::
+
+    {"forward_pass_id", "rank", "gatherer_key",
+     "global_physical_count": int [num_hidden_layers, num_physical_experts]}
+
+  Each physical slot's count goes to its logical expert through
+  ``last_physical_to_logical_map`` (a logical expert's count is the sum over its
+  replicas); layers that count nothing (dense layers) are dropped.  Each forward pass
+  is a window at its ``forward_pass_id`` (merged pairwise past ``MAX_WINDOWS``); rank
+  files read together add up pass by pass.  The file does not say the top-k: pass
+  ``top_k`` (``--top-k``).
+
+Detection: any torch zip archive (:func:`placer.ptfile.is_torch_archive`, by its
+members: a real dump's keys may sit megabytes into ``data.pkl``), whatever its name.
 """
 
 from __future__ import annotations
@@ -37,11 +53,14 @@ import numpy as np
 
 from placer import constants
 from placer.errors import DataError, TraceError
-from placer.ptfile import load_pt
+from placer.ptfile import is_torch_archive, load_pt
 from placer.traces.accumulate import Accumulator, TokenChunk
 from placer.traces.registry import register_format
 
 FORMAT = "sglang"
+
+#: Records of a per_pass dump mapped to logical experts at a time (bounds temporaries).
+_PASS_BATCH = 1024
 
 
 def load_dump(path: Path) -> dict[str, Any]:
@@ -58,19 +77,45 @@ def load_dump(path: Path) -> dict[str, Any]:
 
 
 def read(path: Path, acc: Accumulator) -> None:
-    """Accumulate one SGLang recorder dump (``stat`` or ``per_token`` mode)."""
+    """Accumulate one SGLang recorder dump (``stat``, ``per_token`` or ``per_pass`` mode)."""
     dump = load_dump(path)
     if "logical_count" in dump:
         _read_stat(path, dump, acc)
     elif "records" in dump and "last_physical_to_logical_map" in dump:
-        _read_per_token(path, dump, acc)
+        records = dump["records"]
+        if not isinstance(records, list):
+            raise TraceError("records must be a list", where=f"{path}: records")
+        if _per_pass(path, records):
+            _read_per_pass(path, dump, acc)
+        else:
+            _read_per_token(path, dump, acc)
     else:
         raise TraceError(
             f"not an SGLang expert-distribution dump (keys: {', '.join(map(str, dump))})",
             where=str(path),
-            hint="expected logical_count (stat mode) or records and"
-            " last_physical_to_logical_map (per_token mode)",
+            hint="expected logical_count (stat mode), or records and"
+            " last_physical_to_logical_map (per_token and per_pass modes)",
         )
+
+
+def _per_pass(path: Path, records: list[Any]) -> bool:
+    """Whether the records are per_pass ones (counts, no per-token ids)."""
+    for i, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise TraceError(
+                f"a record must be a dict, got {type(record).__name__}",
+                where=f"{path}: records[{i}]",
+            )
+        if "topk_ids_of_layer" in record:
+            return False
+        if "global_physical_count" not in record:
+            raise TraceError(
+                "the record has neither topk_ids_of_layer (per_token mode) nor"
+                " global_physical_count (per_pass mode)",
+                where=f"{path}: records[{i}]",
+                hint="dump with --expert-distribution-recorder-mode per_token or per_pass",
+            )
+    return bool(records)
 
 
 def _read_stat(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
@@ -94,18 +139,66 @@ def _read_stat(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
     acc.add_aggregate(load, layer_ids=layers.astype(np.int64), window_starts=starts, where=where)
 
 
-def _read_per_token(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
+def _physical_to_logical(path: Path, dump: dict[str, Any], acc: Accumulator) -> np.ndarray:
+    """``last_physical_to_logical_map [layers, physical]``, checked and declared."""
     p2l = dump["last_physical_to_logical_map"]
     map_where = f"{path}: last_physical_to_logical_map"
     if not isinstance(p2l, np.ndarray) or p2l.ndim != 2 or p2l.size == 0:
         raise TraceError("expected a [layers, physical experts] map", where=map_where)
     if not np.issubdtype(p2l.dtype, np.integer) or int(p2l.min()) < 0:
         raise TraceError("the map must hold logical expert ids >= 0", where=map_where)
-    num_layers, num_physical = p2l.shape
     acc.declare(where=map_where, num_experts=int(p2l.max()) + 1)
+    return p2l.astype(np.int64)
+
+
+def _read_per_pass(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
+    p2l = _physical_to_logical(path, dump, acc)
+    num_layers, num_physical = p2l.shape
+    num_experts = int(p2l.max()) + 1
     records = dump["records"]
-    if not isinstance(records, list):
-        raise TraceError("records must be a list", where=f"{path}: records")
+    where = f"{path}: records[*].global_physical_count"
+    logical = []  # [passes, layers, experts] per batch of records
+    steps = np.zeros(len(records), dtype=np.int64)
+    layer_index = np.arange(num_layers)[:, None]
+    for lo in range(0, len(records), _PASS_BATCH):
+        batch = records[lo : lo + _PASS_BATCH]
+        phys = np.zeros((len(batch), num_layers, num_physical), dtype=np.int64)
+        for j, record in enumerate(batch):
+            rec_where = f"{path}: records[{lo + j}]"
+            phys[j] = _pass_counts(record, rec_where, p2l.shape)
+            steps[lo + j] = _int_field(record, "forward_pass_id", rec_where)
+        # a logical expert's count is the sum over its replicas
+        out = np.zeros((len(batch), num_layers, num_experts), dtype=np.int64)
+        np.add.at(out, (np.arange(len(batch))[:, None, None], layer_index[None], p2l[None]), phys)
+        logical.append(out)
+    load = np.concatenate(logical)
+    layers = np.flatnonzero(load.sum(axis=(0, 2)) > 0)
+    if layers.size == 0:
+        raise TraceError("global_physical_count is all zero: nothing was recorded", where=where)
+    acc.add_step_counts(load[:, layers], steps, layer_ids=layers, where=where)
+
+
+def _pass_counts(record: dict[str, Any], where: str, shape: tuple[int, int]) -> np.ndarray:
+    """``global_physical_count [layers, physical]`` of one per_pass record, checked."""
+    counts = record["global_physical_count"]
+    if not isinstance(counts, np.ndarray) or counts.shape != shape:
+        got = getattr(counts, "shape", type(counts).__name__)
+        raise TraceError(
+            f"global_physical_count has shape {got}, expected {list(shape)} (layers and"
+            " physical experts of last_physical_to_logical_map)",
+            where=where,
+        )
+    if not np.issubdtype(counts.dtype, np.integer) or (counts < 0).any():
+        raise TraceError(
+            "global_physical_count must hold counts >= 0", where=f"{where}.global_physical_count"
+        )
+    return counts
+
+
+def _read_per_token(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
+    p2l = _physical_to_logical(path, dump, acc)
+    num_layers, num_physical = p2l.shape
+    records = dump["records"]
     chunks = []  # (record index, record, topk ids [layers, tokens, 8]) of non-empty records
     for i, record in enumerate(records):
         topk = _record_topk(record, f"{path}: records[{i}]", num_layers, num_physical)
@@ -191,13 +284,8 @@ def fold_windows(load: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """A torch zip whose pickle (stored first) names the recorder's keys."""
-    return (
-        head[:4] == b"PK\x03\x04"
-        and b"data.pkl" in head[:512]
-        and (b"logical_count" in head or b"last_physical_to_logical_map" in head
-             or b"topk_ids_of_layer" in head)
-    )
+    """A torch zip archive, told by its members (the pickle's keys may sit anywhere)."""
+    return head[:4] == b"PK\x03\x04" and is_torch_archive(path)
 
 
 register_format(
@@ -205,5 +293,6 @@ register_format(
     extensions=(".pt",),
     sniff=sniff,
     read=read,
-    description="SGLang expert distribution recorder dump (stat or per_token .pt, no torch needed)",
+    description="SGLang expert distribution recorder dump (stat, per_token or per_pass .pt,"
+    " no torch needed)",
 )

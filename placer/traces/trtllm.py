@@ -11,8 +11,12 @@ fused-MoE modules) writes into ``EXPERT_STATISTIC_PATH``::
 number of slots when the MoE load balancer was on (counts are then per slot).
 placer sums the rank files, makes each iteration a window, and maps slot counts back
 to experts with the load balancer's ``initial_global_assignments`` when the folder
-holds that YAML (any ``*.yaml``/``*.yml`` with ``initial_global_assignments``; copy
-yours next to the statistics).  Pass the folder (or its ``meta_info.json``) as the trace.
+holds a YAML that gives them: the load-balancer file itself, or the extra LLM API
+options YAML whose ``moe_config.load_balancer`` is that mapping inline or the path of
+the file (copy yours next to the statistics).  Pass the folder (or its
+``meta_info.json``) as the trace.  Without such a YAML, a ``num_experts`` in
+``meta_info.json`` above the declared expert count (``num_experts=``,
+``--num-experts``) means the load balancer was on: the error says so.
 
 The ``.safetensors`` files are parsed here (an 8-byte little-endian header length, a
 JSON header of ``{name: {dtype, shape, data_offsets}}``, then raw bytes), so neither
@@ -94,23 +98,82 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 
 
 def read_load_balancer(path: Path) -> dict[int, np.ndarray]:
-    """``initial_global_assignments`` of a TensorRT-LLM load-balancer YAML: layer -> slots."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise TraceError(f"invalid YAML ({e})", where=str(path)) from None
-    assignments = doc.get("initial_global_assignments") if isinstance(doc, dict) else None
+    """``initial_global_assignments`` (layer -> slots) of a TensorRT-LLM load-balancer
+    YAML, or of an extra LLM API options YAML through ``moe_config.load_balancer`` (the
+    mapping inline, or the path of the load-balancer file, relative to the YAML)."""
+    found = _balancer_source(path)
+    if found is None:
+        raise TraceError(
+            "no initial_global_assignments mapping",
+            where=str(path),
+            hint="give the load-balancer YAML, or the LLM API options YAML whose"
+            " moe_config.load_balancer holds it",
+        )
+    mapping, where, _ = found
+    assignments = mapping.get("initial_global_assignments")
+    where = f"{where}.initial_global_assignments" if where != str(path) else where
     if not isinstance(assignments, dict):
-        raise TraceError("no initial_global_assignments mapping", where=str(path))
+        raise TraceError(
+            "no initial_global_assignments mapping",
+            where=where,
+            hint="the statistics count slots: placer needs the layer -> slots lists they"
+            " were recorded with",
+        )
     out = {}
     for layer, slots in assignments.items():
         if not isinstance(layer, int) or not isinstance(slots, list):
             raise TraceError(
                 f"initial_global_assignments[{layer!r}] must be a list of expert ids",
-                where=str(path),
+                where=where,
             )
         out[layer] = np.asarray(slots, dtype=np.int64)
     return out
+
+
+def _load_yaml(path: Path) -> object:
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise TraceError(f"invalid YAML ({e})", where=str(path)) from None
+    except OSError as e:
+        raise TraceError(f"cannot read the file ({e})", where=str(path)) from None
+
+
+def _balancer_source(path: Path) -> tuple[dict[object, object], str, Path] | None:
+    """The load-balancer mapping a YAML gives: ``(mapping, where, file it is in)``.
+
+    The file is the load-balancer YAML itself (``initial_global_assignments`` at the
+    top), or an extra LLM API options YAML whose ``moe_config.load_balancer`` is the
+    mapping or a path to the file.  None when it gives no load balancer.
+    """
+    doc = _load_yaml(path)
+    if not isinstance(doc, dict):
+        return None
+    if "initial_global_assignments" in doc:
+        return doc, str(path), path
+    moe = doc.get("moe_config")
+    balancer = moe.get("load_balancer") if isinstance(moe, dict) else None
+    where = f"{path}: moe_config.load_balancer"
+    if isinstance(balancer, dict):
+        return balancer, where, path
+    if isinstance(balancer, str):
+        target = Path(balancer) if Path(balancer).is_absolute() else path.parent / balancer
+        if not target.is_file():
+            raise TraceError(
+                f"the load-balancer file {balancer} is not there",
+                where=where,
+                hint="copy it next to meta_info.json and name it there, or write its"
+                " mapping inline under moe_config.load_balancer",
+            )
+        doc = _load_yaml(target)
+        if isinstance(doc, dict) and "initial_global_assignments" in doc:
+            return doc, str(target), target
+        raise TraceError(
+            "no initial_global_assignments mapping",
+            where=str(target),
+            hint=f"{path} names it as moe_config.load_balancer",
+        )
+    return None
 
 
 def read(path: Path, acc: Accumulator) -> None:
@@ -171,6 +234,8 @@ def read(path: Path, acc: Accumulator) -> None:
     balancer = _find_load_balancer(folder)
     if balancer is not None:
         load = _slots_to_experts(load, layers, *balancer)
+    else:
+        _check_not_slots(path, num_counts, acc)
     acc.declare(
         where=str(path),
         num_experts=load.shape[2],
@@ -181,17 +246,43 @@ def read(path: Path, acc: Accumulator) -> None:
                       where=str(folder))
 
 
-def _find_load_balancer(folder: Path) -> tuple[Path, dict[int, np.ndarray]] | None:
-    found = [
-        p for p in sorted(folder.iterdir())
-        if p.suffix in (".yaml", ".yml") and "initial_global_assignments" in p.read_text()
-    ]
-    if len(found) > 1:
+def _check_not_slots(path: Path, num_counts: int, acc: Accumulator) -> None:
+    """Counts of more slots than the model has experts, and no YAML to map them back."""
+    declared = acc.options.num_experts
+    if declared is not None and num_counts > declared:
         raise TraceError(
-            f"{len(found)} load-balancer YAML files in the folder", where=str(folder),
+            f"meta_info.json counts {num_counts} experts but the model has {declared}:"
+            " TensorRT-LLM's MoE load balancer was on, so these are its slots",
+            where=f"{path}: num_experts",
+            hint="copy the YAML that moe_config.load_balancer named (or the extra LLM API"
+            " options YAML that holds it inline) next to meta_info.json, so slots map"
+            " back to experts",
+        )
+
+
+def _find_load_balancer(folder: Path) -> tuple[Path, dict[int, np.ndarray]] | None:
+    """The load balancer the folder's YAML files give (one, or several naming one file)."""
+    found: dict[Path, Path] = {}  # file holding the mapping -> YAML that gave it
+    for p in sorted(folder.iterdir()):
+        if p.suffix not in (".yaml", ".yml") or not p.is_file():
+            continue
+        text = p.read_text(errors="replace")
+        if "initial_global_assignments" not in text and "load_balancer" not in text:
+            continue
+        source = _balancer_source(p)
+        if source is not None:
+            found.setdefault(source[2].resolve(), p)
+    if len(found) > 1:
+        names = ", ".join(sorted(p.name for p in found.values()))
+        raise TraceError(
+            f"{len(found)} YAML files in the folder give a load balancer ({names})",
+            where=str(folder),
             hint="keep only the one the statistics were recorded with",
         )
-    return (found[0], read_load_balancer(found[0])) if found else None
+    if not found:
+        return None
+    path = next(iter(found.values()))
+    return path, read_load_balancer(path)
 
 
 def _slots_to_experts(
