@@ -4,7 +4,7 @@ Every per-token reader hands chunks to one :class:`Accumulator`, which owns what
 formats share: layer and expert bookkeeping, token identity, windows, load,
 co-activation, layer affinity, validation, skipped-row counts and warnings.  Memory is
 ``O(layers x experts^2)`` for the statistics plus one chunk, plus a small per-token
-record (``8 x (6 + k)`` bytes) for traces whose rows carry token ids; ``keep_tokens``
+record (``8 x (7 + k)`` bytes) for traces whose rows carry token ids; ``keep_tokens``
 also keeps every row.
 
 Two kinds of chunk come in:
@@ -15,7 +15,15 @@ Two kinds of chunk come in:
 - :class:`TokenChunk`: consecutive whole tokens ``[tokens, layers, k]``, as NPZ traces
   and the writers have them.
 
-Aggregated inputs (load matrices) go through :meth:`Accumulator.add_aggregate`.
+Aggregated inputs go through :meth:`Accumulator.add_aggregate` (load matrices) or
+:meth:`Accumulator.add_step_counts` (counts per forward pass).
+
+Real logs: the n-th row of a (request, token, layer) belongs to the n-th occurrence of
+the token (a second pass with the same ids, token numbers that restart), with one
+warning.  Runs of ``constants.WARMUP_RUN_ROWS`` or more identical consecutive rows of one
+layer (and request) are an engine's warm-up pass: left out unless ``keep_warmup``.  To
+see a run whole, the rows from the start of the first run that may still grow are held
+back and go first with the next chunk, so rows are always counted in file order.
 
 Windows (``ExpertStats.load`` is ``[windows, layers, experts]``): a token belongs to
 one window, chosen when it is first seen.  With ``window_tokens=N`` windows are N
