@@ -25,6 +25,7 @@ import typer
 from placer import constants
 from placer.cli.common import (
     handle_errors,
+    keep_warmup_option,
     num_experts_option,
     print_json,
     read_trace,
@@ -224,6 +225,7 @@ def plan(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     top_k: int | None = top_k_option(),
     num_experts: int | None = num_experts_option(),
+    keep_warmup: bool = keep_warmup_option(),
     export: list[str] = typer.Option(
         [], "--export", "-x", metavar="FORMAT:FILE",
         help="Also write the placement for a serving engine (repeatable), e.g. sglang:plan.json;"
@@ -286,7 +288,7 @@ def plan(
     keep, no_trace = (keep_tokens_for(trace) if model_spec is not None and topo is not None
                       else (False, ""))
     routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
-                         num_experts=num_experts, keep_tokens=keep)
+                         num_experts=num_experts, keep_tokens=keep, keep_warmup=keep_warmup)
     current_placement = read_placement(current) if current is not None else None
 
     def build(slots: int | None, spare: int | None) -> Any:
