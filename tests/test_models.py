@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from placer.errors import ModelError, UsageError
 from placer.models import DTYPES, ModelSpec, load_model, model_from_dict, model_names
 
-#: the reference table of the models' shapes (docs/models.md), as printed: MoE layers, experts, top-k, shared, hidden, ffn, expert MB
-#: in BF16 and in the model's small dtype (FP8, or MXFP4 for gpt-oss).
+#: the reference table of the models' shapes, as printed: MoE layers, experts, top-k,
+#: shared, hidden, ffn, expert MB in BF16 and in the model's small dtype (FP8, or MXFP4
+#: for gpt-oss).
 DESIGN_TABLE = {
     "deepseek-v3": (58, 256, 8, 1, 7168, 2048, "88.1", "44.0", "fp8"),
     "kimi-k2": (60, 384, 8, 1, 7168, 2048, "88.1", "44.0", "fp8"),
