@@ -160,3 +160,27 @@ def test_replan_from_a_placement_with_duplicates() -> None:
     result = solve(problem, "cpsat", SolveParams(time_limit_s=2.0, move_tolerance=0.0,
                                                  options={"patience": 2}))
     assert (result.placement.replica_counts >= 1).all()
+
+
+def test_colocation_term_puts_co_activated_experts_together() -> None:
+    """Pairs (0, 1) and (2, 3) always come together and every placement balances alike:
+    the traffic term alone must bring each pair onto one GPU (a sign error, or a term that
+    drops out, leaves them split as in the start)."""
+    load = np.full((1, 1, 4), 100, dtype=np.int64)
+    coact = np.zeros((1, 4, 4), dtype=np.int64)
+    coact[0, 0, 1] = coact[0, 1, 0] = coact[0, 2, 3] = coact[0, 3, 2] = 100
+    stats = ExpertStats(load=load, tokens=np.array([200]), layer_ids=np.array([0]), top_k=2,
+                        coact=coact)
+    problem = PlacementProblem(stats=stats, num_gpus=2, slots_per_gpu=2,
+                               node_of_gpu=np.zeros(2, dtype=np.int64))
+    data = layer_data(problem, 0, np.ones(4, dtype=np.int64), "mean")
+    start = np.zeros((4, 2), dtype=bool)
+    start[[0, 2], 0] = start[[1, 3], 1] = True  # both pairs split
+    model = LayerModel(data, start, np.arange(2), mode="cost", scale=data.scale, cap=2.0,
+                       traffic_weight=1.0, migration_weight=0.0)
+    result = model.solve(dtime=5.0, wall=10.0, seed=0)
+    assert result.x is not None
+    assert (result.x[0] == result.x[1]).all() and (result.x[2] == result.x[3]).all()
+    assert data.traffic(result.x) < data.traffic(start)
+    # the model rewards each pair that shares a GPU: its optimum is below the split's 0
+    assert result.objective < 0
