@@ -16,25 +16,31 @@ from typing import TYPE_CHECKING
 import typer
 import yaml
 
-from placer.cli.common import handle_errors, print_json, write_text_atomic
+from placer.cli.command import PlacerCommand, examples
+from placer.cli.common import (
+    complete_topology,
+    handle_errors,
+    print_json,
+    write_text_atomic,
+)
 from placer.errors import UsageError
 
 if TYPE_CHECKING:
     from placer.calibrate.fit import FitResult
 
-_EPILOG = """\b
-Example:
-  placer calibrate bench/data/deepep_v1.csv --topology dgx-h800 -o h800-cal.yaml
-  placer topology show h800-cal.yaml
-  placer evaluate trace.jsonl -p plan.json --topology h800-cal.yaml
-
-Timings CSV format, the model and the fit: docs/calibrate.md.  bench/gpu_microbench.py
-measures such a CSV on a machine with GPUs."""
+_EPILOG = examples(
+    "placer calibrate bench/data/deepep_v1.csv --topology dgx-h800 -o h800-cal.yaml",
+    "placer topology show h800-cal.yaml",
+    "placer evaluate trace.jsonl -p plan.json --topology h800-cal.yaml",
+    note="Timings CSV format, the model and the fit: docs/calibrate.md. bench/gpu_microbench.py"
+    " measures such a CSV on a machine with GPUs.",
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``placer calibrate`` to ``app``."""
-    app.command("calibrate", no_args_is_help=True, epilog=_EPILOG)(calibrate)
+    app.command("calibrate", cls=PlacerCommand, no_args_is_help=True,
+                epilog=_EPILOG)(calibrate)
 
 
 def _is_path(value: str) -> bool:
@@ -131,19 +137,22 @@ def render(result: FitResult, timings: str, base_name: str) -> str:
 @handle_errors
 def calibrate(
     timings: Path = typer.Argument(
-        ..., help="Timings CSV: measured all-to-all phases and expert GEMMs (docs/calibrate.md)."
+        ..., metavar="TIMINGS",
+        help="Timings CSV: measured all-to-all phases and expert GEMMs (docs/calibrate.md)."
     ),
     topology: str = typer.Option(
-        ..., "--topology", "-t",
+        ..., "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology,
         help="Base topology (preset or YAML file): the machines the timings were measured on;"
         " all-to-all rows grow its first node to their node count.",
     ),
     output: Path | None = typer.Option(
-        None, "--output", "-o",
+        None, "--output", "-o", metavar="FILE",
         help="Write the overlay topology here (.yaml): {extends: BASE, calibration: ...}.",
     ),
     name: str | None = typer.Option(
-        None, "--name", help="The overlay's name (default: BASE's name + '-calibrated')."
+        None, "--name", metavar="NAME",
+        help="The overlay's name (default: BASE's name + '-calibrated')."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the fit as JSON."),
 ) -> None:

@@ -14,6 +14,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,8 +32,10 @@ err = Console(stderr=True, highlight=False)
 
 __all__ = [
     "atomic_path",
+    "configured_options",
     "err",
     "fail",
+    "from_config",
     "handle_errors",
     "out",
     "print_json",
@@ -43,11 +46,32 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: Options of the running command whose value came from a ``PLACER_*`` variable or the
+#: config file, and from where (``{"--engine": "PLACER_ENGINE=sglang"}``); set by
+#: :class:`placer.cli.command.PlacerCommand` so that an error about them says so.
+configured_options: ContextVar[dict[str, str] | None] = ContextVar("configured_options",
+                                                                  default=None)
+
+
+def from_config(option: str) -> bool:
+    """Whether the running command's ``option`` (``"--topology"``) took its value from a
+    ``PLACER_*`` variable or the config file, not from the command line: such a default
+    yields to a command-line option that contradicts it."""
+    return option in (configured_options.get() or {})
+
+
 def fail(error: PlacerError) -> None:
-    """Print ``error: ...`` / ``hint: ...`` on stderr and exit with the error's code."""
+    """Print ``error: ...`` / ``hint: ...`` on stderr and exit with the error's code.
+
+    When the error names an option whose value came from the environment or the config
+    file, a second hint says so (the user did not type it)."""
     sys.stderr.write(f"error: {error}\n")
     if error.hint:
         sys.stderr.write(f"hint: {error.hint}\n")
+    origin = (configured_options.get() or {}).get(error.where or "")
+    if origin is not None:
+        sys.stderr.write(f"hint: {error.where} was not on the command line: it came from"
+                         f" {origin} (`placer config` shows every default)\n")
     raise typer.Exit(error.exit_code)
 
 
@@ -62,53 +86,69 @@ EXIT_BROKEN_PIPE = 141
 def handle_errors(fn: F) -> F:
     """Decorator for commands: PlacerError -> clean message and exit code; warnings ->
     stderr (placer's as ``warning:`` lines, others as Python shows them, once each, after
-    the command); Ctrl-C / SIGTERM -> ``interrupted`` and exit 130 (outputs not written:
-    :mod:`placer.fileio`); any other exception -> ``error: internal error`` and exit 3."""
+    the command's output); Ctrl-C / SIGTERM -> ``interrupted`` and exit 130 (outputs not
+    written: :mod:`placer.fileio`); any other exception -> ``error: internal error`` and
+    exit 3.
+
+    A command that fails on a data error prints the warnings first, so that the error and
+    its hint end the output; one that fails on a usage error (exit 2) leaves the data's
+    warnings out: the command line needs fixing first, and the run that works says them."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         previous = _terminate_as_interrupt()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", PlacerWarning)
-            try:
-                return fn(*args, **kwargs)
-            except PlacerError as e:
-                fail(e)
-            except KeyboardInterrupt:
-                sys.stderr.write("interrupted: nothing was written\n")
-                raise typer.Exit(EXIT_INTERRUPTED) from None
-            except BrokenPipeError:  # `placer ... | head`: the reader left; stop quietly
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-                raise typer.Exit(EXIT_BROKEN_PIPE) from None
-            except (typer.Exit, typer.Abort, SystemExit):
-                raise
-            except Exception as e:  # a bug: say so, never a traceback
-                sys.stderr.write(
-                    f"error: internal error: {type(e).__name__}: {e}\n"
-                    "hint: this is a bug in placer, not in your input; please report it with"
-                    " the command line (PLACER_DEBUG=1 shows the traceback)\n")
-                if os.environ.get("PLACER_DEBUG"):
+        caught: list[warnings.WarningMessage] = []
+        try:
+            with warnings.catch_warnings(record=True) as recorded:
+                caught = recorded
+                warnings.simplefilter("always", PlacerWarning)
+                try:
+                    return fn(*args, **kwargs)
+                except PlacerError as e:
+                    shown, caught[:] = list(caught), []
+                    if e.exit_code != UsageError.exit_code:
+                        show_warnings(shown)
+                    fail(e)
+                except KeyboardInterrupt:
+                    sys.stderr.write("interrupted: nothing was written\n")
+                    raise typer.Exit(EXIT_INTERRUPTED) from None
+                except BrokenPipeError:  # `placer ... | head`: the reader left; stop quietly
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, sys.stdout.fileno())
+                    raise typer.Exit(EXIT_BROKEN_PIPE) from None
+                except (typer.Exit, typer.Abort, SystemExit):
                     raise
-                raise typer.Exit(EXIT_INTERNAL) from None
-            finally:
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
-                foreign = []
-                for w in list(caught):  # a snapshot: re-shown warnings are not recorded
-                    if issubclass(w.category, PlacerWarning):
-                        sys.stderr.write(f"warning: {w.message}\n")
-                    else:
-                        foreign.append(w)
-        seen: set[str] = set()
-        for w in foreign:  # after the recording context: shown once each, not re-recorded
-            key = f"{w.category.__name__}: {w.message}"
-            if key not in seen:
-                seen.add(key)
-                sys.stderr.write(f"warning: {key} ({w.filename}:{w.lineno})\n")
+                except Exception as e:  # a bug: say so, never a traceback
+                    shown, caught[:] = list(caught), []
+                    show_warnings(shown)
+                    sys.stderr.write(
+                        f"error: internal error: {type(e).__name__}: {e}\n"
+                        "hint: this is a bug in placer, not in your input; please report it"
+                        " with the command line (PLACER_DEBUG=1 shows the traceback)\n")
+                    if os.environ.get("PLACER_DEBUG"):
+                        raise
+                    raise typer.Exit(EXIT_INTERNAL) from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            show_warnings(list(caught))  # after the recording context: not re-recorded
         return None
 
     return wrapper  # type: ignore[return-value]
+
+
+def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
+    """Write recorded warnings on stderr, each message once: placer's as ``warning: ...``,
+    others with their category and source line."""
+    seen: set[str] = set()
+    for w in caught:
+        placer = issubclass(w.category, PlacerWarning)
+        text = str(w.message) if placer else f"{w.category.__name__}: {w.message}"
+        if text in seen:
+            continue
+        seen.add(text)
+        where = "" if placer else f" ({w.filename}:{w.lineno})"
+        sys.stderr.write(f"warning: {text}{where}\n")
 
 
 def _terminate_as_interrupt() -> Any:
@@ -147,6 +187,37 @@ def print_json(obj: Any) -> None:
     """Write ``obj`` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
     sys.stdout.flush()
+
+
+# -- shell completion of option values (`placer --install-completion`) ---------------------
+
+
+def complete_topology(incomplete: str) -> list[str]:
+    """Topology presets starting with ``incomplete`` (none: the shell completes files)."""
+    from placer.topology import preset_names
+
+    return [name for name in preset_names() if name.startswith(incomplete)]
+
+
+def complete_model(incomplete: str) -> list[str]:
+    """Model presets starting with ``incomplete`` (none: the shell completes files)."""
+    from placer.models import model_names
+
+    return [name for name in model_names() if name.startswith(incomplete)]
+
+
+def complete_solver(incomplete: str) -> list[str]:
+    """Solver names starting with ``incomplete``."""
+    from placer.problem import solver_names
+
+    return [name for name in solver_names() if name.startswith(incomplete)]
+
+
+def complete_engine(incomplete: str) -> list[str]:
+    """Serving engines starting with ``incomplete``."""
+    from placer.workload import ENGINES
+
+    return [name for name in ENGINES if name.startswith(incomplete)]
 
 
 # -- reading routing data, shared by every command that takes a TRACE ----------------------

@@ -17,8 +17,14 @@ from typing import Any
 import typer
 
 from placer import constants
+from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
+    complete_engine,
+    complete_model,
+    complete_solver,
+    complete_topology,
     err,
+    from_config,
     handle_errors,
     keep_warmup_option,
     print_json,
@@ -38,6 +44,15 @@ from placer.compare import (
 )
 from placer.errors import UsageError
 from placer.workload import ENGINES, PHASES
+
+EXAMPLES = examples(
+    "placer compare traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t dgx-h100 -t 2x-dgx-h100"
+    " -r 0,16,32 -s eplb,cpsat",
+    "placer compare trace.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --engine sglang --csv"
+    " > rows.csv",
+    "placer compare --scenarios study.yaml --report compare.html --png-dir pictures/",
+    note="Scenario files, columns and the report: docs/compare.md.",
+)
 
 #: Version of the ``--json`` document.
 COMPARE_FORMAT, COMPARE_VERSION = "placer-compare", 1
@@ -136,14 +151,16 @@ def check_dpi(dpi: int) -> None:
         raise UsageError(f"expected --dpi between {low} and {high}, got {dpi}", where="--dpi")
 
 
-def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path) -> None:
-    """Each picture as ``folder/<stem>.png`` (atomically)."""
+def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,
+                   quiet: bool = False) -> None:
+    """Each picture as ``folder/<stem>.png`` (atomically); says so on stderr unless quiet."""
     from placer.cli.common import atomic_path
 
     for stem, png in pictures:
         with atomic_path(folder / f"{stem}.png") as tmp:
             tmp.write_bytes(png)
-    sys.stderr.write(f"wrote {len(pictures)} PNG file(s) to {folder}\n")
+    if not quiet:
+        sys.stderr.write(f"wrote {len(pictures)} PNG file(s) to {folder}\n")
 
 
 class _Progress:
@@ -182,54 +199,65 @@ class _Progress:
 
 def compare(
     trace: list[Path] = typer.Argument(
-        None, help="Routing trace or load statistics file(s); optional with --scenarios"
+        None, metavar="TRACE",
+        help="Routing trace or load statistics file(s); optional with --scenarios"
         " when the file names the trace.", show_default=False,
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m", help="Model preset name or YAML file.", show_default=False
+        None, "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model, help="Model preset name or YAML file.",
+        show_default=False,
     ),
     topology: list[str] = typer.Option(
-        [], "--topology", "-t", help="Topology preset name or YAML file; repeat to compare.",
+        [], "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology,
+        help="Topology preset name or YAML file; repeat to compare.",
         show_default=False,
     ),
     redundant: str | None = typer.Option(
-        None, "--redundant", "-r", help="Redundant experts per layer, comma-separated"
+        None, "--redundant", "-r", metavar="R[,R...]",
+        help="Redundant experts per layer, comma-separated"
         " (e.g. 0,16,32). Default 0.", show_default=False,
     ),
     solver: list[str] = typer.Option(
-        [], "--solver", "-s", help="Solver(s), comma-separated or repeated (e.g. eplb,cpsat)."
+        [], "--solver", "-s", metavar="NAME[,NAME...]",
+        autocompletion=complete_solver,
+        help="Solver(s), comma-separated or repeated (e.g. eplb,cpsat)."
         " Default eplb.", show_default=False,
     ),
     scenarios: Path | None = typer.Option(
-        None, "--scenarios", help="Scenario file (YAML) instead of --topology/--redundant/"
+        None, "--scenarios", metavar="FILE",
+        help="Scenario file (YAML) instead of --topology/--redundant/"
         "--solver; see docs/compare.md.", show_default=False,
     ),
     policy: str | None = typer.Option(
-        None, "--policy",
+        None, "--policy", metavar="POLICY",
         help="Dispatch policy: round_robin (vLLM, TensorRT-LLM), sglang (SGLang static),"
         " local_first (SGLang's earlier static), random."
         " Default round_robin.", show_default=False,
     ),
     mode: str | None = typer.Option(
-        None, "--mode",
+        None, "--mode", metavar="MODE",
         help="All-to-all mode: normal, low_latency (NVLink in a node) or low_latency_rdma"
         " (every copy through the NICs). Default normal.",
         show_default=False,
     ),
     dtype: str | None = typer.Option(
-        None, "--dtype", help="Expert weight dtype (default: the model's).", show_default=False
+        None, "--dtype", metavar="DTYPE", help="Expert weight dtype (default: the model's).",
+        show_default=False,
     ),
     kv_reserve_gb: float | None = typer.Option(
-        None, "--kv-reserve-gb", help="Memory per GPU kept for the KV cache, GB.",
+        None, "--kv-reserve-gb", metavar="GB", help="Memory per GPU kept for the KV cache, GB.",
         show_default=False,
     ),
     time_limit: float | None = typer.Option(
-        None, "--time-limit", help="Seconds per layer for search-based solvers.",
+        None, "--time-limit", metavar="SECONDS", help="Seconds per layer for search-based solvers.",
         show_default=False,
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed of solvers and evaluation."),
     batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens", help="Tokens per evaluated batch (default: the trace's steps).",
+        None, "--batch-tokens", metavar="TOKENS",
+        help="Tokens per evaluated batch (default: the trace's steps).",
         show_default=False,
     ),
     num_batches: int | None = typer.Option(
@@ -241,21 +269,24 @@ def compare(
         show_default=False,
     ),
     engine: str | None = typer.Option(
-        None, "--engine", "-e", help=f"Serving engine ({', '.join(ENGINES)}) to plan for and"
+        None, "--engine", "-e", metavar="ENGINE", autocompletion=complete_engine,
+        help=f"Serving engine ({', '.join(ENGINES)}) to plan for and"
         " judge under; with --workload and --tokens-per-gpu it replaces --policy, --mode and"
         " --batch-tokens (default vllm when --workload or --tokens-per-gpu is given).",
         show_default=False,
     ),
     workload: str | None = typer.Option(
-        None, "--workload", help=f"Batch regime ({', '.join(PHASES)}); default decode when"
+        None, "--workload", metavar="|".join(PHASES),
+        help=f"Batch regime ({', '.join(PHASES)}); default decode when"
         " --engine or --tokens-per-gpu is given.", show_default=False,
     ),
     tokens_per_gpu: int | None = typer.Option(
-        None, "--tokens-per-gpu", min=1, help="Tokens each EP rank dispatches per step"
+        None, "--tokens-per-gpu", min=1, metavar="TOKENS",
+        help="Tokens each EP rank dispatches per step"
         " (default 128 decode, 4096 prefill).", show_default=False,
     ),
     trace_format: str | None = typer.Option(
-        None, "--format", "-f", help="Trace format (default: detected)."
+        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
     ),
     keep_warmup: bool = keep_warmup_option(),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Scenarios run in parallel (processes)."),
@@ -267,11 +298,16 @@ def compare(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
+    ),
     report: Path | None = typer.Option(
-        None, "--report", help="Write a self-contained HTML report here.", show_default=False
+        None, "--report", metavar="FILE",
+        help="Write a self-contained HTML report here.", show_default=False
     ),
     png_dir: Path | None = typer.Option(
-        None, "--png-dir", help="Write each picture of the report as PNG in this folder.",
+        None, "--png-dir", metavar="DIR",
+        help="Write each picture of the report as PNG in this folder.",
         show_default=False,
     ),
     dpi: int = typer.Option(
@@ -282,6 +318,19 @@ def compare(
     if json_out and csv_out:
         raise UsageError("--json and --csv are two answers to one question", where="--csv",
                          hint="choose one")
+    # configured defaults yield to the command line (--policy, --mode, --batch-tokens
+    # outrank a configured engine) and to a scenario file's own settings
+    legacy_given = policy is not None or mode is not None or batch_tokens is not None
+    if legacy_given or scenarios is not None:
+        engine = None if from_config("--engine") else engine
+        workload = None if from_config("--workload") else workload
+    if scenarios is not None:
+        topology = [] if from_config("--topology") else topology
+        solver = [] if from_config("--solver") else solver
+        model = None if from_config("--model") else model
+        dtype = None if from_config("--dtype") else dtype
+        kv_reserve_gb = None if from_config("--kv-reserve-gb") else kv_reserve_gb
+        seed = None if from_config("--seed") else seed
     given = [o for o, v in (("--engine", engine), ("--workload", workload),
                             ("--tokens-per-gpu", tokens_per_gpu)) if v is not None]
     legacy = [o for o, v in (("--policy", policy), ("--mode", mode),
@@ -313,11 +362,12 @@ def compare(
     routing = read_trace(list(study.trace), trace_format, model=load_model(study.settings.model),
                          keep_tokens=True, keep_warmup=keep_warmup)
     description = split_routing(routing, study.settings.holdout).description
-    sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")
-    if study.settings.target is not None:
-        sys.stderr.write(f"judged as {study.settings.target.describe()}\n")
+    if not quiet:
+        sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")
+        if study.settings.target is not None:
+            sys.stderr.write(f"judged as {study.settings.target.describe()}\n")
     labels = [s.label for s in study.scenarios]
-    with _Progress(labels, quiet=False) as progress:
+    with _Progress(labels, quiet=quiet) as progress:
         outcomes = compare_lib.compare(routing, study.scenarios, study.settings, jobs=jobs,
                                        ray=ray, on_done=progress,
                                        keep_details=report is not None or png_dir is not None)
@@ -328,7 +378,7 @@ def compare(
     else:
         sys.stdout.write(format_table([o.row for o in outcomes]))
     if report is not None or png_dir is not None:
-        _write_report(study, outcomes, routing, description, report, png_dir, dpi)
+        _write_report(study, outcomes, routing, description, report, png_dir, dpi, quiet)
 
 
 def _write_report(
@@ -339,6 +389,7 @@ def _write_report(
     report: Path | None,
     png_dir: Path | None,
     dpi: int,
+    quiet: bool = False,
 ) -> None:
     from placer import __version__
     from placer.analysis import summarize
@@ -357,11 +408,12 @@ def _write_report(
                            dpi=dpi)
     if report is not None:
         write_text_atomic(report, built.html(footer=f"placer {__version__}"))
-        sys.stderr.write(f"wrote {report}\n")
+        if not quiet:
+            sys.stderr.write(f"wrote {report}\n")
     if png_dir is not None:
-        write_pictures(built.pictures, png_dir)
+        write_pictures(built.pictures, png_dir, quiet)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``placer compare`` to ``app``."""
-    app.command("compare")(handle_errors(compare))
+    app.command("compare", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(compare))

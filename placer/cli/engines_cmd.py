@@ -13,12 +13,32 @@ from typing import Any
 
 import typer
 
-from placer.cli.common import handle_errors, print_json
+from placer.cli.command import PlacerCommand, examples
+from placer.cli.common import (
+    complete_model,
+    complete_topology,
+    from_config,
+    handle_errors,
+    print_json,
+)
 from placer.engines import engine_names, get_engine, read_engine, sniff_engine, write_engine
 from placer.errors import UsageError
 from placer.fileio import check_not_inputs, check_output_path
 from placer.placement import Placement
 
+EXPORT_EXAMPLES = examples(
+    "placer export plan.json --format sglang -o plan.sglang.json",
+    "placer export plan.json --format trtllm -o plan.trtllm.yaml --model deepseek-v3",
+    "placer export plan.json --format vllm -o plan.vllm.npz --json",
+    note="Each engine's file and how it loads it: docs/engines.md.",
+)
+IMPORT_EXAMPLES = examples(
+    "placer import deployed.sglang.json --model deepseek-v3 --topology 4x-dgx-h100"
+    " -o deployed.json",
+    "placer import phy2log.npz --format vllm --model qwen3-30b-a3b --ep-size 16 -o current.json",
+    note="Then re-plan from it: placer plan NEW_TRACE ... --current deployed.json"
+    " (docs/engines.md).",
+)
 
 def parse_export_spec(spec: str, option: str = "--export") -> tuple[str, Path]:
     """``"FORMAT:FILE"`` -> ``(format, path)``; UsageError naming ``option`` otherwise."""
@@ -74,14 +94,17 @@ def export(
         help="Placement JSON written by `placer plan` or `placer import`.",
     ),
     fmt: str = typer.Option(
-        ..., "--format", "-f", help=f"Engine format: {', '.join(engine_names())}.",
+        ..., "--format", "-f", metavar="FORMAT",
+        help=f"Engine format: {', '.join(engine_names())}.",
         show_default=False,
     ),
     output: Path = typer.Option(
-        ..., "--output", "-o", help="Engine file to write (atomically).", show_default=False
+        ..., "--output", "-o", metavar="FILE", help="Engine file to write (atomically).",
+        show_default=False,
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m",
+        None, "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model,
         help="Model preset name or YAML file (default: the model named in the placement).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -93,6 +116,9 @@ def export(
     check_output_path(output, where="--output")
     check_not_inputs([("--output", output)], [placement_file])
     placement = read_placement(placement_file)
+    declared = placement.meta.get("model")
+    if from_config("--model") and isinstance(declared, dict) and declared.get("name"):
+        model = None  # the placement's own model outranks a configured default
     spec = resolve_model(model, placement)
     result = export_to(placement, fmt, output, spec)
     if json_out:
@@ -107,23 +133,26 @@ def import_(
         ..., metavar="FILE", help="An engine placement file.", show_default=False
     ),
     output: Path = typer.Option(
-        ..., "--output", "-o", help="Placement JSON to write (atomically).", show_default=False
+        ..., "--output", "-o", metavar="FILE", help="Placement JSON to write (atomically).",
+        show_default=False,
     ),
     model: str = typer.Option(
-        ..., "--model", "-m", help="Model preset name or YAML file the engine serves.",
+        ..., "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model, help="Model preset name or YAML file the engine serves.",
         show_default=False,
     ),
     fmt: str | None = typer.Option(
-        None, "--format", "-f",
+        None, "--format", "-f", metavar="FORMAT",
         help=f"Engine format: {', '.join(engine_names())} (default: detected).",
     ),
     num_gpus: int | None = typer.Option(
-        None, "--ep-size", "--num-gpus", "-g", min=1,
+        None, "--ep-size", "--num-gpus", "-g", min=1, metavar="N",
         help="EP size the engine serves with (needed unless the file or --topology says).",
         show_default=False,
     ),
     topology: str | None = typer.Option(
-        None, "--topology", "-t",
+        None, "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology,
         help="Cluster preset or YAML the engine serves on (its GPU count is the EP size).",
         show_default=False,
     ),
@@ -135,6 +164,8 @@ def import_(
     spec = resolve_model(model)
     check_output_path(output, where="--output")
     check_not_inputs([("--output", output)], [engine_file])
+    if num_gpus is not None and from_config("--topology"):  # the command line wins
+        topology = None
     if topology is not None:
         from placer.topology import load_topology
 
@@ -176,5 +207,5 @@ def import_(
 
 def register(app: typer.Typer) -> None:
     """Add ``placer export`` and ``placer import`` to ``app``."""
-    app.command("export")(handle_errors(export))
-    app.command("import")(handle_errors(import_))
+    app.command("export", cls=PlacerCommand, epilog=EXPORT_EXAMPLES)(handle_errors(export))
+    app.command("import", cls=PlacerCommand, epilog=IMPORT_EXAMPLES)(handle_errors(import_))

@@ -20,8 +20,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
+    complete_model,
+    complete_topology,
     err,
+    from_config,
     handle_errors,
     keep_warmup_option,
     out,
@@ -40,6 +44,14 @@ from placer.evaluate import (
     parse_window_range,
 )
 from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_message
+
+EXAMPLES = examples(
+    "placer evaluate traces/synthetic-small.jsonl.gz -p eplb.json -p cpsat.json --fit 0:6"
+    " --eval 6:8",
+    "placer evaluate trace.npz -p plan.json -m deepseek-v3 -t 4x-dgx-h100 --policy sglang"
+    " --json",
+    note="The metrics and how batches are replayed: docs/evaluate.md.",
+)
 
 #: Unit and number format of each metric in the table (JSON carries full precision).
 METRIC_FORMATS: dict[str, tuple[str, str]] = {
@@ -183,52 +195,64 @@ def render_part(part: dict[str, Any]) -> Table:
 
 def evaluate_cmd(
     trace: list[Path] = typer.Argument(
-        ..., help="Routing trace file(s) (per-token or aggregated statistics)."
+        ..., metavar="TRACE", help="Routing trace file(s) (per-token or aggregated statistics)."
     ),
     placement: list[Path] = typer.Option(
-        ..., "--placement", "-p", help="Placement JSON (repeatable: one column each)."
+        ..., "--placement", "-p", metavar="FILE",
+        help="Placement JSON (repeatable: one column each).",
     ),
     topology: str | None = typer.Option(
-        None, "--topology", "-t",
+        None, "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology,
         help="Topology preset or YAML file (default: the placement's topology name).",
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m", help="Model preset or YAML file (default: the placement's model)."
+        None, "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model,
+        help="Model preset or YAML file (default: the placement's model).",
     ),
     policy: str = typer.Option(
-        "round_robin", "--policy",
+        "round_robin", "--policy", metavar="POLICY",
         help=f"Dispatch policy: {', '.join(POLICIES)} (round_robin: vLLM, TensorRT-LLM;"
         " sglang: SGLang's static dispatch; local_first: SGLang's earlier static dispatch).",
     ),
-    mode: str = typer.Option("normal", "--mode", help=f"Communication mode: {', '.join(MODES)}."),
+    mode: str = typer.Option(
+        "normal", "--mode", metavar="MODE", help=f"Communication mode: {', '.join(MODES)}."
+    ),
     batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens",
+        None, "--batch-tokens", metavar="TOKENS",
         help="Tokens per batch (default: the trace's steps, else 4096; sampled batches: 4096).",
     ),
     num_batches: int = typer.Option(
         16, "--num-batches", help="Batches sampled when the trace has only aggregated loads."
     ),
     fit: str | None = typer.Option(
-        None, "--fit", help="Windows the placements were fitted on, START:STOP."
+        None, "--fit", metavar="START:STOP", help="Windows the placements were fitted on."
     ),
     held_out: str | None = typer.Option(
-        None, "--eval", help="Windows to judge on, START:STOP (default: the held-out part)."
+        None, "--eval", metavar="START:STOP",
+        help="Windows to judge on (default: the held-out part).",
     ),
     dtype: str | None = typer.Option(
-        None, "--dtype", help="Expert dtype: bf16, fp8, mxfp4 (default: the model's)."
+        None, "--dtype", metavar="DTYPE",
+        help="Expert dtype: bf16, fp8, mxfp4 (default: the model's)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the random policies."),
     sample: bool = typer.Option(
         False, "--sample", help="Sample batches from the statistics even with per-token data."
     ),
     window_tokens: int | None = typer.Option(
-        None, "--window-tokens", help="Cut the trace into windows of this many tokens."
+        None, "--window-tokens", metavar="TOKENS",
+        help="Cut the trace into windows of this many tokens."
     ),
     trace_format: str | None = typer.Option(
-        None, "--format", "-f", help="Trace format (default: detected)."
+        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     keep_warmup: bool = keep_warmup_option(),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
+    ),
 ) -> None:
     """Evaluate placements on a routing trace: hot shard, traffic and time, side by side."""
     base = EvalParams(policy=policy, mode=mode, batch_tokens=batch_tokens,
@@ -246,6 +270,11 @@ def evaluate_cmd(
         except PlacerError as e:
             e.where = e.where or str(path)
             raise
+    # the model and topology a placement records outrank configured defaults
+    if from_config("--model") and _recorded(placements, "model"):
+        model = None
+    if from_config("--topology") and _recorded(placements, "topology"):
+        topology = None
     model_name = model or _meta_name(placements, "model", "--model")
     topology_name = topology or _meta_name(placements, "topology", "--topology")
     model_spec = load_model(model_name)
@@ -259,7 +288,9 @@ def evaluate_cmd(
     for part_name, windows in parts:
         columns = []
         for path, name, pl in zip(placement, names, placements, strict=True):
-            err.print(f"evaluating {path} on {part_name} windows {windows[0]}:{windows[1]}")
+            if not quiet:
+                err.print(f"evaluating {path} on {part_name} windows"
+                          f" {windows[0]}:{windows[1]}")
             params = EvalParams(**{**base.__dict__, "windows": windows})
             try:
                 with relay.collect(f"{name} on {part_name}"):
@@ -348,6 +379,15 @@ def _column(name: str, path: Path, evaluation: Evaluation) -> dict[str, Any]:
     }
 
 
+def _recorded(placements: list[Any], key: str) -> bool:
+    """Whether the placements record one model or topology name (see :func:`_meta_name`)."""
+    try:
+        _meta_name(placements, key, "")
+    except UsageError:
+        return False
+    return True
+
+
 def _meta_name(placements: list[Any], key: str, option: str) -> str:
     """The model or topology name recorded in the placements, when they agree."""
     names = set()
@@ -367,4 +407,4 @@ def _meta_name(placements: list[Any], key: str, option: str) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add ``placer evaluate`` to ``app``."""
-    app.command("evaluate")(handle_errors(evaluate_cmd))
+    app.command("evaluate", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(evaluate_cmd))

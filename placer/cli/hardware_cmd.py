@@ -14,7 +14,13 @@ from typing import Any
 import typer
 
 from placer.capacity import plan_capacity
-from placer.cli.common import handle_errors, print_json
+from placer.cli.command import PlacerCommand, examples, new_typer
+from placer.cli.common import (
+    complete_model,
+    complete_topology,
+    handle_errors,
+    print_json,
+)
 from placer.constants import DEFAULT_KV_RESERVE_FRACTION, GB, RUNTIME_OVERHEAD_GB
 from placer.errors import TopologyError
 from placer.models import ModelSpec, load_model, model_names, model_to_dict
@@ -28,15 +34,16 @@ from placer.topology import (
     topology_to_dict,
 )
 
-topology_app = typer.Typer(
+topology_app = new_typer(
     help="List, show and validate cluster topologies (GPUs, nodes, links).",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+    epilog=examples("placer topology list", "placer topology show 4x-dgx-h100",
+                    "placer topology validate my-cluster.yaml",
+                    note="Presets and the YAML format: docs/hardware.md."),
 )
-model_app = typer.Typer(
+model_app = new_typer(
     help="List and show MoE model presets (layers, experts, sizes).",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+    epilog=examples("placer model list", "placer model show deepseek-v3",
+                    note="Presets, aliases and Hugging Face configs: docs/models.md."),
 )
 
 
@@ -95,7 +102,8 @@ def _intra_gbps(topology: Topology) -> str:
     return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
-@topology_app.command("list")
+@topology_app.command("list", cls=PlacerCommand,
+                      epilog=examples("placer topology list", "placer topology list --json"))
 @handle_errors
 def topology_list(
     json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
@@ -121,10 +129,14 @@ def topology_list(
     _echo(table(headers, rows))
 
 
-@topology_app.command("show")
+@topology_app.command("show", cls=PlacerCommand, epilog=examples(
+    "placer topology show 2x-dgx-h100", "placer topology show my-cluster.yaml --matrix",
+    "placer topology show gb200-nvl72 --json"))
 @handle_errors
 def topology_show(
-    name_or_file: str = typer.Argument(..., help="A preset name or a topology YAML file."),
+    name_or_file: str = typer.Argument(
+        ..., metavar="NAME|FILE", help="A preset name or a topology YAML file."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (with matrices) on stdout."),
     matrix: bool = typer.Option(
         False, "--matrix", help="Also print the GPU-to-GPU bandwidth matrix (GB/s)."
@@ -207,10 +219,16 @@ def topology_show(
         _echo(table(("GB/s", *(str(i) for i in range(g))), rows))
 
 
-@topology_app.command("validate")
+@topology_app.command("validate", cls=PlacerCommand, epilog=examples(
+    "placer topology validate my-cluster.yaml",
+    "placer topology validate my-cluster.yaml --json",
+    note="The YAML format: docs/hardware.md."))
 @handle_errors
 def topology_validate(
-    file: str = typer.Argument(..., help="A topology YAML file."),
+    file: str = typer.Argument(..., metavar="FILE", help="A topology YAML file."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the checked topology as JSON (no matrices) on stdout."
+    ),
 ) -> None:
     """Check a topology file; print a one-line summary or the first error (exit 1)."""
     if not file.endswith((".yaml", ".yml")) and file in preset_names():
@@ -220,6 +238,9 @@ def topology_validate(
             hint=f"placer topology show {file}",
         )
     topology = load_topology(file)
+    if json_out:
+        print_json({"ok": True, "file": file, **topology_to_dict(topology, matrices=False)})
+        return
     _echo(
         f"ok: {file}: '{topology.name}', {topology.num_gpus} GPUs in {topology.num_nodes}"
         f" node{'s' if topology.num_nodes != 1 else ''}, intra-node {_intra_gbps(topology)}"
@@ -249,7 +270,8 @@ def _mtp_row(m: ModelSpec) -> str:
     return f"{m.num_nextn_predict_layers} ({word} {ids}, when served with MTP)"
 
 
-@model_app.command("list")
+@model_app.command("list", cls=PlacerCommand,
+                   epilog=examples("placer model list", "placer model list --json"))
 @handle_errors
 def model_list(
     json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
@@ -290,11 +312,13 @@ def model_list(
     _echo(table(headers, rows))
 
 
-@model_app.command("show")
+@model_app.command("show", cls=PlacerCommand, epilog=examples(
+    "placer model show deepseek-v3", "placer model show Qwen/Qwen3-30B-A3B --json",
+    "placer model show path/to/config.json"))
 @handle_errors
 def model_show(
     name_or_file: str = typer.Argument(
-        ...,
+        ..., metavar="NAME|FILE",
         help="A preset name, alias or Hugging Face id, a model YAML file, or a Hugging Face"
         " config.json (or its folder).",
     ),
@@ -355,25 +379,40 @@ def model_show(
 
 # -- capacity -------------------------------------------------------------------------
 
+CAPACITY_EXAMPLES = examples(
+    "placer capacity --model deepseek-v3 --topology 4x-dgx-h100 --dtype fp8",
+    "placer capacity -m qwen3-30b-a3b -t gb200-nvl72 --kv-reserve-fraction 0.5 --json",
+    note="The memory model: docs/hardware.md.",
+)
+
 
 @handle_errors
 def capacity(
-    model: str = typer.Option(..., "--model", "-m", help="Model preset name or YAML file."),
-    topology: str = typer.Option(..., "--topology", "-t", help="Topology preset or YAML file."),
+    model: str = typer.Option(
+        ..., "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model, help="Model preset name or YAML file."
+    ),
+    topology: str = typer.Option(
+        ..., "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology, help="Topology preset or YAML file."
+    ),
     dtype: str | None = typer.Option(
-        None, "--dtype", help="Expert dtype: bf16, fp8, mxfp4 (default: the model's)."
+        None, "--dtype", metavar="DTYPE",
+        help="Expert dtype: bf16, fp8, mxfp4 (default: the model's).",
     ),
     kv_reserve_gb: float | None = typer.Option(
-        None, "--kv-reserve-gb", help="GB per GPU kept for the KV cache."
+        None, "--kv-reserve-gb", metavar="GB", help="GB per GPU kept for the KV cache."
     ),
     kv_reserve_fraction: float | None = typer.Option(
         None,
         "--kv-reserve-fraction",
+        metavar="SHARE",
         help="Part of each GPU's memory kept for the KV cache"
         f" (default {DEFAULT_KV_RESERVE_FRACTION:g}).",
     ),
     overhead_gb: float = typer.Option(
-        RUNTIME_OVERHEAD_GB, "--overhead-gb", help="Runtime memory per GPU besides weights, GB."
+        RUNTIME_OVERHEAD_GB, "--overhead-gb", metavar="GB",
+        help="Runtime memory per GPU besides weights, GB."
     ),
     tp: int = typer.Option(1, "--tp", help="GPUs sharding each non-expert weight (1: replicated)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
@@ -428,4 +467,4 @@ def register(app: typer.Typer) -> None:
     """Add ``topology``, ``model`` and ``capacity`` to the ``placer`` app."""
     app.add_typer(topology_app, name="topology")
     app.add_typer(model_app, name="model")
-    app.command("capacity")(capacity)
+    app.command("capacity", cls=PlacerCommand, epilog=CAPACITY_EXAMPLES)(capacity)

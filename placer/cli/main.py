@@ -9,13 +9,22 @@ import sys
 import typer
 
 from placer import __version__
+from placer.cli.command import examples, new_typer
 
-app = typer.Typer(
+app = new_typer(
     name="placer",
     help="Expert-placement optimizer for serving Mixture-of-Experts models.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
+    epilog=examples(
+        "placer stats traces/qwen3-30b-a3b.npz",
+        "placer plan traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x-dgx-h100 -r 16"
+        " -o plan.json",
+        "placer compare traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t dgx-h100"
+        " -t 2x-dgx-h100 -r 0,16",
+        note="`placer COMMAND -h` shows a command's options and examples. Defaults for"
+        " --topology, --model, --engine, --jobs, ... come from PLACER_* variables and"
+        " placer.toml (`placer config`); docs/cli.md.",
+    ),
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -29,6 +38,7 @@ COMMAND_MODULES = (
     "compare_cmd",    # placer compare
     "report_cmd",     # placer report
     "calibrate_cmd",  # placer calibrate
+    "config_cmd",     # placer config
 )
 
 

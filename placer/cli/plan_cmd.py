@@ -23,7 +23,13 @@ from typing import Any
 import typer
 
 from placer import constants
+from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
+    complete_engine,
+    complete_model,
+    complete_solver,
+    complete_topology,
+    from_config,
     handle_errors,
     keep_warmup_option,
     num_experts_option,
@@ -45,6 +51,15 @@ from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
 DEFAULT_SOLVER = "cpsat"
 
 _TOKEN_DEFAULTS = ", ".join(f"{n} {phase}" for phase, n in DEFAULT_TOKENS_PER_GPU.items())
+
+EXAMPLES = examples(
+    "placer plan traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x-dgx-h100 -r 16 -o plan.json",
+    "placer plan dumps/ -m deepseek-v3 -t 4x-dgx-h100 -r auto -o plan.json"
+    " --export sglang:plan.sglang.json",
+    "placer plan new.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --current deployed.json"
+    " --max-moves 64 -o next.json",
+    note="Solvers, knobs and the summary: docs/planner.md; re-planning: docs/placement.md.",
+)
 
 #: Export format -> the engine whose dispatch it implies (``eplb`` files imply none).
 EXPORT_ENGINE = {"sglang": "sglang", "trtllm": "trtllm", "vllm": "vllm", "vllm-ascend": "vllm"}
@@ -106,21 +121,25 @@ def keep_tokens_for(paths: list[Path]) -> tuple[bool, str]:
 
 def plan(
     trace: list[Path] = typer.Argument(
-        ..., help="Routing trace or load statistics file(s), read by placer.traces.",
-        show_default=False,
+        ..., metavar="TRACE", show_default=False,
+        help="Routing trace or load statistics file(s), read by placer.traces.",
     ),
     output: Path = typer.Option(
-        ..., "--output", "-o", help="Placement JSON to write (atomically).", show_default=False
+        ..., "--output", "-o", metavar="FILE", help="Placement JSON to write (atomically).",
+        show_default=False,
     ),
     topology: str | None = typer.Option(
-        None, "--topology", "-t", help="Topology preset name or YAML file."
+        None, "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology, help="Topology preset name or YAML file."
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m",
+        None, "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model,
         help="Model preset name or YAML file; checks layers and the memory budget.",
     ),
     solver: str = typer.Option(
-        DEFAULT_SOLVER, "--solver", "-s", help=f"One of: {', '.join(solver_names())}."
+        DEFAULT_SOLVER, "--solver", "-s", metavar="NAME", autocompletion=complete_solver,
+        help=f"One of: {', '.join(solver_names())}.",
     ),
     redundant: str | None = typer.Option(
         None, "--redundant", "-r", metavar="R|auto",
@@ -135,16 +154,17 @@ def plan(
         None, "--num-gpus", "-g", help="GPUs on one node, when there is no --topology."
     ),
     fit: str | None = typer.Option(
-        None, "--fit", help="Windows to fit, START:STOP (default: all)."
+        None, "--fit", metavar="START:STOP", help="Windows to fit (default: all)."
     ),
     trace_format: str | None = typer.Option(
-        None, "--format", "-f", help="Trace format (default: detected)."
+        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
     ),
     dtype: str | None = typer.Option(
-        None, "--dtype", help="Expert weight dtype for the memory budget (default: the model's)."
+        None, "--dtype", metavar="DTYPE",
+        help="Expert weight dtype for the memory budget (default: the model's).",
     ),
     kv_reserve_gb: float | None = typer.Option(
-        None, "--kv-reserve-gb", help="Memory per GPU kept for the KV cache, GB."
+        None, "--kv-reserve-gb", metavar="GB", help="Memory per GPU kept for the KV cache, GB."
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed of search-based solvers."),
     time_limit: float | None = typer.Option(
@@ -162,7 +182,8 @@ def plan(
         help="Layers solved in parallel processes (default: every core).", show_default=False,
     ),
     current: Path | None = typer.Option(
-        None, "--current", help="Deployed placement JSON: plan few weight moves from it."
+        None, "--current", metavar="FILE",
+        help="Deployed placement JSON: plan few weight moves from it.",
     ),
     max_moves: int | None = typer.Option(
         None, "--max-moves", min=0, metavar="N",
@@ -175,7 +196,7 @@ def plan(
         show_default=False,
     ),
     move_tolerance: float = typer.Option(
-        constants.MOVE_TOLERANCE, "--move-tolerance", min=0.0, max=0.999,
+        constants.MOVE_TOLERANCE, "--move-tolerance", min=0.0, max=0.999, metavar="SHARE",
         help="With --current and no budget: the fewest moves whose estimated time is within"
         " this share of the best re-plan's (0 moves when the deployed placement is).",
     ),
@@ -193,7 +214,7 @@ def plan(
         False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
     ),
     balance_tolerance: float = typer.Option(
-        0.005, "--balance-tolerance",
+        0.005, "--balance-tolerance", metavar="SHARE",
         help="Hot-shard slack (over a perfect split) that traffic and moves may use.",
     ),
     traffic_first: bool = typer.Option(
@@ -202,19 +223,20 @@ def plan(
         " by that much) to buy co-location; default: never above EPLB's hot shard.",
     ),
     traffic_weight: float = typer.Option(
-        1.0, "--traffic-weight", help="Weight of remote copies (co-location) in the second pass."
+        1.0, "--traffic-weight", metavar="WEIGHT",
+        help="Weight of remote copies (co-location) in the second pass."
     ),
     migration_weight: float = typer.Option(
-        constants.DEFAULT_MIGRATION_WEIGHT, "--migration-weight",
+        constants.DEFAULT_MIGRATION_WEIGHT, "--migration-weight", metavar="WEIGHT",
         help="Weight of weight moves from --current."
     ),
     robust: str = typer.Option(
-        "max", "--robust",
+        "max", "--robust", metavar="max|cvar|mean",
         help="Balance the worst window (max), the mean of the worst windows (cvar, share:"
         " --option cvar_fraction=F) or the summed load (mean).",
     ),
     batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens",
+        None, "--batch-tokens", metavar="TOKENS",
         help="Plan for the hot shard of batches of this many tokens (adds per-batch load"
         " noise; small decode batches favour evenly spread replicas).",
     ),
@@ -232,18 +254,18 @@ def plan(
         " needs --model.",
     ),
     engine: str | None = typer.Option(
-        None, "--engine", "-e",
+        None, "--engine", "-e", metavar="ENGINE", autocompletion=complete_engine,
         help=f"Serving engine ({', '.join(ENGINES)}): fixes the dispatch policy planned and"
         " judged under (sglang: static dispatch; vllm, trtllm: round-robin). Default: the"
         " engine of --export when it names one, else vllm.", show_default=False,
     ),
     workload: str = typer.Option(
-        "decode", "--workload",
+        "decode", "--workload", metavar="|".join(PHASES),
         help=f"Batch regime ({', '.join(PHASES)}): decode uses low-latency all-to-all and"
         " small batches (memory-bound experts), prefill normal all-to-all and large ones.",
     ),
     tokens_per_gpu: int | None = typer.Option(
-        None, "--tokens-per-gpu", min=1,
+        None, "--tokens-per-gpu", min=1, metavar="TOKENS",
         help=f"Tokens each EP rank dispatches per step (default: {_TOKEN_DEFAULTS}).",
         show_default=False,
     ),
@@ -252,6 +274,12 @@ def plan(
     from placer.cli.engines_cmd import export_to, parse_export_spec, render_export
 
     exports = [parse_export_spec(spec) for spec in export]
+    # configured defaults yield to the command line: --num-gpus to a topology, --export's
+    # engine to an engine
+    if num_gpus is not None and from_config("--topology"):
+        topology = None
+    if from_config("--engine") and any(fmt in EXPORT_ENGINE for fmt, _ in exports):
+        engine = None
     _check_paths(output, exports, [trace, current, topology, model])
     if exports and model is None:
         raise UsageError(
@@ -433,4 +461,4 @@ def _load_topology(name: str | None) -> Any:
 
 def register(app: typer.Typer) -> None:
     """Add ``placer plan`` to ``app``."""
-    app.command("plan")(handle_errors(plan))
+    app.command("plan", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(plan))

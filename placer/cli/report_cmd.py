@@ -14,50 +14,74 @@ from pathlib import Path
 import typer
 
 from placer import constants
-from placer.cli.common import handle_errors, read_trace
+from placer.cli.command import PlacerCommand, examples
+from placer.cli.common import (
+    complete_model,
+    complete_topology,
+    handle_errors,
+    print_json,
+    read_trace,
+)
 from placer.cli.compare_cmd import check_dpi
 from placer.errors import UsageError
 
+EXAMPLES = examples(
+    "placer report traces/qwen3-30b-a3b.npz -p eplb.json -p cpsat.json -m qwen3-30b-a3b"
+    " -t 2x-dgx-h100 -o report.html",
+    "placer report trace.npz -p plan.json --name deployed -m deepseek-v3 -t 4x-dgx-h100"
+    " --policy sglang -o report.html --png-dir pictures/ --json",
+    note="What the page shows: docs/compare.md.",
+)
 
 def report(
     trace: list[Path] = typer.Argument(
-        ..., help="Routing trace or load statistics file(s).", show_default=False
+        ..., metavar="TRACE", help="Routing trace or load statistics file(s).", show_default=False
     ),
     placement: list[Path] = typer.Option(
-        ..., "--placement", "-p", help="Placement JSON (placer plan's output); repeat to put"
+        ..., "--placement", "-p", metavar="FILE",
+        help="Placement JSON (placer plan's output); repeat to put"
         " up to 4 side by side.", show_default=False,
     ),
     topology: str = typer.Option(
-        ..., "--topology", "-t", help="Topology preset name or YAML file.", show_default=False
+        ..., "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology, help="Topology preset name or YAML file.",
+        show_default=False,
     ),
     model: str = typer.Option(
-        ..., "--model", "-m", help="Model preset name or YAML file.", show_default=False
+        ..., "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model, help="Model preset name or YAML file.",
+        show_default=False,
     ),
     output: Path = typer.Option(
-        ..., "--output", "-o", help="HTML file to write (atomically).", show_default=False
+        ..., "--output", "-o", metavar="FILE", help="HTML file to write (atomically).",
+        show_default=False,
     ),
     name: list[str] = typer.Option(
-        [], "--name", help="Label of each placement, in order (default: the file's stem).",
+        [], "--name", metavar="LABEL",
+        help="Label of each placement, in order (default: the file's stem).",
         show_default=False,
     ),
     layer: int | None = typer.Option(
-        None, "--layer", help="Absolute layer id drawn in the maps (default: the hottest).",
+        None, "--layer", metavar="ID",
+        help="Absolute layer id drawn in the maps (default: the hottest).",
         show_default=False,
     ),
     policy: str = typer.Option(
-        "round_robin", "--policy",
+        "round_robin", "--policy", metavar="POLICY",
         help="Dispatch policy: round_robin (vLLM, TensorRT-LLM), sglang (SGLang static),"
         " local_first (SGLang's earlier static), random.",
     ),
     mode: str = typer.Option(
-        "normal", "--mode",
+        "normal", "--mode", metavar="MODE",
         help="All-to-all mode: normal, low_latency or low_latency_rdma (all copies via NICs).",
     ),
     dtype: str | None = typer.Option(
-        None, "--dtype", help="Expert weight dtype (default: the model's).", show_default=False
+        None, "--dtype", metavar="DTYPE",
+        help="Expert weight dtype (default: the model's).", show_default=False
     ),
     batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens", help="Tokens per evaluated batch (default: the trace's steps).",
+        None, "--batch-tokens", metavar="TOKENS",
+        help="Tokens per evaluated batch (default: the trace's steps).",
         show_default=False,
     ),
     num_batches: int | None = typer.Option(
@@ -66,14 +90,20 @@ def report(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's sampling."),
     trace_format: str | None = typer.Option(
-        None, "--format", "-f", help="Trace format (default: detected)."
+        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
     ),
     png_dir: Path | None = typer.Option(
-        None, "--png-dir", help="Also write each picture as PNG in this folder.",
+        None, "--png-dir", metavar="DIR", help="Also write each picture as PNG in this folder.",
         show_default=False,
     ),
     dpi: int = typer.Option(
         constants.REPORT_DPI, "--dpi", help="Resolution of the pictures, dots per inch."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print what was written and each placement's metrics as JSON."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
     ),
 ) -> None:
     """Write an HTML report: trace statistics, placements side by side, and pictures."""
@@ -112,7 +142,8 @@ def report(
     routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True)
     evaluations = []
     for label, p in zip(labels, placements, strict=True):
-        sys.stderr.write(f"evaluating {label} ...\n")
+        if not quiet:
+            sys.stderr.write(f"evaluating {label} ...\n")
         evaluations.append(evaluate(p, routing, topo, model_spec, params))
     subtitle = (f"{', '.join(str(t) for t in trace)} · model {model_spec.name} · topology"
                 f" {topo.name} · {policy} dispatch, {mode} mode")
@@ -120,11 +151,25 @@ def report(
                              evaluations, node_of_gpu=topo.node_of_gpu, layer=layer,
                              subtitle=subtitle, dpi=dpi)
     write_text_atomic(output, built.html(footer=f"placer {__version__}"))
-    sys.stderr.write(f"wrote {output}\n")
+    if not quiet:
+        sys.stderr.write(f"wrote {output}\n")
     if png_dir is not None:
-        write_pictures(built.pictures, png_dir)
+        write_pictures(built.pictures, png_dir, quiet)
+    if json_out:
+        print_json({
+            "output": str(output),
+            "pictures": ([str(png_dir / f"{stem}.png") for stem, _ in built.pictures]
+                         if png_dir is not None else []),
+            "trace": [str(t) for t in trace], "model": model_spec.name, "topology": topo.name,
+            "params": {"policy": policy, "mode": mode, "dtype": dtype or model_spec.default_dtype,
+                       "batch_tokens": batch_tokens, "num_batches": params.num_batches,
+                       "seed": seed},
+            "placements": [{"name": label, "path": str(path), "metrics": e.metrics}
+                           for label, path, e in zip(labels, placement, evaluations,
+                                                     strict=True)],
+        })
 
 
 def register(app: typer.Typer) -> None:
     """Add ``placer report`` to ``app``."""
-    app.command("report")(handle_errors(report))
+    app.command("report", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(report))

@@ -6,6 +6,7 @@ generates; this module parses options and renders tables (``--json`` for machine
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from collections.abc import Callable
@@ -17,7 +18,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
+    complete_model,
     handle_errors,
     keep_warmup_option,
     num_experts_option,
@@ -29,11 +32,25 @@ from placer.cli.common import (
 from placer.errors import PlacerWarning, UsageError
 from placer.stats import format_ranges
 
+STATS_EXAMPLES = examples(
+    "placer stats traces/qwen3-30b-a3b.npz --layer 0 --layer 24 --top 3",
+    "placer stats run.jsonl.gz --window-tokens 4096 --json > stats.json",
+    "placer stats dumps/ --top-k 8",
+    note="Formats and figures: docs/stats.md and docs/traces.md.",
+)
+SYNTH_EXAMPLES = examples(
+    "placer synth trace.npz --model deepseek-v3 --tokens 50000 --zipf 1.2 --seed 1",
+    "placer synth small.jsonl.gz --layers 4 --experts 64 --top-k 8 --clusters 4 --drift 0.5",
+    note="The generator's knobs: docs/stats.md.",
+)
+
 
 def register(app: typer.Typer) -> None:
     """Add ``placer stats`` and ``placer synth`` to ``app``."""
-    app.command("stats", no_args_is_help=True)(stats)
-    app.command("synth", no_args_is_help=True)(synth)
+    app.command("stats", cls=PlacerCommand, no_args_is_help=True,
+                epilog=STATS_EXAMPLES)(stats)
+    app.command("synth", cls=PlacerCommand, no_args_is_help=True,
+                epilog=SYNTH_EXAMPLES)(synth)
 
 
 # -- placer stats -------------------------------------------------------------------------
@@ -42,17 +59,21 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def stats(
     traces: list[Path] = typer.Argument(
-        ..., help="Trace or statistics file(s): .jsonl[.gz], .npz, SGLang .pt, TensorRT-LLM dir."
+        ..., metavar="TRACE",
+        help="Trace or statistics file(s): .jsonl[.gz], .npz, SGLang .pt, TensorRT-LLM dir.",
     ),
     format: str | None = typer.Option(
-        None, "--format", "-f", help="Input format (default: from the file name and content)."
+        None, "--format", "-f", metavar="FORMAT",
+        help="Input format (default: from the file name and content).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
     layer: list[int] | None = typer.Option(
-        None, "--layer", "-l", help="Absolute layer id to show (repeatable; default all)."
+        None, "--layer", "-l", metavar="ID",
+        help="Absolute layer id to show (repeatable; default all)."
     ),
     window_tokens: int | None = typer.Option(
-        None, "--window-tokens", help="Window = this many consecutive tokens (default: steps)."
+        None, "--window-tokens", metavar="TOKENS",
+        help="Window = this many consecutive tokens (default: steps)."
     ),
     top: int = typer.Option(5, "--top", help="Hot experts and pairs listed per layer."),
     top_k: int | None = top_k_option(),
@@ -220,13 +241,18 @@ def _pct(share: float | None) -> str:
 
 @handle_errors
 def synth(
-    output: Path = typer.Argument(..., help="Trace to write: .npz, .jsonl or .jsonl.gz."),
+    output: Path = typer.Argument(
+        ..., metavar="OUTPUT", help="Trace to write: .npz, .jsonl or .jsonl.gz."
+    ),
     model: str | None = typer.Option(
-        None, "--model", "-m", help="Model preset or YAML giving layers, experts, top-k, groups."
+        None, "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model,
+        help="Model preset or YAML giving layers, experts, top-k, groups.",
     ),
     tokens: int = typer.Option(100_000, "--tokens", "-n", help="Tokens to generate."),
     layers: str | None = typer.Option(
-        None, "--layers", help="MoE layers: a count N (ids 0..N-1), or ids like '3-60' or '0,2,4'."
+        None, "--layers", metavar="N|IDS",
+        help="MoE layers: a count N (ids 0..N-1), or ids like '3-60' or '0,2,4'."
     ),
     experts: int | None = typer.Option(None, "--experts", help="Experts per layer."),
     top_k: int | None = typer.Option(None, "--top-k", help="Experts per token per layer."),
@@ -237,21 +263,28 @@ def synth(
         None, "--top-groups", help="Groups a token may use (DeepSeek-V3: 4 of 8)."
     ),
     zipf: str = typer.Option(
-        "1.0", "--zipf", help="Zipf exponent of expert popularity; one, or one per layer (a,b,..)."
+        "1.0", "--zipf", metavar="A[,A...]",
+        help="Zipf exponent of expert popularity; one, or one per layer (a,b,..)."
     ),
     clusters: int = typer.Option(0, "--clusters", help="Co-activation clusters per layer."),
     cluster_boost: float = typer.Option(
-        4.0, "--cluster-boost", help="Weight multiplier of a token's own cluster."
+        4.0, "--cluster-boost", metavar="FACTOR", help="Weight multiplier of a token's own cluster."
     ),
-    drift: float = typer.Option(0.0, "--drift", help="Popularity ranks rotated per step."),
+    drift: float = typer.Option(
+        0.0, "--drift", metavar="RANKS", help="Popularity ranks rotated per step."
+    ),
     tokens_per_step: int = typer.Option(256, "--tokens-per-step", help="Tokens per step."),
     ranks: int = typer.Option(1, "--ranks", help="DP source ranks (round-robin per token)."),
     weights: bool = typer.Option(False, "--weights", help="Also write topk_weights."),
     seed: int = typer.Option(0, "--seed", help="Random seed: same seed, same file."),
     format: str | None = typer.Option(
-        None, "--format", "-f", help="npz or jsonl (default: from OUTPUT's name)."
+        None, "--format", "-f", metavar="npz|jsonl",
+        help="npz or jsonl (default: from OUTPUT's name).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
+    ),
 ) -> None:
     """Write a synthetic per-token routing trace (skew, clusters, drift, expert groups)."""
     from placer.synth import SynthParams, params_for_model, write_synth
@@ -288,7 +321,8 @@ def synth(
         if groups is not None and top_groups is None:
             given["top_groups"] = groups
         params = SynthParams(**given, **common)
-    result = write_synth(output, params, format=format, progress=_progress_line())
+    result = write_synth(output, params, format=format,
+                         progress=None if quiet else _progress_line())
     if json_out:
         print_json(result)
     else:
@@ -339,6 +373,8 @@ def parse_layers(spec: str) -> tuple[int, ...]:
 def _parse_zipf(spec: str) -> float | tuple[float, ...]:
     try:
         values = tuple(float(v) for v in spec.split(","))
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(spec)
     except ValueError:
         raise UsageError(
             f"cannot read Zipf exponent(s) {spec!r}",
