@@ -113,6 +113,63 @@ WARMUP_RUN_ROWS = 64
 #: progress=True.
 PROGRESS_MIN_BYTES = 64 << 20
 
+# -- input limits: what a reader accepts before it allocates (docs/limits.md) -----------
+
+#: Experts one routing row may list (its width, -1 padding included): real models
+#: select 1 to 16; co-activation costs top_k^2 per token.
+MAX_TOP_K = 256
+
+#: Distinct MoE layers of a trace or statistics file, and hidden layers of a model
+#: (the largest models have about 100).
+MAX_LAYERS = 4096
+
+#: Bytes of one line of a JSONL trace or CSV file; a longer line (or a file without
+#: newlines, such as /dev/zero) is refused.
+MAX_LINE_BYTES = 1 << 20
+
+#: Bytes of the load statistics ``[windows, layers, experts]`` int64 a read may build.
+MAX_LOAD_BYTES = 256 << 20
+
+#: Bytes of the dense co-activation and layer-affinity counts (``[layers, E, E]`` int64
+#: each) a per-token read may build; past it co-activation is left out with a warning
+#: (``coact=False``), the load is still read.  An aggregated file's coact must fit it.
+MAX_COACT_BYTES = 256 << 20
+
+#: Largest sum of the counts of one aggregated input ((token, expert) selections): 2^53
+#: keeps every total exact in int64 and float64.
+MAX_TOTAL_COUNT = 1 << 53
+
+#: Bytes of a file read whole (YAML and JSON documents, CSV files, safetensors, the
+#: pickle of a .pt file): they are small hand-written or engine-written files.
+MAX_DOCUMENT_BYTES = 64 << 20
+
+#: Nesting depth of a JSON or YAML document (lists and mappings inside each other).
+MAX_NESTING = 100
+
+#: Values of a YAML document with its aliases expanded ("billion laughs" stop here).
+MAX_YAML_NODES = 1 << 20
+
+#: A compressed input (gzip trace, zip member of .npz or .pt) may decompress to this
+#: many bytes freely; past it, to at most MAX_DECOMPRESSION_RATIO times its compressed
+#: size (deflate gives ~1000x only on degenerate data such as zeros or blank lines).
+DECOMPRESSION_FREE_BYTES = 64 << 20
+MAX_DECOMPRESSION_RATIO = 200
+
+#: Bytes a .pt tensor may take beyond its storage (a stride-0 tensor repeats elements).
+MAX_PT_EXPANDED_BYTES = 64 << 20
+
+#: GPUs of a topology (its [GPUs, GPUs] link matrices take 16 bytes a pair).
+MAX_GPUS = 16384
+
+#: Largest hidden size or expert FFN size of a model or timing row (largest real: ~20k).
+MAX_MODEL_DIM = 1 << 20
+
+#: Largest parameter count of a model's non-expert weights (1.1e15).
+MAX_MODEL_PARAMS = 1 << 50
+
+#: Tokens of one calibration case (num_gpus x tokens_per_gpu), routed in memory.
+MAX_CALIBRATE_TOKENS = 1 << 22
+
 # -- the CP-SAT planner (placer.solvers.cpsat) ----------------------------------------------
 
 #: Slots a large-neighbourhood sub-model frees at once (GPUs freed = this / S, at least 2).

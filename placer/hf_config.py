@@ -49,6 +49,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from placer.constants import MAX_EXPERTS, MAX_LAYERS, MAX_MODEL_DIM
 from placer.errors import ModelError
 from placer.models import ModelSpec, spec_problems
 from placer.yaml_schema import Section, YamlDoc
@@ -117,6 +118,21 @@ FAMILIES: dict[str, Family] = {
 
 _EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+
+#: Most any integer field may be (vocabularies, heads, head sizes: all far below), and
+#: the tighter limits of the fields that size arrays (docs/limits.md).
+_FIELD_MAX = 1 << 24
+_FIELD_LIMITS = {
+    "num_hidden_layers": MAX_LAYERS,
+    "num_nextn_predict_layers": MAX_LAYERS,
+    "first_k_dense_replace": MAX_LAYERS,
+    **{key: MAX_EXPERTS for key in (*_EXPERT_KEYS, "n_group", "topk_group", "n_shared_experts")},
+    **{key: MAX_EXPERTS for key in _TOP_K_KEYS},  # MAX_TOP_K: spec_problems
+    **{key: MAX_MODEL_DIM for key in (
+        "hidden_size", "intermediate_size", "moe_intermediate_size",
+        "shared_expert_intermediate_size", "intermediate_size_mlp",
+    )},
+}
 _QUANT_DTYPES = {"fp8": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "mxfp4"}
 _FLOAT_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "float32": "bf16"}
 _SNAPSHOT = re.compile(r"^[0-9a-f]{40}$")
@@ -169,10 +185,12 @@ class _Fields:
                     f" supported model ({', '.join(FAMILIES)})?",
                 )
             return default
-        return self.section(key).integer(key, minimum=minimum)
+        return self.section(key).integer(
+            key, minimum=minimum, maximum=_FIELD_LIMITS.get(key, _FIELD_MAX)
+        )
 
     def optional(self, key: str, *, minimum: int = 1) -> int | None:
-        return self.section(key).integer(key, minimum=minimum) if self.has(key) else None
+        return self.integer(key, minimum=minimum) if self.has(key) else None
 
     def flag(self, key: str, default: bool) -> bool:
         return self.section(key).boolean(key, default) if self.has(key) else default
@@ -187,7 +205,10 @@ class _Fields:
         if not isinstance(value, list) or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
         ):
-            raise self.fail(key, f"{key} must be a list of layer indices, got {value!r}")
+            raise self.fail(
+                key, f"{key} must be a list of layer indices, got {value!r:.60}",
+                hint="layer indices are whole numbers >= 0, e.g. [0, 1, 2]",
+            )
         return list(value)
 
 
@@ -224,7 +245,10 @@ def model_from_hf_config(doc: YamlDoc) -> ModelSpec:
     num_layers = fields.integer("num_hidden_layers")
     layer_key, moe_layers = _moe_layers(fields, family, num_layers)
     if not moe_layers:
-        raise fields.fail(layer_key, f"{layer_key} leaves no MoE layer among {num_layers}")
+        raise fields.fail(
+            layer_key, f"{layer_key} leaves no MoE layer among {num_layers}",
+            hint="check the config against the model's published config.json",
+        )
     groups, top_groups = _groups(fields, family)
     counts = _parameters(fields, family, num_layers, moe_layers, fields.integer(experts_key))
     values: dict[str, Any] = dict(
@@ -251,7 +275,10 @@ def model_from_hf_config(doc: YamlDoc) -> ModelSpec:
         key, message = problems[0]
         field = {"top_k": top_k_key, "num_experts": experts_key, "num_groups": "n_group",
                  "top_groups": "topk_group", "moe_layer_ids": layer_key}.get(key, key)
-        raise ModelError(message, where=fields.where(field) if fields.has(field) else doc.source)
+        raise ModelError(
+            message, where=fields.where(field) if fields.has(field) else doc.source,
+            hint="check the config against the model's published config.json",
+        )
     spec = ModelSpec(**values)
     label = spec.architecture or model_type
     return ModelSpec(**{

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import difflib
 import itertools
-import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -50,11 +49,23 @@ from placer.constants import (
     FP8_ACTIVATION_GROUP,
     FP8_SCALE_BYTES,
     FP8_WEIGHT_BLOCK,
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    MAX_MODEL_DIM,
+    MAX_MODEL_PARAMS,
+    MAX_TOP_K,
     MXFP4_BLOCK,
     MXFP4_SCALE_BYTES,
 )
 from placer.errors import ModelError, UsageError
-from placer.yaml_schema import Section, YamlDoc, parse_yaml
+from placer.yaml_schema import (
+    Section,
+    YamlDoc,
+    decode_text,
+    load_json,
+    parse_yaml,
+    read_document,
+)
 
 __all__ = [
     "DTYPES",
@@ -135,7 +146,9 @@ class ModelSpec:
         problems = spec_problems(self)
         if problems:
             key, message = problems[0]
-            raise ModelError(message, where=f"{self.source or self.name}: {key}")
+            raise ModelError(
+                message, where=f"{self.source or self.name}: {key}", hint=_SPEC_KEYS_HINT
+            )
 
     # -- shapes -----------------------------------------------------------------------
     @property
@@ -276,6 +289,8 @@ def spec_problems(m: Any) -> list[tuple[str, str]]:
         )
     if m.top_k > m.num_experts:
         out.append(("top_k", f"top_k {m.top_k} exceeds num_experts {m.num_experts}"))
+    elif m.top_k > MAX_TOP_K:
+        out.append(("top_k", f"top_k {m.top_k} is more than placer handles ({MAX_TOP_K})"))
     if m.num_experts % m.num_groups:
         out.append(
             (
@@ -305,6 +320,7 @@ def spec_problems(m: Any) -> list[tuple[str, str]]:
 # -- reading --------------------------------------------------------------------------
 
 _SPEC_KEYS_DOC = "see docs/hardware.md, 'Model YAML'"
+_SPEC_KEYS_HINT = f"make the model's figures agree with each other; {_SPEC_KEYS_DOC}"
 
 
 def _layer_ids(section: Section, num_hidden_layers: int) -> tuple[int, ...]:
@@ -314,19 +330,30 @@ def _layer_ids(section: Section, num_hidden_layers: int) -> tuple[int, ...]:
         return tuple(range(num_hidden_layers))
     if isinstance(value, dict):
         spec = Section(section.doc, value, section.sub(key))
-        first = spec.integer("first", minimum=0)
-        last = spec.integer("last", minimum=0)
-        step = spec.integer("step", 1)
+        first = spec.integer("first", minimum=0, maximum=MAX_LAYERS - 1)
+        last = spec.integer("last", minimum=0, maximum=MAX_LAYERS - 1)
+        step = spec.integer("step", 1, maximum=MAX_LAYERS)
         spec.done()
         if last < first:
-            raise spec.fail("last", f"last {last} is before first {first}")
+            raise spec.fail(
+                "last", f"last {last} is before first {first}",
+                hint="moe_layer_ids: {first: F, last: L} with F <= L",
+            )
         return tuple(range(first, last + 1, step))
     if isinstance(value, list):
         ids: list[int] = []
         for i, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, int) or item < 0:
                 raise section.doc.fail(
-                    f"{section.sub(key)}[{i}]", f"a layer id must be an integer >= 0, got {item!r}"
+                    f"{section.sub(key)}[{i}]",
+                    f"a layer id must be an integer >= 0, got {item!r:.40}",
+                    hint="layer ids are the model's absolute layer indices, from 0",
+                )
+            if item >= MAX_LAYERS:
+                raise section.doc.fail(
+                    f"{section.sub(key)}[{i}]",
+                    f"layer id {item} is more than placer handles ({MAX_LAYERS} layers)",
+                    hint="check the figure (limits: docs/limits.md)",
                 )
             ids.append(item)
         return tuple(ids)
@@ -342,32 +369,39 @@ def _strings(section: Section, key: str, what: str) -> tuple[str, ...]:
     values: list[str] = []
     for path, value in section.items(key, None):
         if not isinstance(value, str):
-            raise section.doc.fail(path, f"{what} must be a string, got {value!r}")
+            raise section.doc.fail(
+                path, f"{what} must be a string, got {value!r:.60}", hint="quote it"
+            )
         values.append(value)
     return tuple(values)
 
 
 def model_from_section(section: Section, source: str) -> ModelSpec:
     """Read one model mapping (catalog entry or user file); unknown keys are errors."""
-    num_hidden_layers = section.integer("num_hidden_layers")
-    num_experts = section.integer("num_experts")
-    num_groups = section.integer("num_groups", 1)
+    # limits first: num_hidden_layers: 100000000 must not build 10^8 layer ids
+    num_hidden_layers = section.integer("num_hidden_layers", maximum=MAX_LAYERS)
+    num_experts = section.integer("num_experts", maximum=MAX_EXPERTS)
+    num_groups = section.integer("num_groups", 1, maximum=MAX_EXPERTS)
     values: dict[str, Any] = dict(
         name=section.string("name"),
         num_hidden_layers=num_hidden_layers,
         moe_layer_ids=_layer_ids(section, num_hidden_layers),
         num_experts=num_experts,
-        top_k=section.integer("top_k"),
+        top_k=section.integer("top_k", maximum=MAX_EXPERTS),
         num_groups=num_groups,
-        top_groups=section.integer("top_groups", num_groups),
-        num_shared_experts=section.integer("num_shared_experts", 0, minimum=0),
-        hidden_size=section.integer("hidden_size"),
-        moe_intermediate_size=section.integer("moe_intermediate_size"),
-        non_expert_params=section.integer("non_expert_params", minimum=0),
-        non_expert_bf16_params=section.integer("non_expert_bf16_params", 0, minimum=0),
+        top_groups=section.integer("top_groups", num_groups, maximum=MAX_EXPERTS),
+        num_shared_experts=section.integer("num_shared_experts", 0, minimum=0,
+                                           maximum=MAX_EXPERTS),
+        hidden_size=section.integer("hidden_size", maximum=MAX_MODEL_DIM),
+        moe_intermediate_size=section.integer("moe_intermediate_size", maximum=MAX_MODEL_DIM),
+        non_expert_params=section.integer("non_expert_params", minimum=0,
+                                          maximum=MAX_MODEL_PARAMS),
+        non_expert_bf16_params=section.integer("non_expert_bf16_params", 0, minimum=0,
+                                               maximum=MAX_MODEL_PARAMS),
         default_dtype=section.string("default_dtype", "bf16", choices=DTYPES),
         expert_bias=section.boolean("expert_bias", False),
-        num_nextn_predict_layers=section.integer("num_nextn_predict_layers", 0, minimum=0),
+        num_nextn_predict_layers=section.integer("num_nextn_predict_layers", 0, minimum=0,
+                                                 maximum=MAX_LAYERS),
         architecture=section.string("architecture", ""),
         hub_ids=_strings(section, "hub_ids", "a hub id"),
         aliases=_strings(section, "aliases", "an alias"),
@@ -378,7 +412,7 @@ def model_from_section(section: Section, source: str) -> ModelSpec:
     problems = spec_problems(SimpleNamespace(**values))
     if problems:
         key, message = problems[0]
-        raise section.fail(key if section.has(key) else None, message)
+        raise section.fail(key if section.has(key) else None, message, _SPEC_KEYS_HINT)
     return ModelSpec(**values)
 
 
@@ -441,23 +475,16 @@ def model_from_dict(data: dict[str, Any], source: str = "<dict>") -> ModelSpec:
 
 def _read_document(path: Path) -> YamlDoc:
     """A model file's document: JSON (checked as JSON first, for its error messages) or YAML."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise ModelError(
             "file not found", where=str(path),
             hint="pass a preset name, a model YAML or a Hugging Face config.json that exists",
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ModelError(f"cannot read file: {e}", where=str(path)) from None
+        )
+    text = decode_text(read_document(path, ModelError, what="model file"), str(path), ModelError)
     if path.suffix == ".json" or text.lstrip().startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ModelError(
-                f"invalid JSON: {e.msg} (column {e.colno})", where=f"{path}:{e.lineno}",
-                hint="a Hugging Face config.json is one JSON object",
-            ) from None
+        data = load_json(
+            text, str(path), ModelError, hint="a Hugging Face config.json is one JSON object"
+        )
         try:
             return parse_yaml(text, str(path), ModelError)  # the same values, with line numbers
         except ModelError:

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from placer import constants
 from placer.calibrate.workload import AllToAllCase
 from placer.errors import DataError, UsageError
 from placer.evaluate.traffic import MODES
@@ -75,6 +76,14 @@ _MEANING = {
     "measured_us": "the measured time in microseconds, e.g. 123.4",
 }
 _SEE_DOCS = "see docs/calibrate.md, 'Timings CSV'"
+#: Largest value of each integer column (docs/limits.md): a case is routed in memory.
+_LIMITS = {
+    "num_gpus": constants.MAX_GPUS, "gpus_per_node": constants.MAX_GPUS,
+    "tokens_per_gpu": constants.MAX_CALIBRATE_TOKENS, "hidden": constants.MAX_MODEL_DIM,
+    "top_k": constants.MAX_TOP_K, "num_experts": constants.MAX_EXPERTS,
+    "top_groups": constants.MAX_EXPERTS, "tokens_per_expert": constants.MAX_CALIBRATE_TOKENS,
+    "ffn": constants.MAX_MODEL_DIM,
+}
 
 
 @dataclass(frozen=True)
@@ -223,11 +232,19 @@ def read_timings(path: str | os.PathLike[str]) -> list[Timing]:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        with open(p, "rb") as f:
+            data = f.read(constants.MAX_DOCUMENT_BYTES + 1)
+        text = data.decode("utf-8-sig")
     except FileNotFoundError:
         raise DataError(f"no such file: {p}", hint="give the timings CSV's path") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {p}: {exc}", hint="a timings CSV is UTF-8 text") from None
+    if len(data) > constants.MAX_DOCUMENT_BYTES:
+        raise DataError(
+            f"the file is larger than {constants.MAX_DOCUMENT_BYTES >> 20} MiB, the most placer"
+            " reads of a timings CSV", where=str(p),
+            hint="a timings CSV holds one row per measurement (limits: docs/limits.md)",
+        )
     return parse_timings(text, str(path))
 
 
@@ -239,7 +256,11 @@ def parse_timings(text: str, source: str = "<text>") -> list[Timing]:
     for number, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        cells = [c.strip() for c in next(csv.reader([line]))]
+        try:
+            cells = [c.strip() for c in next(csv.reader([line]))]
+        except csv.Error as exc:  # a cell past csv's field size limit, a NUL byte
+            raise DataError(f"not a CSV row ({exc})", where=f"{source}:{number}",
+                            hint=f"one measurement per row; {_SEE_DOCS}") from None
         if header is None:
             header = _header(cells, source, number)
             header_line = number
@@ -326,8 +347,13 @@ def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
             if value[name].replace(".", "", 1).isdigit() and float(value[name]).is_integer():
                 out = int(float(value[name]))
         if out < low:
-            raise DataError(f"{name}: expected an integer >= {low}, got {value[name]!r}",
+            raise DataError(f"{name}: expected an integer >= {low}, got {value[name]!r:.40}",
                             where=where(name), hint=f"{_MEANING[name]}; {_SEE_DOCS}")
+        if out > _LIMITS[name]:
+            raise DataError(
+                f"{name}: {value[name]:.40} is more than placer handles ({_LIMITS[name]:,})",
+                where=where(name), hint=f"{_MEANING[name]}; limits: docs/limits.md",
+            )
         return out
 
     def choice(name: str, options: Sequence[str]) -> str:
@@ -353,6 +379,12 @@ def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
                 tokens_per_expert=integer("tokens_per_expert"),
                 hidden=integer("hidden"), ffn=integer("ffn"),
                 dtype=choice("dtype", GEMM_DTYPES), measured_us=measured, note=note, where=at,
+            )
+        if integer("num_gpus") * integer("tokens_per_gpu") > constants.MAX_CALIBRATE_TOKENS:
+            raise DataError(
+                f"num_gpus x tokens_per_gpu is more than the {constants.MAX_CALIBRATE_TOKENS:,}"
+                " tokens placer routes for one case", where=where("tokens_per_gpu"),
+                hint="measure fewer tokens per GPU (limits: docs/limits.md)",
             )
         case = AllToAllCase(
             num_gpus=integer("num_gpus"), gpus_per_node=integer("gpus_per_node"),

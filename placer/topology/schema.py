@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from placer.constants import DEFAULT_FABRIC_LATENCY_US, DEFAULT_NETWORK_LATENCY_US
+from placer.constants import DEFAULT_FABRIC_LATENCY_US, DEFAULT_NETWORK_LATENCY_US, MAX_GPUS
 from placer.errors import UsageError
 from placer.topology.calibration import (
     Calibration,
@@ -151,7 +151,7 @@ def _fabric(node: Section, num_gpus: int) -> FabricSpec:
     per_switch = num_gpus
     uplink = gbps
     if kind == "pcie":
-        per_switch = section.integer("gpus_per_switch", num_gpus)
+        per_switch = section.integer("gpus_per_switch", num_gpus, maximum=MAX_GPUS)
         uplink = section.number("uplink_gbps", gbps, zero_hint=_ZERO_HINT)
     section.done()
     return FabricSpec(kind, gbps, latency, per_switch, uplink, link)
@@ -215,11 +215,20 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
 
     nodes: list[NodeSpec] = []
     node_paths: dict[str, str] = {}
+    total_gpus = 0
     for path, value in root.items("nodes"):
         node = Section(doc, value, path)
         base = node.string("name")
-        count = node.integer("count", None)
-        num_gpus = node.integer("gpus")
+        count = node.integer("count", None, maximum=MAX_GPUS)
+        num_gpus = node.integer("gpus", maximum=MAX_GPUS)
+        # checked before the nodes are made: `count: 100000000` must not build them
+        total_gpus += num_gpus * (1 if count is None else count)
+        if total_gpus > MAX_GPUS:
+            raise node.fail(
+                "count" if count is not None else "gpus",
+                f"the topology has more than {MAX_GPUS:,} GPUs, the most placer handles",
+                hint="check count and gpus (limits: docs/limits.md)",
+            )
         type_name = node.string("gpu_type")
         if type_name not in gpu_types:
             raise node.fail(
@@ -233,7 +242,10 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
         names = [base] if count is None else [f"{base}{i}" for i in range(count)]
         for node_name in names:
             if "/" in node_name:
-                raise node.fail("name", f"node name '{node_name}' must not contain '/'")
+                raise node.fail(
+                    "name", f"node name '{node_name}' must not contain '/'",
+                    hint="'/' separates a node from its GPU in vertex names (node0/gpu3)",
+                )
             if node_name in node_paths:
                 raise node.fail(
                     "name",
@@ -263,7 +275,10 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
     switches: list[tuple[str, str]] = []
     for path, value in root.items("switches", None):
         if not isinstance(value, str) or not value.strip():
-            raise doc.fail(path, f"a switch must be a name, got {value!r}")
+            raise doc.fail(
+                path, f"a switch must be a name, got {value!r:.60}",
+                hint="name switches like box/plx0",
+            )
         switches.append((value, path))
 
     links: list[LinkSpec] = []
