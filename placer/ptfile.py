@@ -31,17 +31,20 @@ from __future__ import annotations
 
 import collections
 import io
+import math
 import pickle
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from placer.errors import DataError
+from placer import constants
+from placer.errors import DataError, PlacerError
 
-__all__ = ["is_torch_archive", "load_pt", "save_pt"]
+__all__ = ["check_zip", "is_torch_archive", "load_pt", "save_pt"]
 
 #: numpy dtype of each storage type torch writes; bfloat16 is widened to float32.
 _STORAGE_DTYPES: dict[str, str] = {
@@ -56,6 +59,8 @@ _STORAGE_DTYPES: dict[str, str] = {
     "ByteStorage": "uint8",
     "BoolStorage": "bool",
 }
+
+_DAMAGED_HINT = "the file may be damaged or incomplete; save it again"
 
 _ALLOWED_HINT = (
     "placer reads tensors and plain containers only; load the file with torch if you trust it"
@@ -81,13 +86,42 @@ class _Storage:
     elements: np.ndarray
 
 
+def check_zip(archive: zipfile.ZipFile, where: str, error: type[PlacerError] = DataError) -> None:
+    """Refuse a zip archive (.pt, .npz) that would inflate like a compression bomb.
+
+    Members may together decompress to ``constants.DECOMPRESSION_FREE_BYTES``; past
+    that, to at most ``constants.MAX_DECOMPRESSION_RATIO`` times their compressed size.
+    The sizes are the archive's own (zipfile never reads past a member's declared size,
+    and a member whose data does not match fails its CRC).
+    """
+    infos = archive.infolist()
+    inflated = sum(i.file_size for i in infos)
+    packed = sum(i.compress_size for i in infos)
+    if (
+        inflated > constants.DECOMPRESSION_FREE_BYTES
+        and inflated > constants.MAX_DECOMPRESSION_RATIO * max(packed, 1)
+    ):
+        raise error(
+            f"the archive inflates {inflated / max(packed, 1):,.0f} times (to"
+            f" {inflated >> 20:,} MiB from {packed >> 10:,} KiB), more than"
+            f" {constants.MAX_DECOMPRESSION_RATIO} times: no real data compresses this well",
+            where=where, hint="is this a compression bomb? (limits: docs/limits.md)",
+        )
+
+
+#: What reading a damaged zip member raises (CRC mismatch, bad deflate data,
+#: truncation, encryption, an unknown compression method).
+ZIP_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError,
+                   NotImplementedError, ValueError)
+
+
 def is_torch_archive(path: str | Path) -> bool:
     """Whether ``path`` is a ``torch.save`` zip: one ``<root>/data.pkl`` beside
     ``<root>/version`` or a storage ``<root>/data/<key>`` (no unpickling)."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError):
+    except ZIP_READ_ERRORS:
         return False
     roots = [n[: -len("data.pkl")] for n in names if n == "data.pkl" or n.endswith("/data.pkl")]
     if len(roots) != 1:
@@ -119,25 +153,36 @@ def load_pt(path: str | Path) -> Any:
     try:
         archive = zipfile.ZipFile(path)
     except FileNotFoundError:
-        raise DataError("file not found", where=str(path)) from None
-    except (zipfile.BadZipFile, OSError):
+        raise DataError("file not found", where=str(path), hint="check the path") from None
+    except ZIP_READ_ERRORS:
         raise DataError(
             "not a torch zip archive (torch.save from torch >= 1.6)",
             where=str(path),
             hint="re-save it with a recent torch, or check that it is a .pt file",
         ) from None
     with archive:
+        check_zip(archive, str(path))
         pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
         if len(pickles) != 1:
             raise DataError(
-                f"expected one data.pkl in the archive, found {len(pickles)}", where=str(path)
+                f"expected one data.pkl in the archive, found {len(pickles)}", where=str(path),
+                hint="a torch.save file holds one data.pkl; is this a .pt file?",
             )
         root = pickles[0][: -len("data.pkl")]
         byteorder = "little"
         if f"{root}byteorder" in archive.namelist():
-            byteorder = archive.read(f"{root}byteorder").decode("ascii", "replace").strip()
+            try:
+                raw = archive.open(f"{root}byteorder").read(16)
+            except ZIP_READ_ERRORS as e:
+                raise DataError(
+                    f"cannot read byteorder ({e})", where=str(path), hint=_DAMAGED_HINT
+                ) from None
+            byteorder = raw.decode("ascii", "replace").strip()
             if byteorder not in ("little", "big"):
-                raise DataError(f"unknown byteorder {byteorder!r}", where=str(path))
+                raise DataError(
+                    f"unknown byteorder {byteorder!r:.20}", where=str(path),
+                    hint="torch writes little or big",
+                )
         unpickler = _RestrictedUnpickler(archive, root, byteorder, path)
         try:
             return unpickler.load()
@@ -145,7 +190,8 @@ def load_pt(path: str | Path) -> Any:
             raise
         except Exception as e:  # malformed pickles raise anything; none is the user's bug
             raise DataError(
-                f"cannot unpickle data.pkl ({type(e).__name__}: {e})", where=str(path)
+                f"cannot unpickle data.pkl ({type(e).__name__}: {e!s:.120})",
+                where=str(path), hint=_DAMAGED_HINT,
             ) from None
 
 
@@ -153,16 +199,29 @@ class _RestrictedUnpickler(pickle.Unpickler):
     """Unpickler whose globals are an allow-list and whose storages come from the zip."""
 
     def __init__(self, archive: zipfile.ZipFile, root: str, byteorder: str, path: Path):
+        info = archive.getinfo(f"{root}data.pkl")
+        if info.file_size > constants.MAX_DOCUMENT_BYTES:
+            raise DataError(
+                f"data.pkl is {info.file_size >> 20:,} MiB, more than the"
+                f" {constants.MAX_DOCUMENT_BYTES >> 20} MiB placer unpickles",
+                where=str(path), hint="is this the right file? (limits: docs/limits.md)",
+            )
         try:
-            data = archive.read(f"{root}data.pkl")
-        except (zipfile.BadZipFile, OSError) as e:
-            raise DataError(f"cannot read data.pkl ({e})", where=str(path)) from None
+            data = archive.read(info)
+        except ZIP_READ_ERRORS as e:
+            raise DataError(
+                f"cannot read data.pkl ({e})", where=str(path), hint=_DAMAGED_HINT
+            ) from None
         super().__init__(io.BytesIO(data))
         self._archive = archive
         self._root = root
         self._byteorder = byteorder
         self._path = path
         self._storages: dict[str, _Storage] = {}
+        # bytes tensors may take: their storages, plus what stride-0 views repeat
+        self._budget = constants.MAX_PT_EXPANDED_BYTES + sum(
+            i.file_size for i in archive.infolist() if i.filename.startswith(f"{root}data/")
+        )
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
@@ -179,10 +238,15 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> _Storage:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise DataError(f"unknown persistent id {pid!r:.80}", where=str(self._path))
+            raise DataError(
+                f"unknown persistent id {pid!r:.80}", where=str(self._path), hint=_ALLOWED_HINT
+            )
         _, storage_type, key, _location, _numel = pid
         if not isinstance(storage_type, _StorageType) or not isinstance(key, str):
-            raise DataError(f"malformed storage reference {pid!r:.80}", where=str(self._path))
+            raise DataError(
+                f"malformed storage reference {pid!r:.80}", where=str(self._path),
+                hint=_DAMAGED_HINT,
+            )
         if key not in self._storages:
             self._storages[key] = self._read_storage(key, storage_type)
         return self._storages[key]
@@ -192,13 +256,21 @@ class _RestrictedUnpickler(pickle.Unpickler):
         try:
             raw = self._archive.read(member)
         except KeyError:
-            raise DataError(f"storage data/{key} is missing", where=str(self._path)) from None
-        except (zipfile.BadZipFile, OSError) as e:
             raise DataError(
-                f"cannot read storage data/{key} ({e})", where=str(self._path)
+                f"storage data/{key:.40} is missing", where=str(self._path), hint=_DAMAGED_HINT
+            ) from None
+        except ZIP_READ_ERRORS as e:
+            raise DataError(
+                f"cannot read storage data/{key} ({e})", where=str(self._path),
+                hint=_DAMAGED_HINT,
             ) from None
         dtype = storage_type.dtype
         if dtype == "bfloat16":
+            if len(raw) % 2:
+                raise DataError(
+                    f"storage data/{key} has {len(raw)} bytes, not a multiple of bfloat16",
+                    where=str(self._path), hint=_DAMAGED_HINT,
+                )
             halves = np.frombuffer(raw, dtype=np.dtype("uint16").newbyteorder(self._order))
             elements = (halves.astype(np.uint32) << 16).view(np.float32)
         else:
@@ -206,7 +278,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
             if len(raw) % np_dtype.itemsize:
                 raise DataError(
                     f"storage data/{key} has {len(raw)} bytes, not a multiple of {dtype}",
-                    where=str(self._path),
+                    where=str(self._path), hint=_DAMAGED_HINT,
                 )
             elements = np.frombuffer(raw, dtype=np_dtype.newbyteorder(self._order))
         return _Storage(key, elements)
@@ -228,7 +300,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         """Rebuild one tensor as a numpy array (a copy, in native byte order)."""
         where = str(self._path)
         if not isinstance(storage, _Storage):
-            raise DataError("tensor without a storage", where=where)
+            raise DataError("tensor without a storage", where=where, hint=_DAMAGED_HINT)
         if not (
             _is_int_tuple(size) and _is_int_tuple(stride) and len(size) == len(stride)
             and isinstance(storage_offset, int) and storage_offset >= 0
@@ -236,19 +308,33 @@ class _RestrictedUnpickler(pickle.Unpickler):
             raise DataError(
                 f"malformed tensor in storage data/{storage.key}: size {size!r:.60},"
                 f" stride {stride!r:.60}, offset {storage_offset!r:.20}",
-                where=where,
+                where=where, hint=_DAMAGED_HINT,
             )
         flat = storage.elements
         if any(s < 0 for s in size) or any(s < 0 for s in stride):
-            raise DataError(f"negative size or stride in data/{storage.key}", where=where)
+            raise DataError(
+                f"negative size or stride in data/{storage.key}", where=where,
+                hint=_DAMAGED_HINT,
+            )
+        nbytes = math.prod(size) * flat.itemsize
+        self._budget -= nbytes
+        if self._budget < 0:
+            # stride-0 (expanded) tensors and views repeat their storages' elements
+            raise DataError(
+                f"the tensors take more than their storages and"
+                f" {constants.MAX_PT_EXPANDED_BYTES >> 20} MiB besides (a tensor of size"
+                f" {tuple(size)!s:.60} over storage data/{storage.key} of {flat.size} elements)",
+                where=where, hint="save contiguous tensors (.contiguous()); limits:"
+                " docs/limits.md",
+            )
         if 0 in size:
             return np.zeros(size, dtype=flat.dtype.newbyteorder("="))
         last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
         if last >= flat.size:
             raise DataError(
-                f"tensor of size {tuple(size)} reaches element {last} of storage"
+                f"tensor of size {tuple(size)!s:.60} reaches element {last} of storage"
                 f" data/{storage.key}, which has {flat.size}",
-                where=where,
+                where=where, hint=_DAMAGED_HINT,
             )
         view = np.lib.stride_tricks.as_strided(
             flat[storage_offset:],

@@ -3,7 +3,8 @@
 Entry point: :func:`read_routing`.  Formats live in a registry (one module each);
 built in: ``jsonl`` and ``npz`` (per token), ``load-npz``, ``load-npy``, ``load-json``
 and ``load-csv`` (aggregated).  More register themselves through
-:func:`register_format`.  See ``docs/traces.md`` for the formats and rules.
+:func:`register_format`.  See ``docs/traces.md`` for the formats and rules, and
+``docs/limits.md`` for the limits every reader checks before it allocates.
 
 Example::
 
@@ -157,6 +158,11 @@ def _accumulate(paths: list[Path], fmts: list[TraceFormat], options: ReadOptions
             if not p.exists():
                 from placer.errors import TraceError
 
+                if p.is_symlink():
+                    raise TraceError(
+                        "the link leads nowhere (its target is missing, or links loop)",
+                        where=str(p), hint="point the link at the trace file",
+                    )
                 raise TraceError("file not found", where=str(p), hint="check the path")
             acc.begin_source(str(p), fmt.name)
             fmt.read(p, acc)

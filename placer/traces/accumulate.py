@@ -30,6 +30,12 @@ one window, chosen when it is first seen.  With ``window_tokens=N`` windows are 
 consecutive tokens; otherwise windows follow the trace's ``step`` when rows carry one,
 else tokens in order of first appearance; :mod:`placer.traces.windows` keeps at most
 ``constants.MAX_WINDOWS`` of them by merging adjacent windows pairwise.
+
+Limits (docs/limits.md), checked before anything is sized by them: expert ids below
+``constants.MAX_EXPERTS``, rows of at most ``constants.MAX_TOP_K`` experts, at most
+``constants.MAX_LAYERS`` layers, load within ``constants.MAX_LOAD_BYTES`` and counts of
+aggregated inputs within ``constants.MAX_TOTAL_COUNT``.  Co-activation past
+``constants.MAX_COACT_BYTES`` is left out with a warning (the load is still read).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import itertools
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -74,17 +80,32 @@ class ReadOptions:
     def __post_init__(self) -> None:
         if self.window_tokens is not None and self.window_tokens < 1:
             raise UsageError(
-                f"window_tokens must be >= 1, got {self.window_tokens}", where="--window-tokens"
+                f"window_tokens must be >= 1, got {self.window_tokens}", where="--window-tokens",
+                hint="a window is this many consecutive tokens",
             )
         if self.num_experts is not None and not 1 <= self.num_experts <= constants.MAX_EXPERTS:
             raise UsageError(
                 f"num_experts must be in [1, {constants.MAX_EXPERTS}], got {self.num_experts}",
-                where="--num-experts",
+                where="--num-experts", hint="the routed experts of one MoE layer",
             )
-        if self.top_k is not None and self.top_k < 1:
-            raise UsageError(f"top_k must be >= 1, got {self.top_k}", where="--top-k")
+        if self.top_k is not None and not 1 <= self.top_k <= constants.MAX_TOP_K:
+            raise UsageError(
+                f"top_k must be in [1, {constants.MAX_TOP_K}], got {self.top_k}",
+                where="--top-k", hint="the experts each token selects per layer",
+            )
+        if (
+            self.top_k is not None and self.num_experts is not None
+            and self.top_k > self.num_experts
+        ):
+            raise UsageError(
+                f"top_k {self.top_k} is more than num_experts {self.num_experts}",
+                where="--top-k", hint="a token selects top_k of the layer's experts",
+            )
         if self.layers is not None and any(i < 0 for i in self.layers):
-            raise UsageError("layer ids are >= 0", where="--layers")
+            raise UsageError(
+                "layer ids are >= 0", where="--layers",
+                hint="layers are the model's absolute layer indices, from 0",
+            )
 
 
 @dataclass
@@ -405,6 +426,7 @@ class Accumulator:
         self._scratch_buf: np.ndarray | None = None
         self._columns: np.ndarray | None = None
         self._hot: np.ndarray | None = None
+        self._count_total = 0.0  # counts of aggregated inputs so far (MAX_TOTAL_COUNT)
 
     # -- reader API ----------------------------------------------------------------
     def begin_source(self, source: str, format_name: str) -> None:
@@ -438,7 +460,10 @@ class Accumulator:
         if rid is None:
             rid = len(self._request_labels)
             if rid >= 1 << 30:
-                raise TraceError("more than 2^30 requests", where=self.source)
+                raise TraceError(
+                    "more than 2^30 requests", where=self.source,
+                    hint="read the trace in parts",
+                )
             self._requests[key] = rid
             self._request_labels.append(label)
         return rid
@@ -459,7 +484,7 @@ class Accumulator:
             if e > constants.MAX_EXPERTS:
                 raise TraceError(
                     f"num_experts {e} is more than placer handles ({constants.MAX_EXPERTS})",
-                    where=where,
+                    where=where, hint=_LIMITS_HINT,
                 )
             if self._num_experts is not None and self._num_experts != e:
                 raise TraceError(
@@ -472,12 +497,17 @@ class Accumulator:
             if self._max_expert >= e:
                 raise TraceError(
                     f"num_experts is {e} but expert {self._max_expert} was already read",
-                    where=where,
+                    where=where, hint="expert ids are 0..num_experts-1; check the header",
                 )
             self._num_experts, self._experts_from = e, where
             self._resize(num_e=max(self._num_e, e))
         if top_k is not None:
             k = _positive_int(top_k, "top_k", where)
+            if k > constants.MAX_TOP_K:
+                raise TraceError(
+                    f"top_k {k} is more than placer handles ({constants.MAX_TOP_K})",
+                    where=where, hint=_LIMITS_HINT,
+                )
             if self._top_k is not None and self._top_k != k:
                 raise TraceError(
                     f"top_k is {k} here but {self._top_k} in {self._top_k_from}",
@@ -487,14 +517,29 @@ class Accumulator:
                     else "all inputs of one read must describe the same model",
                 )
             self._top_k, self._top_k_from = k, where
+        if (
+            self._top_k is not None and self._num_experts is not None
+            and self._top_k > self._num_experts
+        ):
+            raise TraceError(
+                f"top_k {self._top_k} ({self._top_k_from}) is more than num_experts"
+                f" {self._num_experts} ({self._experts_from})",
+                where=where, hint="a token selects top_k of the layer's experts; check both",
+            )
         if num_layers is not None:
             self._num_layers_declared = _positive_int(num_layers, "num_layers", where)
+            if self._num_layers_declared > constants.MAX_LAYERS:
+                raise TraceError(
+                    f"num_layers {self._num_layers_declared} is more than placer handles"
+                    f" ({constants.MAX_LAYERS})", where=where, hint=_LIMITS_HINT,
+                )
         if model is not None:
             self.model = str(model)
         if synthetic is not None:
             if not isinstance(synthetic, bool | np.bool_):
                 raise TraceError(
-                    f"synthetic must be true or false, got {synthetic!r}", where=where
+                    f"synthetic must be true or false, got {synthetic!r:.40}", where=where,
+                    hint="synthetic: true marks a generated trace",
                 )
             self.synthetic = self.synthetic or bool(synthetic)
 
@@ -678,14 +723,15 @@ class Accumulator:
         if ids.ndim != 3 or ids.shape[1] != lid.size:
             raise TraceError(
                 f"{array} has shape {ids.shape}, expected [tokens, {lid.size}, k]",
-                where=self.source,
+                where=self.source, hint="one column of expert ids per layer id",
             )
         t, _, k = ids.shape
         if t == 0:
             return
         if lid.size > 1 and (np.diff(lid) <= 0).any():
             raise TraceError(
-                f"layer_ids {lid.tolist()} are not strictly increasing", where=self.source
+                f"layer_ids {lid.tolist()!s:.80} are not strictly increasing",
+                where=self.source, hint="each layer once, in increasing order",
             )
         weights = chunk.topk_weights
         if self._layer_filter is not None:
@@ -711,7 +757,10 @@ class Accumulator:
         rank = None if chunk.rank is None else np.asarray(chunk.rank, dtype=np.int64)
         for name, a in (("step", step), ("rank", rank)):
             if a is not None and a.shape != (t,):
-                raise TraceError(f"{name} has shape {a.shape}, expected [{t}]", where=self.source)
+                raise TraceError(
+                    f"{name} has shape {a.shape}, expected [{t}]", where=self.source,
+                    hint=f"one {name} per token",
+                )
         tokens = _HeldTokens(ids, lid, step, rank, weights, token_offset, array)
         held = self._held_tokens
         if held is not None:
@@ -890,6 +939,7 @@ class Accumulator:
         self._begin_kind("aggregate")
         self._begin_aggregate(by_step=False, where=where)
         w, nl, e = load.shape
+        self._add_total(load, where)
         lid = np.arange(nl, dtype=np.int64) if layer_ids is None else layer_ids
         if self._layer_filter is not None:
             missing = [i for i in self._layer_filter.tolist() if i not in set(lid.tolist())]
@@ -908,7 +958,7 @@ class Accumulator:
             raise TraceError(
                 f"load has {e} experts but num_experts is {self._num_experts}"
                 f" ({self._experts_from})",
-                where=where,
+                where=where, hint="check --num-experts and --model against the file",
             )
         if self._load.size == 0 and not self._layer_ids:
             self._layer_ids = [int(i) for i in lid]
@@ -959,7 +1009,7 @@ class Accumulator:
         if steps.shape != (p,) or lid.shape != (nl,):
             raise TraceError(
                 f"{p} passes with {steps.shape} steps and {nl} layers with {lid.shape} ids",
-                where=where,
+                where=where, hint="each pass needs one step and each layer one id",
             )
         if self._layer_filter is not None:
             self._all_layers.update(lid.tolist())
@@ -973,10 +1023,10 @@ class Accumulator:
             raise TraceError(
                 f"counts have {e} experts but num_experts is {self._num_experts}"
                 f" ({self._experts_from})",
-                where=where,
+                where=where, hint="check --num-experts and --model against the file",
             )
-        if (load < 0).any():
-            raise TraceError("counts must be >= 0", where=where)
+        load = check_counts(load, "counts", where)
+        self._add_total(load, where)
         rows = self._rows_of(lid, lambda i: where)
         if e > self._num_e:
             self._resize(num_e=e)
@@ -992,6 +1042,15 @@ class Accumulator:
         )
         self.rows_read += p * nl
 
+    def _add_total(self, load: np.ndarray, where: str) -> None:
+        """Add an aggregated input's counts to the total, within MAX_TOTAL_COUNT."""
+        self._count_total += float(load.sum(dtype=np.float64))
+        if self._count_total > constants.MAX_TOTAL_COUNT:
+            raise TraceError(
+                f"the counts add up to {self._count_total:.4g} selections, more than placer"
+                " counts (2^53)", where=where, hint=_LIMITS_HINT,
+            )
+
     def _begin_aggregate(self, *, by_step: bool, where: str) -> None:
         if self._agg_by_step is None:
             self._agg_by_step = by_step
@@ -1000,6 +1059,16 @@ class Accumulator:
                 "counts per forward pass and load matrices cannot be read together",
                 where=where,
                 hint="read them separately",
+            )
+
+    def _check_top_k(self, top_k: int, num_e: int, where: str) -> None:
+        """top_k cannot exceed the experts: such statistics would be silently wrong."""
+        if top_k > num_e:
+            source = self._top_k_from or "the data"
+            raise TraceError(
+                f"top_k {top_k} ({source}) is more than the {num_e} experts of the data",
+                where=where,
+                hint="check top_k (--top-k, --model) and the expert count (--num-experts)",
             )
 
     # -- result -------------------------------------------------------------------
@@ -1073,10 +1142,21 @@ class Accumulator:
         The ids keep their dtype; nothing is copied unless a check fails.
         """
         if experts.ndim != 2 or experts.shape[1] == 0:
-            raise TraceError("routing rows need at least one expert", where=where(0))
+            raise TraceError(
+                "routing rows need at least one expert", where=where(0),
+                hint="each row lists the top_k experts a token selected in a layer",
+            )
         k = experts.shape[1]
+        if k > constants.MAX_TOP_K:
+            raise TraceError(
+                f"a row lists {k} experts, more than placer handles ({constants.MAX_TOP_K})",
+                where=where(0), hint=_LIMITS_HINT,
+            )
         if not np.issubdtype(experts.dtype, np.integer):
-            raise TraceError(f"expert ids must be integers, got {experts.dtype}", where=where(0))
+            raise TraceError(
+                f"expert ids must be integers, got {experts.dtype}", where=where(0),
+                hint="store expert ids as int16 or int32",
+            )
         if self._k is None:
             self._k = k
             if self._top_k is not None and k < self._top_k:
@@ -1122,7 +1202,7 @@ class Accumulator:
             i = int(np.argmax(experts.ravel()))
             raise TraceError(
                 f"expert id {mx} is more than placer handles ({constants.MAX_EXPERTS} experts)",
-                where=wf(i),
+                where=wf(i), hint=_LIMITS_HINT,
             )
         if duplicates and k > 1 and _has_duplicate(experts.T):
             self._raise_duplicate(experts, where)
@@ -1171,7 +1251,15 @@ class Accumulator:
             self._row_of_layer = _grow(self._row_of_layer, (top + 1,), -1)
         rows = self._row_of_layer[layer]
         if (rows < 0).any():
-            for lid in np.unique(layer[rows < 0]).tolist():
+            new = np.unique(layer[rows < 0])
+            if len(self._layer_ids) + new.size > constants.MAX_LAYERS:
+                raise TraceError(
+                    f"the input names more than {constants.MAX_LAYERS} layers, the most placer"
+                    " handles", where=where(int(np.flatnonzero(rows < 0)[0])),
+                    hint="layer is the model's absolute layer index (limits:"
+                    " docs/limits.md)",
+                )
+            for lid in new.tolist():
                 self._row_of_layer[lid] = len(self._layer_ids)
                 self._layer_ids.append(int(lid))
             self._resize(num_layers=len(self._layer_ids))
@@ -1181,14 +1269,27 @@ class Accumulator:
     def _resize(self, *, num_e: int | None = None, num_layers: int | None = None) -> None:
         e = self._num_e if num_e is None else num_e
         nl = len(self._layer_ids) if num_layers is None else num_layers
+        # load may grow to MAX_WINDOWS windows: refuse now what would not fit then
+        need = constants.MAX_WINDOWS * nl * e * 8
+        if need > constants.MAX_LOAD_BYTES:
+            raise TraceError(
+                f"statistics of {nl} layers x {e} experts would take {_mib(need)} MiB, more"
+                f" than placer's {_mib(constants.MAX_LOAD_BYTES)} MiB",
+                where=self.source,
+                hint="declare the expert count (num_experts=, --num-experts) so a stray id"
+                " is reported, or read fewer layers (limits: docs/limits.md)",
+            )
         self._num_e = e
         w = self._grid.count
         self._load = _grow(self._load, (w, nl, e))
         if self.options.coact:
-            # one more expert than the accumulators' width: -1 (no expert) counts there
-            # and is cleared after each chunk (see _clear_trash)
-            self._coact = _grow(self._coact, (nl, e + 1, e + 1))
-            self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
+            if _coact_bytes(nl, self._aff.shape[0], e + 1) > constants.MAX_COACT_BYTES:
+                self._drop_coact(nl, e)
+            else:
+                # one more expert than the accumulators' width: -1 (no expert) counts
+                # there and is cleared after each chunk (see _clear_trash)
+                self._coact = _grow(self._coact, (nl, e + 1, e + 1))
+                self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
         k = self._k or 1
         self._run_last = _grow(self._run_last, (nl, k), -2)
         self._run_req = _grow(self._run_req, (nl,), -1)
@@ -1204,6 +1305,7 @@ class Accumulator:
             raise TraceError(
                 f"token id {int(tok[i])} is out of range [0, 2^31)",
                 where=f"{self.source}:{int(chunk.lines[i])}",
+                hint="token numbers a token within its request; number from 0",
             )
         missing = tok < 0
         if missing.any():
@@ -1372,9 +1474,13 @@ class Accumulator:
         tok_base = tok_win * (nl * e)
         coact = self.options.coact
         if coact:
+            pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
+            coact = self.options.coact  # pairs past MAX_COACT_BYTES leave co-activation out
+            if not coact and xt.shape[1] > 1 and _has_duplicate(xt.transpose(1, 0, 2)):
+                self._raise_duplicate(flat, where)
+        if coact:
             ew = self._coact.shape[1]
             xs = np.where(xt < 0, ew - 1, xt) if has_none else xt
-            pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
         scratch = self._scratch()
         for c in range(lid.size):
             _load_into(load, tok_base + int(rows[c]) * e, xt[c], has_none, scratch)
@@ -1439,14 +1545,44 @@ class Accumulator:
                 acc[:, -1, :] = 0
                 acc[:, :, -1] = 0
 
+    def _drop_coact(self, nl: int, e: int) -> None:
+        """Stop counting co-activation and layer affinity: they would pass
+        ``constants.MAX_COACT_BYTES`` (the load is still counted)."""
+        nl = max(nl, 1)
+        need = _coact_bytes(nl, max(self._aff.shape[0], nl - 1), e + 1)
+        self.notes.append(
+            f"co-activation was left out: counting it for {nl} layer{'s' * (nl > 1)} of"
+            f" {e:,} experts needs {_mib(need)} MiB, more than placer's"
+            f" {_mib(constants.MAX_COACT_BYTES)} MiB"
+            " (docs/limits.md); the load was read.  Declare the expert count"
+            " (num_experts=, --num-experts) if a stray id raised it, or read fewer layers"
+        )
+        self.options = replace(self.options, coact=False)
+        self._coact = np.zeros((0, 0, 0), dtype=np.int64)
+        self._aff = np.zeros((0, 0, 0), dtype=np.int64)
+        self._aff_pairs = {}
+        self._pair_of_rows = np.zeros((0, 0), dtype=np.int64)
+        self._hot = None
+
     def _pair_index(self, a: int, b: int) -> int:
+        """Affinity index of layer pair ``(a, b)``, adding it; -1 once co-activation was
+        left out (:meth:`_drop_coact`)."""
+        if not self.options.coact:
+            return -1
         p = self._aff_pairs.get((a, b))
         if p is None:
             p = len(self._aff_pairs)
             self._aff_pairs[(a, b)] = p
             if p >= self._aff.shape[0]:
                 ew = self._num_e + 1
-                self._aff = _grow(self._aff, (p + 1 + len(self._layer_ids), ew, ew))
+                nl = len(self._layer_ids)
+                rows = p + 1 + nl
+                if _coact_bytes(nl, rows, ew) > constants.MAX_COACT_BYTES:
+                    rows = p + 1  # no room to spare: grow by one
+                if _coact_bytes(nl, rows, ew) > constants.MAX_COACT_BYTES:
+                    self._drop_coact(nl, self._num_e)
+                    return -1
+                self._aff = _grow(self._aff, (rows, ew, ew))
         return p
 
     def _pair_indices(self, row_a: np.ndarray, row_b: np.ndarray) -> np.ndarray:
@@ -1458,8 +1594,10 @@ class Accumulator:
         if (pidx < 0).any():
             for a, b in set(zip(row_a[pidx < 0].tolist(), row_b[pidx < 0].tolist(),
                                 strict=True)):
-                self._pair_of_rows[a, b] = self._pair_index(self._layer_ids[a],
-                                                            self._layer_ids[b])
+                p = self._pair_index(self._layer_ids[a], self._layer_ids[b])
+                if p < 0:  # co-activation was left out
+                    return pidx
+                self._pair_of_rows[a, b] = p
             pidx = self._pair_of_rows[row_a, row_b]
         return pidx
 
@@ -1508,6 +1646,8 @@ class Accumulator:
             b_exp = np.concatenate([ex[jc], b_exp])
         if a_layer.size:
             pidx = self._pair_indices(self._row_of_layer[a_layer], self._row_of_layer[b_layer])
+            if not self.options.coact:  # left out just now (MAX_COACT_BYTES)
+                return
             if pidx.size > 1 and (pidx[1:] < pidx[:-1]).any():
                 small = pidx.astype(np.int16) if pidx.max() < 1 << 15 else pidx
                 by_pair = np.argsort(small, kind="stable")  # radix sort for int16
@@ -1680,6 +1820,7 @@ class Accumulator:
 
     def _result_tokens(self) -> RoutingData:
         num_e, top_k = self._finish_meta()
+        self._check_top_k(top_k, num_e, ", ".join(self.sources))
         lid = np.asarray(self._layer_ids, dtype=np.int64)
         order = np.argsort(lid)
         layer_ids = lid[order]
@@ -1729,8 +1870,17 @@ class Accumulator:
         assert keep is not None
         k = self._k or 1
         t = self._num_tokens
-        topk = np.full((t, layer_ids.size, k), -1, dtype=np.int32)
         have_w = bool(keep.weights) and all(w is not None for w in keep.weights)
+        need = t * layer_ids.size * k * (8 if have_w else 4)
+        if need > constants.MAX_LOAD_BYTES and need > _SPARSE_TRACE_RATIO * self.rows_read * k * 4:
+            # the dense [tokens, layers, k] array would dwarf the rows read
+            raise TraceError(
+                f"the per-token trace would take {_mib(need)} MiB for {self.rows_read} rows:"
+                f" its {t} tokens have rows in few of its {layer_ids.size} layers",
+                where=", ".join(self.sources),
+                hint="read fewer layers (layers=), or only statistics (keep_tokens=False)",
+            )
+        topk = np.full((t, layer_ids.size, k), -1, dtype=np.int32)
         weights = np.zeros((t, layer_ids.size, k), dtype=np.float32) if have_w else None
         for i, (tok, lay, ex) in enumerate(zip(keep.tokens, keep.layers, keep.experts,
                                                strict=True)):
@@ -1774,6 +1924,7 @@ class Accumulator:
                     hint="pass top_k= (--top-k), or add a top_k entry to the file",
                 )
             self.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
+        self._check_top_k(top_k, load.shape[2], ", ".join(self.sources))
         tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
         starts = (
             np.arange(w, dtype=np.int64)
@@ -1925,8 +2076,71 @@ def _concat_rows(a: RowChunk, b: RowChunk) -> RowChunk:
 
 def _positive_int(value: Any, name: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < 1:
-        raise TraceError(f"{name} must be a positive integer, got {value!r}", where=where)
+        raise TraceError(
+            f"{name} must be a positive integer, got {value!r:.40}", where=where,
+            hint=f"{name} is a whole number >= 1",
+        )
     return int(value)
+
+
+#: The dense per-token trace may be this many times the rows read (tokens missing from
+#: layers leave holes in it); past it and MAX_LOAD_BYTES it is refused.
+_SPARSE_TRACE_RATIO = 8
+
+#: Hint of every error for an input past one of placer's limits.
+_LIMITS_HINT = "placer's limits are in docs/limits.md; is this the right file?"
+
+
+def _coact_bytes(num_layers: int, aff_rows: int, width: int) -> int:
+    """Bytes of the co-activation ``[layers, width, width]`` and affinity ``[aff_rows,
+    width, width]`` int64 counts, and of the reused ``[width, width]`` work matrix."""
+    return (num_layers + aff_rows + 1) * width * width * 8
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / (1 << 20):,.0f}"
+
+
+def check_counts(counts: np.ndarray, name: str, where: str) -> np.ndarray:
+    """Whole counts ``>= 0`` of any numeric dtype as int64; a TraceError naming the
+    first bad cell of ``counts`` (NaN, infinite, fractional, negative, or past
+    ``constants.MAX_TOTAL_COUNT``), checked before the conversion."""
+    arr = np.asarray(counts)
+    if arr.dtype == bool:
+        arr = arr.astype(np.int64)
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TraceError(
+            f"{name} must hold numbers, got {arr.dtype}", where=where,
+            hint="counts are whole numbers of (token, expert) selections",
+        )
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if np.issubdtype(arr.dtype, np.floating):
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise TraceError(
+                f"{name}{list(idx)} is {arr[idx]}; expected a whole count",
+                where=f"{where}: {name}{list(idx)}",
+                hint="counts are whole (token, expert) selections; round averaged counts",
+            )
+    neg = arr < 0
+    if neg.any():
+        idx = tuple(int(i) for i in np.argwhere(neg)[0])
+        raise TraceError(
+            f"{name}{list(idx)} is {arr[idx]}; counts are >= 0",
+            where=f"{where}: {name}{list(idx)}",
+            hint="a count is how often tokens selected the expert; it cannot be negative",
+        )
+    big = arr > constants.MAX_TOTAL_COUNT
+    if big.any():
+        idx = tuple(int(i) for i in np.argwhere(big)[0])
+        raise TraceError(
+            f"{name}{list(idx)} is {arr[idx]:.6g}, more than placer counts"
+            f" (2^53 selections)", where=f"{where}: {name}{list(idx)}", hint=_LIMITS_HINT,
+        )
+    return arr.astype(np.int64)
 
 
 def _emit(messages: list[str]) -> None:

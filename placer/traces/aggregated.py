@@ -18,22 +18,34 @@ Containers:
 - ``.csv``: a header row then one row per cell: columns ``layer,expert,load`` and
   optionally ``window`` (any order; ``count`` or ``logical_count`` may name ``load``).
   ``layer`` is the absolute layer id; cells not listed are 0.
+
+Limits (docs/limits.md), checked before arrays are sized: load within
+``constants.MAX_LOAD_BYTES``, coact within ``constants.MAX_COACT_BYTES``, expert ids below
+``constants.MAX_EXPERTS``, counts whole, finite, ``>= 0`` and summing to at most
+``constants.MAX_TOTAL_COUNT``; ``.npz`` members are checked against their headers and
+compression bombs, JSON and CSV files are read whole up to
+``constants.MAX_DOCUMENT_BYTES``.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
+import math
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.lib import format as npformat
 
+from placer import constants
 from placer.errors import TraceError
-from placer.traces.accumulate import Accumulator
+from placer.ptfile import ZIP_READ_ERRORS, check_zip
+from placer.traces.accumulate import Accumulator, check_counts
+from placer.traces.npz import read_member
 from placer.traces.registry import register_format
+from placer.yaml_schema import decode_text, load_json, read_document
 
 __all__ = ["CSV_LOAD_COLUMNS"]
 
@@ -51,7 +63,7 @@ def _sniff_npz(path: Path, head: bytes) -> bool:
     try:
         with zipfile.ZipFile(path) as zf:
             return "load.npy" in zf.namelist()
-    except (zipfile.BadZipFile, OSError):
+    except ZIP_READ_ERRORS:
         return False
 
 
@@ -75,8 +87,11 @@ def _counts(a: Any, name: str, where: str) -> np.ndarray:
     """Whole non-negative counts as int64; TraceError naming the first bad cell."""
     try:
         arr = np.asarray(a)
-    except ValueError as e:
-        raise TraceError(f"{name} is not a rectangular array ({e})", where=where) from None
+    except (ValueError, OverflowError) as e:
+        raise TraceError(
+            f"{name} is not a rectangular array ({e})", where=where,
+            hint="a ragged list (rows of different lengths) is not an array",
+        ) from None
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
         or arr.dtype == bool
@@ -86,23 +101,22 @@ def _counts(a: Any, name: str, where: str) -> np.ndarray:
             where=where,
             hint="a ragged list (rows of different lengths) is not an array",
         )
-    if np.issubdtype(arr.dtype, np.floating):
-        bad = ~np.isfinite(arr) | (arr != np.round(arr))
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise TraceError(
-                f"{name}{list(idx)} is {arr[idx]}; expected a whole token count",
-                where=f"{where}: {name}{list(idx)}",
-                hint="loads count (token, expert) selections; round averaged loads first",
-            )
-    arr = arr.astype(np.int64)
-    if (arr < 0).any():
-        idx = tuple(int(i) for i in np.argwhere(arr < 0)[0])
+    return check_counts(arr, name, where)
+
+
+#: Hint of the errors about an aggregated file's layout.
+_LAYOUT_HINT = "load is [layers, experts] or [windows, layers, experts]; see docs/traces.md"
+
+
+def _check_size(shape: tuple[int, ...], name: str, where: str, limit: int) -> None:
+    """Refuse a ``name`` of ``shape`` (as int64) past ``limit`` bytes, before reading it."""
+    nbytes = math.prod(shape) * 8
+    if nbytes > limit:
         raise TraceError(
-            f"{name}{list(idx)} is {arr[idx]}; counts are >= 0",
-            where=f"{where}: {name}{list(idx)}",
+            f"{name} of shape {shape!s:.60} takes {nbytes / (1 << 20):,.0f} MiB, more than"
+            f" placer's {limit >> 20} MiB", where=f"{where}: {name}",
+            hint="is this the right file? (limits: docs/limits.md)",
         )
-    return arr
 
 
 def _add(
@@ -124,30 +138,42 @@ def _add(
         raise TraceError(
             f"load has shape {load.shape}, expected [layers, experts] or"
             " [windows, layers, experts]",
-            where=f"{where}: load",
+            where=f"{where}: load", hint=_LAYOUT_HINT,
         )
     w, nl, e = load.shape
+    if e > constants.MAX_EXPERTS or nl > constants.MAX_LAYERS:
+        raise TraceError(
+            f"load has {nl} layers of {e} experts; placer handles {constants.MAX_LAYERS}"
+            f" layers of {constants.MAX_EXPERTS} experts", where=f"{where}: load",
+            hint="is this the right file? (limits: docs/limits.md)",
+        )
+    _check_size(load.shape, "load", where, constants.MAX_LOAD_BYTES)
     lid = None
     if layer_ids is not None:
         lid = np.asarray(layer_ids)
         if lid.shape != (nl,) or not np.issubdtype(lid.dtype, np.integer):
             raise TraceError(
                 f"layer_ids has shape {lid.shape} and dtype {lid.dtype}, expected [{nl}] integers",
-                where=f"{where}: layer_ids",
+                where=f"{where}: layer_ids", hint="one absolute layer id per layer row of load",
             )
-        if len(np.unique(lid)) != nl or (lid < 0).any():
+        if (
+            len(np.unique(lid)) != nl or (lid < 0).any()
+            or (lid > constants.MAX_LAYER_ID).any()
+        ):
             raise TraceError(
-                f"layer_ids {lid.tolist()} must be distinct layer indices >= 0",
-                where=f"{where}: layer_ids",
+                f"layer_ids {lid.tolist()!s:.80} must be distinct layer indices in [0,"
+                f" {constants.MAX_LAYER_ID}]",
+                where=f"{where}: layer_ids", hint="one absolute layer id per layer row of load",
             )
         lid = lid.astype(np.int64)
     co = None
     if coact is not None:
+        _check_size(np.shape(coact), "coact", where, constants.MAX_COACT_BYTES)
         co = _counts(coact, "coact", where)
         if co.shape != (nl, e, e):
             raise TraceError(
                 f"coact has shape {co.shape}, expected [{nl}, {e}, {e}] like load",
-                where=f"{where}: coact",
+                where=f"{where}: coact", hint="coact is [layers, experts, experts]",
             )
         asym = co != co.transpose(0, 2, 1)
         if asym.any():
@@ -169,10 +195,12 @@ def _add(
     starts = None
     if window_starts is not None:
         starts = np.asarray(window_starts)
-        if starts.shape != (w,) or not np.issubdtype(starts.dtype, np.integer):
+        if starts.shape != (w,) or not np.issubdtype(starts.dtype, np.integer) or (
+            starts.dtype == np.uint64 and (starts > np.iinfo(np.int64).max).any()
+        ):
             raise TraceError(
                 f"window_starts has shape {starts.shape}, expected [{w}] integers",
-                where=f"{where}: window_starts",
+                where=f"{where}: window_starts", hint="the first step of each window",
             )
     acc.declare(where=where, top_k=top_k, num_experts=num_experts, model=model)
     acc.add_aggregate(load, layer_ids=lid, coact=co, window_starts=starts, where=where)
@@ -182,13 +210,22 @@ def _add(
 def _read_npz(path: Path, acc: Accumulator) -> None:
     where = str(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            names = set(z.files)
-            if "load" not in names:
-                raise TraceError("no load array", where=where, hint="aggregated files hold load")
-            parts = {n: z[n] for n in names & _KNOWN}
-    except (ValueError, OSError, zipfile.BadZipFile) as e:
-        raise TraceError(f"not a readable .npz file ({e})", where=where) from None
+        zf = zipfile.ZipFile(path)
+    except ZIP_READ_ERRORS as e:
+        raise TraceError(
+            f"not a readable .npz file ({e})", where=where,
+            hint="write it with numpy.savez; the file may be damaged",
+        ) from None
+    with zf:
+        check_zip(zf, where, TraceError)
+        names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+        if "load" not in names:
+            raise TraceError("no load array", where=where, hint="aggregated files hold load")
+        limits = {"load": constants.MAX_LOAD_BYTES, "coact": constants.MAX_COACT_BYTES}
+        parts: dict[str, Any] = {
+            n: read_member(zf, n, where, max_bytes=limits.get(n, 1 << 20))
+            for n in sorted(names & _KNOWN)
+        }
     for key in ("top_k", "num_experts", "model"):
         if key in parts:
             parts[key] = parts[key].item() if parts[key].size == 1 else parts[key]
@@ -198,22 +235,40 @@ def _read_npz(path: Path, acc: Accumulator) -> None:
 def _read_npy(path: Path, acc: Accumulator) -> None:
     where = str(path)
     try:
+        with open(path, "rb") as f:
+            version = npformat.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = npformat.read_array_header_1_0(f)
+            else:
+                shape, _, dtype = npformat.read_array_header_2_0(f)
+            held = path.stat().st_size - f.tell()
+    except (ValueError, OSError) as e:
+        raise TraceError(
+            f"not a readable .npy file ({e})", where=where,
+            hint="write it with numpy.save; the file may be damaged",
+        ) from None
+    if dtype.hasobject or math.prod(shape) * dtype.itemsize > held:
+        raise TraceError(
+            f"the .npy header declares {shape!s:.60} {dtype} but the file holds {held:,}"
+            " bytes of data", where=where, hint="the file may be incomplete; save it again",
+        )
+    _check_size(tuple(shape), "load", where, constants.MAX_LOAD_BYTES)
+    try:
         load = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as e:
-        raise TraceError(f"not a readable .npy file ({e})", where=where) from None
+        raise TraceError(
+            f"not a readable .npy file ({e})", where=where,
+            hint="write it with numpy.save; the file may be damaged",
+        ) from None
     _add(acc, where, load)
 
 
 def _read_json(path: Path, acc: Accumulator) -> None:
     where = str(path)
-    try:
-        doc = json.loads(path.read_bytes())
-    except ValueError as e:
-        line = getattr(e, "lineno", None)
-        raise TraceError(
-            f"malformed JSON ({getattr(e, 'msg', e)})",
-            where=f"{where}:{line}" if line else where,
-        ) from None
+    doc = load_json(
+        read_document(path, TraceError, what="load file"), where, TraceError,
+        hint='an aggregated load file is one JSON object: {"load": [[...]], "top_k": 8}',
+    )
     if not isinstance(doc, dict) or "load" not in doc:
         raise TraceError(
             "expected an object with a load entry",
@@ -233,59 +288,83 @@ def _read_json(path: Path, acc: Accumulator) -> None:
 
 def _read_csv(path: Path, acc: Accumulator) -> None:
     where = str(path)
-    text = path.read_bytes().decode("utf-8", "replace")
+    text = decode_text(read_document(path, TraceError, what="load CSV"), where, TraceError)
     reader = csv.reader(io.StringIO(text))
     try:
         header = [c.strip().lower() for c in next(reader)]
     except StopIteration:
-        raise TraceError("the file is empty", where=where) from None
+        raise TraceError(
+            "the file is empty", where=where, hint="columns: layer,expert,load and optionally"
+            " window"
+        ) from None
+    except csv.Error as e:
+        raise TraceError(f"not a CSV file ({e})", where=f"{where}:1", hint=_CSV_HINT) from None
     load_col = next((c for c in CSV_LOAD_COLUMNS if c in header), None)
     missing = [c for c in ("layer", "expert") if c not in header]
     if missing or load_col is None:
         need = missing + ([] if load_col else ["load"])
-        raise TraceError(
-            f"missing column {need[0]!r}",
-            where=f"{where}:1",
-            hint="columns: layer,expert,load and optionally window",
-        )
+        raise TraceError(f"missing column {need[0]!r}", where=f"{where}:1", hint=_CSV_HINT)
     known = {"layer", "expert", "window", *CSV_LOAD_COLUMNS}
     extra = [c for c in header if c not in known]
     if extra:
-        raise TraceError(
-            f"unknown column {extra[0]!r}",
-            where=f"{where}:1",
-            hint="columns: layer,expert,load and optionally window",
-        )
+        raise TraceError(f"unknown column {extra[0]!r:.40}", where=f"{where}:1", hint=_CSV_HINT)
     idx = {c: header.index(c) for c in ("layer", "expert", "window", load_col) if c in header}
+    # largest value of each column: ids index arrays, counts add up (docs/limits.md)
+    top = {"window": _INT64_MAX, "layer": constants.MAX_LAYER_ID,
+           "expert": constants.MAX_EXPERTS - 1, load_col: constants.MAX_TOTAL_COUNT}
+    blocks: list[np.ndarray] = []
     cells: list[tuple[int, int, int, int, int]] = []
-    for line_no, rec in enumerate(reader, start=2):
-        if not rec or all(not c.strip() for c in rec):
-            acc.skip("blank line")
-            continue
-        if len(rec) != len(header):
-            raise TraceError(
-                f"row has {len(rec)} fields, the header {len(header)}", where=f"{where}:{line_no}"
+    line_no = 1
+    try:
+        for line_no, rec in enumerate(reader, start=2):
+            if not rec or all(not c.strip() for c in rec):
+                acc.skip("blank line")
+                continue
+            if len(rec) != len(header):
+                raise TraceError(
+                    f"row has {len(rec)} fields, the header {len(header)}",
+                    where=f"{where}:{line_no}", hint=_CSV_HINT,
+                )
+            vals = {}
+            for c, i in idx.items():
+                v = vals[c] = _int_cell(rec[i], c, f"{where}:{line_no}")
+                if not 0 <= v <= top[c]:
+                    text = str(v)
+                    text = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+                    raise TraceError(
+                        f"{c} is {text}; expected 0 to {top[c]:,}"
+                        if v > 0 else f"{c} is {text}; expected >= 0",
+                        where=f"{where}:{line_no}",
+                        hint=_CSV_HINT if v < 0 else "limits: docs/limits.md",
+                    )
+            cells.append(
+                (vals.get("window", 0), vals["layer"], vals["expert"], vals[load_col], line_no)
             )
-        vals = {}
-        for c, i in idx.items():
-            vals[c] = _int_cell(rec[i], c, f"{where}:{line_no}")
-        cells.append(
-            (vals.get("window", 0), vals["layer"], vals["expert"], vals[load_col], line_no)
-        )
-    if not cells:
-        raise TraceError("no rows after the header", where=where)
-    arr = np.array(cells, dtype=np.int64)
+            if len(cells) == _CSV_BLOCK:  # numpy rows: 40 bytes a cell, not ~200
+                blocks.append(np.array(cells, dtype=np.int64))
+                cells = []
+    except csv.Error as e:
+        raise TraceError(
+            f"not a CSV row ({e})", where=f"{where}:{line_no + 1}", hint=_CSV_HINT
+        ) from None
+    if cells:
+        blocks.append(np.array(cells, dtype=np.int64))
+    if not blocks:
+        raise TraceError("no rows after the header", where=where, hint=_CSV_HINT)
+    arr = np.concatenate(blocks)
     win, lay, exp, cnt, lines = arr.T
-    for name, col in (("window", win), ("layer", lay), ("expert", exp), (load_col, cnt)):
-        if (col < 0).any():
-            i = int(np.flatnonzero(col < 0)[0])
-            raise TraceError(f"{name} is {int(col[i])}; expected >= 0", where=f"{where}:{lines[i]}")
     layer_ids = np.unique(lay)
-    e = int(exp.max()) + 1
+    num_e = int(exp.max()) + 1
     wins = np.unique(win)
+    if layer_ids.size > constants.MAX_LAYERS:
+        raise TraceError(
+            f"the file names {layer_ids.size} layers, more than placer handles"
+            f" ({constants.MAX_LAYERS})", where=where, hint="limits: docs/limits.md",
+        )
+    _check_size((wins.size, layer_ids.size, num_e), "load", where, constants.MAX_LOAD_BYTES)
     lrow = np.searchsorted(layer_ids, lay)
     wrow = np.searchsorted(wins, win)
-    code = (wrow * layer_ids.size + lrow) * e + exp
+    code = (wrow * layer_ids.size + lrow) * num_e + exp
     order = np.argsort(code, kind="stable")
     dup = np.flatnonzero(code[order][1:] == code[order][:-1])
     if dup.size:
@@ -293,11 +372,17 @@ def _read_csv(path: Path, acc: Accumulator) -> None:
         raise TraceError(
             f"cell (window {int(win[i])}, layer {int(lay[i])}, expert {int(exp[i])}) is listed"
             f" twice (first at line {int(lines[order[dup[0]]])})",
-            where=f"{where}:{lines[i]}",
+            where=f"{where}:{lines[i]}", hint="list each (window, layer, expert) once",
         )
-    load = np.zeros((wins.size, layer_ids.size, e), dtype=np.int64)
+    load = np.zeros((wins.size, layer_ids.size, num_e), dtype=np.int64)
     load.reshape(-1)[code] = cnt
     _add(acc, where, load, layer_ids=layer_ids, window_starts=wins if "window" in idx else None)
+
+
+_CSV_HINT = "columns: layer,expert,load and optionally window, whole numbers >= 0"
+#: CSV cells gathered as Python tuples before they go to a numpy block.
+_CSV_BLOCK = 1 << 16
+_INT64_MAX = (1 << 63) - 1
 
 
 def _int_cell(text: str, column: str, where: str) -> int:
@@ -308,11 +393,11 @@ def _int_cell(text: str, column: str, where: str) -> int:
         try:
             f = float(s)
         except ValueError:
-            f = float("nan")
-        if f == f and f == int(f):
+            f = math.nan
+        if math.isfinite(f) and f.is_integer():
             return int(f)
         raise TraceError(
-            f"{column} is {s!r}; expected a whole number", where=where
+            f"{column} is {s!r:.40}; expected a whole number", where=where, hint=_CSV_HINT
         ) from None
 
 

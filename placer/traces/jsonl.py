@@ -20,18 +20,26 @@ the n-th token.
 Parsing is vectorized (:mod:`placer.traces.jsonscan`): lines with the same layout as the
 block's first routing row are cut into numbers with numpy; every other line goes
 through ``json.loads``.  Both give the same rows.
+
+Limits (docs/limits.md): a line holds at most ``constants.MAX_LINE_BYTES`` (``/dev/zero``
+fails at once), numbers fit int64, weights are finite, and a gzip file past
+``constants.DECOMPRESSION_FREE_BYTES`` may not decompress to more than
+``constants.MAX_DECOMPRESSION_RATIO`` times its size.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from placer import constants
 from placer.errors import TraceError, UsageError
 from placer.fileio import atomic_path
 from placer.traces.accumulate import Accumulator, RowChunk, TokenChunk
@@ -62,6 +70,9 @@ BLOCK_BYTES = 4 << 20
 
 _ROUTE_TYPES = ("route",)
 
+#: ``bytes.translate`` table: 1 for bytes other than whitespace (``bytes.strip``'s set).
+_NOT_BLANK = bytes(0 if c in b" \t\n\r\x0b\x0c" else 1 for c in range(256))
+
 #: Lines of a block tried as the template of the fast path.
 _TEMPLATE_TRIES = 8
 
@@ -77,7 +88,7 @@ def _sniff(path: Path, head: bytes) -> bool:
             return False
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             # a truncated last line of the head, or a broken line the reader will report
             return seen_object or b'"layer"' in line
         if not isinstance(obj, dict):
@@ -101,13 +112,21 @@ def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
     return raw, raw
 
 
-def _blocks(stream: IO[bytes], size: int, where: str) -> Iterator[bytes]:
-    """Blocks of whole lines (the last one may lack its newline)."""
+def _blocks(stream: IO[bytes], raw: IO[bytes], size: int, where: str) -> Iterator[bytes]:
+    """Blocks of whole lines (the last one may lack its newline).
+
+    ``raw`` is the file under ``stream`` (the same object when not compressed): a gzip
+    stream that inflates past ``constants.MAX_DECOMPRESSION_RATIO`` times the bytes read
+    of it (after ``constants.DECOMPRESSION_FREE_BYTES``) is refused, and so is a line
+    longer than ``constants.MAX_LINE_BYTES`` (a file without newlines never ends one).
+    """
     rest = b""
+    lines = 0  # newlines before ``rest``
+    inflated = 0
     while True:
         try:
             data = stream.read(size)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
             raise TraceError(
                 f"cannot read the file ({e})", where=where, hint="is the gzip file complete?"
             ) from None
@@ -115,13 +134,39 @@ def _blocks(stream: IO[bytes], size: int, where: str) -> Iterator[bytes]:
             if rest:
                 yield rest
             return
+        if stream is not raw:
+            inflated += len(data)
+            if (
+                inflated > constants.DECOMPRESSION_FREE_BYTES
+                and inflated > constants.MAX_DECOMPRESSION_RATIO * max(raw.tell(), 1)
+            ):
+                raise TraceError(
+                    f"the gzip file inflates more than {constants.MAX_DECOMPRESSION_RATIO}"
+                    f" times (to over {inflated >> 20} MiB from {raw.tell() >> 10} KiB):"
+                    " no routing trace compresses this well",
+                    where=where, hint="is this a compression bomb? (limits: docs/limits.md)",
+                )
         data = rest + data
         cut = data.rfind(b"\n")
         if cut < 0:
+            if len(data) > constants.MAX_LINE_BYTES:
+                raise _long_line(where, lines + 1)
             rest = data
             continue
         rest = data[cut + 1 :]
+        if len(rest) > constants.MAX_LINE_BYTES:
+            raise _long_line(where, lines + data.count(b"\n") + 1)
+        lines += data.count(b"\n", 0, cut + 1)
         yield data[: cut + 1]
+
+
+def _long_line(where: str, line: int) -> TraceError:
+    return TraceError(
+        f"line {line} is longer than {constants.MAX_LINE_BYTES >> 20} MiB",
+        where=f"{where}:{line}",
+        hint="a routing row is one short line; is this a JSONL trace? (limits:"
+        " docs/limits.md)",
+    )
 
 
 class _Columns:
@@ -162,7 +207,7 @@ class _Reader:
         pos = 0
         any_content = False
         with raw:
-            for block in _blocks(stream, BLOCK_BYTES, str(self.path)):
+            for block in _blocks(stream, raw, BLOCK_BYTES, str(self.path)):
                 any_content = any_content or bool(block.strip())
                 line_no = self._block(block, line_no)
                 now = raw.tell()
@@ -178,8 +223,16 @@ class _Reader:
     # -- one block ---------------------------------------------------------------------
     def _block(self, data: bytes, first_line: int) -> int:
         """Parse a block of whole lines numbered from ``first_line + 1``; returns the last."""
+        if not data.strip():  # only blank lines (a file of them must not take minutes)
+            n = data.count(b"\n") + (not data.endswith(b"\n"))
+            self.acc.skip("blank line", n)
+            return first_line + n
         scan = scan_block(data)
         n = scan.num_lines
+        if n:
+            length = scan.line_end - scan.line_start
+            if int(length.max()) > constants.MAX_LINE_BYTES:
+                raise _long_line(str(self.path), first_line + int(np.argmax(length)) + 1)
         if self.first_content_line is None:
             content = np.flatnonzero((scan.num_tok > 0) | (scan.num_struct > 0))
             if content.size:
@@ -202,7 +255,13 @@ class _Reader:
                 )
         cols = _Columns()
         starts, ends = scan.line_start, scan.line_end
-        for i in np.flatnonzero(~good).tolist():
+        # blank lines in bulk, not a Python call a line (control bytes are not blank)
+        blank = (scan.num_tok == 0) & (scan.num_struct == 0)
+        if blank.any():
+            odd = np.frombuffer(data.translate(_NOT_BLANK), dtype=np.uint8)
+            blank &= np.add.reduceat(odd, starts, dtype=np.int64) == 0
+            self.acc.skip("blank line", int(blank.sum()))
+        for i in np.flatnonzero(~good & ~blank).tolist():
             self._line(data[starts[i] : ends[i]], first_line + i + 1, cols)
         fast: dict[str, Any] = {}
         if tpl is not None and fast_idx.size:
@@ -235,7 +294,7 @@ class _Reader:
                 break
             try:
                 obj = json.loads(data[scan.line_start[i] : scan.line_end[i]])
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if (
                 not isinstance(obj, dict)
@@ -263,6 +322,11 @@ class _Reader:
                 where=self.where(line_no),
                 hint="each line must be one JSON object",
             ) from None
+        except RecursionError:
+            raise TraceError(
+                "the JSON nests too deeply", where=self.where(line_no),
+                hint="each line must be one flat JSON object (a routing row)",
+            ) from None
         if not isinstance(obj, dict):
             raise TraceError(
                 f"expected a JSON object, got {type(obj).__name__}",
@@ -282,7 +346,7 @@ class _Reader:
         version = obj.get("version", HEADER_VERSION)
         if version != HEADER_VERSION:
             raise TraceError(
-                f"unsupported {HEADER_FORMAT} version {version!r}",
+                f"unsupported {HEADER_FORMAT} version {version!r:.40}",
                 where=self.where(line_no),
                 hint=f"this placer reads version {HEADER_VERSION}",
             )
@@ -320,10 +384,19 @@ class _Reader:
                 hint="a routing row needs 'layer' and 'experts' (or 'topk_ids')",
             )
         if not _is_int(layer):
-            raise TraceError(f"layer must be an integer, got {layer!r}", where=where)
+            raise TraceError(
+                f"layer must be an integer, got {layer!r:.40}", where=where,
+                hint="layer is the model's absolute layer index, from 0",
+            )
         if not isinstance(experts, list) or not all(_is_int(e) for e in experts):
             raise TraceError(
-                f"experts must be a list of integer expert ids, got {experts!r}", where=where
+                f"experts must be a list of integer expert ids, got {experts!r:.60}",
+                where=where, hint="e.g. \"experts\": [4, 1]; -1 marks no expert",
+            )
+        if not _fits_int64(layer) or not all(_fits_int64(e) for e in experts):
+            raise TraceError(
+                f"layer or expert id beyond the 64-bit range in {experts!r:.60}",
+                where=where, hint="ids are small whole numbers; is the row corrupt?",
             )
         if self.k is None:
             self.k = len(experts)
@@ -342,20 +415,35 @@ class _Reader:
             or not all(isinstance(w, int | float) and not isinstance(w, bool) for w in weights)
         ):
             raise TraceError(
-                f"weights must be a list of {len(experts)} numbers, got {weights!r}", where=where
+                f"weights must be a list of {len(experts)} numbers, got {weights!r:.60}",
+                where=where, hint="one gate weight per expert, in the same order",
+            )
+        elif not all(_finite(w) for w in weights):
+            raise TraceError(
+                f"weights must be finite numbers, got {weights!r:.60}", where=where,
+                hint="gate weights are probabilities; NaN or Infinity is not one",
             )
         token = self._field(obj, "token")
-        if token is not None and (not _is_int(token) or token < 0):
-            raise TraceError(f"token must be an integer >= 0, got {token!r}", where=where)
+        if token is not None and (not _is_int(token) or not 0 <= token <= _INT64_MAX):
+            raise TraceError(
+                f"token must be an integer >= 0, got {token!r:.40}", where=where,
+                hint="token numbers a token within its request (or the file)",
+            )
         step = self._field(obj, "step")
         if step is not None:
-            if not _is_int(step) or step < 0:
-                raise TraceError(f"step must be an integer >= 0, got {step!r}", where=where)
+            if not _is_int(step) or not 0 <= step <= _INT64_MAX:
+                raise TraceError(
+                    f"step must be an integer >= 0, got {step!r:.40}", where=where,
+                    hint="step is the engine's forward pass (batch) number",
+                )
             cols.has_step = True
         rank = self._field(obj, "rank")
         if rank is not None:
-            if not _is_int(rank) or rank < 0:
-                raise TraceError(f"rank must be an integer >= 0, got {rank!r}", where=where)
+            if not _is_int(rank) or not 0 <= rank <= _INT64_MAX:
+                raise TraceError(
+                    f"rank must be an integer >= 0, got {rank!r:.40}", where=where,
+                    hint="rank is the data-parallel rank the token came from",
+                )
             cols.has_rank = True
         request = self._field(obj, "request")
         cols.request.append(self._request(request, where))
@@ -372,7 +460,8 @@ class _Reader:
             return self.no_request
         if isinstance(label, bool) or not isinstance(label, int | str):
             raise TraceError(
-                f"request must be a string or an integer, got {label!r}", where=where
+                f"request must be a string or an integer, got {label!r:.40}", where=where,
+                hint="request labels the request a token belongs to",
             )
         key = str(label)
         rid = self.request_ids.get(key)
@@ -454,6 +543,20 @@ def _reorder(chunk: RowChunk, order: np.ndarray) -> RowChunk:
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _fits_int64(v: int) -> bool:
+    return -_INT64_MAX - 1 <= v <= _INT64_MAX
+
+
+def _finite(w: float) -> bool:
+    try:
+        return math.isfinite(w)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _read(path: Path, acc: Accumulator) -> None:

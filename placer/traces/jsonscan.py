@@ -205,7 +205,9 @@ class Template:
                 if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
                     return None
         experts = next(obj[a] for a in aliases["experts"] if a in obj)
-        if not all(isinstance(e, int) and not isinstance(e, bool) for e in experts):
+        if not isinstance(experts, list) or not all(
+            isinstance(e, int) and not isinstance(e, bool) for e in experts
+        ):
             return None
         request = next((obj[a] for a in aliases["request"] if a in obj), None)
         if (request is not None and not isinstance(request, str | int)) or isinstance(
@@ -323,7 +325,10 @@ def _words_equal(
     for j, text in enumerate(texts):
         for p in range(0, len(text), 8):
             part = text[p : p + 8]
-            w = word[:, j] if p == 0 else scan.words[start[:, j] + p]
+            # a shorter token (refused by its length) may end the block: stay inside
+            w = word[:, j] if p == 0 else scan.words[
+                np.minimum(start[:, j] + p, scan.words.size - 1)
+            ]
             if len(part) < 8:
                 w = w & np.uint64((1 << (8 * len(part))) - 1)
             ok &= w == np.uint64(int.from_bytes(part, "little"))

@@ -12,10 +12,17 @@ Arrays (members of the ``.npz``):
 The reader streams ``topk_ids`` (and, with ``keep_tokens``, ``topk_weights``) from the
 zip member in chunks of about ``constants.CHUNK_ROWS`` (token, layer) rows, so a trace
 larger than memory is fine; ``step`` and ``rank`` (8 bytes a token) are loaded whole.
+
+Before reading, each member's header is checked against the member (a declared shape
+must be what the member holds), the archive against compression bombs
+(:func:`placer.ptfile.check_zip`), and the shape against placer's limits
+(docs/limits.md): ``k`` from 1 to ``constants.MAX_TOP_K``, at most
+``constants.MAX_LAYERS`` layers.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import zipfile
@@ -29,6 +36,7 @@ from numpy.lib import format as npformat
 from placer import constants
 from placer.errors import TraceError, UsageError
 from placer.fileio import atomic_path
+from placer.ptfile import ZIP_READ_ERRORS, check_zip
 from placer.traces.accumulate import Accumulator, TokenChunk
 from placer.traces.jsonl import iter_token_chunks
 from placer.traces.registry import register_format
@@ -45,7 +53,7 @@ def _members(path: Path) -> set[str] | None:
     try:
         with zipfile.ZipFile(path) as zf:
             return {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
-    except (zipfile.BadZipFile, OSError):
+    except ZIP_READ_ERRORS:
         return None
 
 
@@ -59,8 +67,19 @@ def _sniff(path: Path, head: bytes) -> bool:
 def _open_array(
     zf: zipfile.ZipFile, name: str, where: str
 ) -> tuple[IO[bytes], tuple[int, ...], np.dtype[Any], bool]:
-    """Open member ``name.npy``: (stream after the header, shape, dtype, fortran order)."""
-    f = zf.open(f"{name}.npy")
+    """Open member ``name.npy``: (stream after the header, shape, dtype, fortran order).
+
+    The header is checked before anything is sized by it: a shape of whole numbers whose
+    bytes are exactly what the member holds (a 1 KB member cannot declare 16 GB), and a
+    dtype without Python objects.
+    """
+    info = zf.getinfo(f"{name}.npy")
+    try:
+        f = zf.open(info)
+    except ZIP_READ_ERRORS as e:
+        raise TraceError(
+            f"cannot read array {name} ({e})", where=where, hint=_DAMAGED_HINT
+        ) from None
     try:
         version = npformat.read_magic(f)
         if version == (1, 0):
@@ -69,16 +88,70 @@ def _open_array(
             shape, fortran, dtype = npformat.read_array_header_2_0(f)
     except ValueError as e:
         f.close()
-        raise TraceError(f"array {name} is not a valid .npy member ({e})", where=where) from None
+        raise TraceError(
+            f"array {name} is not a valid .npy member ({e})", where=where,
+            hint="write the file with numpy.savez (or placer's writer)",
+        ) from None
+    except ZIP_READ_ERRORS as e:
+        f.close()
+        raise TraceError(
+            f"cannot read array {name} ({e})", where=where, hint=_DAMAGED_HINT
+        ) from None
+    where_a = f"{where}: {name}"
+    if dtype.hasobject:
+        f.close()
+        raise TraceError(
+            f"array {name} holds Python objects", where=where_a,
+            hint="placer reads numeric arrays only (no pickles)",
+        )
+    if any(n < 0 for n in shape):
+        f.close()
+        raise TraceError(f"array {name} has a negative shape {shape}", where=where_a,
+                         hint=_DAMAGED_HINT)
+    declared = math.prod(shape) * dtype.itemsize
+    held = info.file_size - f.tell()
+    if declared > held:
+        f.close()
+        raise TraceError(
+            f"{name} ends early: the member is truncated", where=where_a,
+            hint=f"its header declares shape {shape!s:.60} ({declared:,} bytes) but it holds"
+            f" {held:,}; the file may be incomplete, write it again",
+        )
     return f, tuple(shape), dtype, fortran
 
 
-def _load_small(zf: zipfile.ZipFile, name: str, where: str) -> np.ndarray:
+_DAMAGED_HINT = "the file may be damaged or incomplete; write it again"
+
+#: Most bytes of a member read whole besides step and rank (scalars, layer_ids).
+_SMALL_BYTES = 1 << 20
+
+
+def read_member(
+    zf: zipfile.ZipFile, name: str, where: str, max_bytes: int = _SMALL_BYTES
+) -> np.ndarray:
+    """Member ``name.npy`` of an archive, read whole once its header is checked
+    (:func:`_open_array`) and its elements, 8 bytes each at least (as int64), fit
+    ``max_bytes``."""
+    f, shape, dtype, _ = _open_array(zf, name, where)
+    f.close()
+    nbytes = math.prod(shape) * max(dtype.itemsize, 8)
+    if nbytes > max_bytes:
+        raise TraceError(
+            f"array {name} of shape {shape!s:.60} takes {nbytes:,} bytes, more than placer"
+            f" reads of it ({max_bytes:,})",
+            where=f"{where}: {name}", hint="is this the right file? (limits: docs/limits.md)",
+        )
     try:
         with zf.open(f"{name}.npy") as f:
             return np.asarray(npformat.read_array(f, allow_pickle=False))
     except ValueError as e:
-        raise TraceError(f"array {name} cannot be read ({e})", where=where) from None
+        raise TraceError(
+            f"array {name} cannot be read ({e})", where=where, hint=_DAMAGED_HINT
+        ) from None
+    except ZIP_READ_ERRORS as e:
+        raise TraceError(
+            f"cannot read array {name} ({e})", where=where, hint=_DAMAGED_HINT
+        ) from None
 
 
 def read_npz_header(path: str | Path) -> dict[str, Any]:
@@ -86,11 +159,12 @@ def read_npz_header(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     where = str(path)
     with zipfile.ZipFile(path) as zf:
+        check_zip(zf, where, TraceError)
         f, shape, dtype, _ = _open_array(zf, "topk_ids", where)
         f.close()
         names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
-        meta = {key: _scalar(_load_small(zf, key, where)) for key in META_KEYS if key in names}
-        layer_ids = _load_small(zf, "layer_ids", where) if "layer_ids" in names else None
+        meta = {key: _scalar(read_member(zf, key, where)) for key in META_KEYS if key in names}
+        layer_ids = read_member(zf, "layer_ids", where) if "layer_ids" in names else None
     return {"shape": shape, "dtype": str(dtype), "layer_ids": layer_ids, **meta}
 
 
@@ -102,9 +176,12 @@ def _read(path: Path, acc: Accumulator) -> None:
     where = str(path)
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise TraceError(f"not a readable .npz file ({e})", where=where) from None
+    except ZIP_READ_ERRORS as e:
+        raise TraceError(
+            f"not a readable .npz file ({e})", where=where, hint=_DAMAGED_HINT
+        ) from None
     with zf:
+        check_zip(zf, where, TraceError)
         names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
         if "topk_ids" not in names:
             raise TraceError(
@@ -118,16 +195,26 @@ def _read(path: Path, acc: Accumulator) -> None:
             if len(shape) != 3:
                 raise TraceError(
                     f"topk_ids has shape {shape}, expected [tokens, layers, k]",
-                    where=f"{where}: topk_ids",
+                    where=f"{where}: topk_ids", hint=_SHAPE_HINT,
                 )
             if not np.issubdtype(dtype, np.integer):
                 raise TraceError(
                     f"topk_ids has dtype {dtype}, expected integers (int16 or int32)",
-                    where=f"{where}: topk_ids",
+                    where=f"{where}: topk_ids", hint=_SHAPE_HINT,
                 )
             t, nl, k = shape
+            if not 1 <= k <= constants.MAX_TOP_K:
+                raise TraceError(
+                    f"topk_ids has k = {k} experts per row; expected 1 to"
+                    f" {constants.MAX_TOP_K}", where=f"{where}: topk_ids", hint=_SHAPE_HINT,
+                )
+            if not 1 <= nl <= constants.MAX_LAYERS:
+                raise TraceError(
+                    f"topk_ids has {nl} layers; expected 1 to {constants.MAX_LAYERS}",
+                    where=f"{where}: topk_ids", hint=_SHAPE_HINT,
+                )
             meta = {
-                key: _scalar(_load_small(zf, key, where)) for key in META_KEYS if key in names
+                key: _scalar(read_member(zf, key, where)) for key in META_KEYS if key in names
             }
             acc.declare(where=where, **meta)
             layer_ids = _layer_ids(zf, names, nl, where)
@@ -142,7 +229,13 @@ def _read(path: Path, acc: Accumulator) -> None:
                     f_w.close()
                     raise TraceError(
                         f"topk_weights has shape {w_shape}, expected {shape} like topk_ids",
-                        where=f"{where}: topk_weights",
+                        where=f"{where}: topk_weights", hint=_SHAPE_HINT,
+                    )
+                if not np.issubdtype(w_dtype, np.floating):
+                    f_w.close()
+                    raise TraceError(
+                        f"topk_weights has dtype {w_dtype}, expected floats",
+                        where=f"{where}: topk_weights", hint="gate weights are float32",
                     )
             if fortran or (f_w is not None and w_fortran):
                 raise TraceError(
@@ -182,6 +275,9 @@ def _read(path: Path, acc: Accumulator) -> None:
                     f_w.close()
 
 
+_SHAPE_HINT = "topk_ids is [tokens, layers, k] int16/int32 expert ids, -1 where none"
+
+
 def _ratio(path: Path, zf: zipfile.ZipFile) -> float:
     """File bytes per uncompressed byte, for progress."""
     total = sum(i.file_size for i in zf.infolist()) or 1
@@ -201,7 +297,12 @@ def _read_rows(
         buf = buffers[name] = np.empty(nbytes, dtype=np.uint8)
     pos = 0
     while pos < nbytes:
-        piece = f.read(min(_PIECE_BYTES, nbytes - pos))
+        try:
+            piece = f.read(min(_PIECE_BYTES, nbytes - pos))
+        except ZIP_READ_ERRORS as e:
+            raise TraceError(
+                f"cannot read {name} ({e})", where=f"{where}: {name}", hint=_DAMAGED_HINT
+            ) from None
         if not piece:
             raise TraceError(
                 f"{name} ends early: the member is truncated",
@@ -220,16 +321,16 @@ _PIECE_BYTES = 1 << 20
 def _layer_ids(zf: zipfile.ZipFile, names: set[str], nl: int, where: str) -> np.ndarray:
     if "layer_ids" not in names:
         return np.arange(nl, dtype=np.int64)
-    lid = _load_small(zf, "layer_ids", where)
+    lid = read_member(zf, "layer_ids", where)
     if lid.shape != (nl,) or not np.issubdtype(lid.dtype, np.integer):
         raise TraceError(
             f"layer_ids has shape {lid.shape} and dtype {lid.dtype}, expected [{nl}] integers",
-            where=f"{where}: layer_ids",
+            where=f"{where}: layer_ids", hint="one absolute layer id per column of topk_ids",
         )
     if len(np.unique(lid)) != nl or (lid < 0).any():
         raise TraceError(
-            f"layer_ids {lid.tolist()} must be distinct layer indices >= 0",
-            where=f"{where}: layer_ids",
+            f"layer_ids {lid.tolist()!s:.80} must be distinct layer indices >= 0",
+            where=f"{where}: layer_ids", hint="one absolute layer id per column of topk_ids",
         )
     return lid.astype(np.int64)
 
@@ -239,17 +340,22 @@ def _token_array(
 ) -> np.ndarray | None:
     if name not in names:
         return None
-    a = _load_small(zf, name, where)
+    a = read_member(zf, name, where, max_bytes=max(_SMALL_BYTES, 8 * t))
     if a.shape != (t,) or not np.issubdtype(a.dtype, np.integer):
         raise TraceError(
             f"{name} has shape {a.shape} and dtype {a.dtype}, expected [{t}] integers",
-            where=f"{where}: {name}",
+            where=f"{where}: {name}", hint=f"one {name} per token of topk_ids",
         )
     if (a < -1).any():
         i = int(np.flatnonzero(a < -1)[0])
         raise TraceError(
             f"{name}[{i}] is {int(a[i])}; expected >= 0 (-1 = unknown)",
-            where=f"{where}: {name}[{i}]",
+            where=f"{where}: {name}[{i}]", hint=f"one {name} per token; -1 where unknown",
+        )
+    if a.dtype == np.uint64 and (a > np.iinfo(np.int64).max).any():
+        raise TraceError(
+            f"{name} holds values beyond the 64-bit signed range", where=f"{where}: {name}",
+            hint=f"store {name} as int64",
         )
     return a.astype(np.int64)
 

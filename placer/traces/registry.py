@@ -14,6 +14,7 @@ extension matches, every format's ``sniff`` is tried.  ``format=`` skips detecti
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,12 +111,15 @@ def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
             "is a folder, not a trace file", where=str(path), hint="name the trace files in it"
         ) from None
     except OSError as e:
-        raise TraceError(f"cannot read the file ({e})", where=str(path)) from None
+        raise TraceError(
+            f"cannot read the file ({e.strerror or e})", where=str(path),
+            hint="check that it exists and is readable (and not a link loop)",
+        ) from None
     if head[:2] == b"\x1f\x8b":
         try:
             with gzip.open(path, "rb") as g:
                 return g.read(size)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise TraceError(
                 f"cannot read the file ({e})", where=str(path), hint="is the gzip file complete?"
             ) from None

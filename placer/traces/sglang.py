@@ -42,6 +42,10 @@ with ``torch.save``; placer reads them with :func:`placer.ptfile.load_pt`:
 
 Detection: any torch zip archive (:func:`placer.ptfile.is_torch_archive`, by its
 members: a real dump's keys may sit megabytes into ``data.pkl``), whatever its name.
+
+Memory stays bounded whatever the number of records (docs/limits.md): per_pass counts
+are mapped and accumulated a batch of passes at a time, per_token records go to the
+accumulator in chunks of about ``constants.CHUNK_ROWS`` rows.
 """
 
 from __future__ import annotations
@@ -54,13 +58,17 @@ import numpy as np
 from placer import constants
 from placer.errors import DataError, TraceError
 from placer.ptfile import is_torch_archive, load_pt
-from placer.traces.accumulate import Accumulator, TokenChunk
+from placer.traces.accumulate import Accumulator, TokenChunk, check_counts
 from placer.traces.registry import register_format
 
 FORMAT = "sglang"
 
-#: Records of a per_pass dump mapped to logical experts at a time (bounds temporaries).
+#: Records of a per_pass dump mapped to logical experts at a time (bounds temporaries) ...
 _PASS_BATCH = 1024
+#: ... and at most this many bytes of their counts.
+_PASS_BATCH_BYTES = 64 << 20
+
+_DUMP_HINT = "dump with SGLang's expert distribution recorder (docs/engines.md)"
 
 
 def load_dump(path: Path) -> dict[str, Any]:
@@ -71,7 +79,8 @@ def load_dump(path: Path) -> dict[str, Any]:
         raise TraceError(e.message, where=e.where, hint=e.hint) from None
     if not isinstance(dump, dict):
         raise TraceError(
-            f"expected a dict from SGLang's recorder, got {type(dump).__name__}", where=str(path)
+            f"expected a dict from SGLang's recorder, got {type(dump).__name__}",
+            where=str(path), hint=_DUMP_HINT,
         )
     return dump
 
@@ -84,7 +93,9 @@ def read(path: Path, acc: Accumulator) -> None:
     elif "records" in dump and "last_physical_to_logical_map" in dump:
         records = dump["records"]
         if not isinstance(records, list):
-            raise TraceError("records must be a list", where=f"{path}: records")
+            raise TraceError(
+                "records must be a list", where=f"{path}: records", hint=_DUMP_HINT
+            )
         if _per_pass(path, records):
             _read_per_pass(path, dump, acc)
         else:
@@ -104,7 +115,7 @@ def _per_pass(path: Path, records: list[Any]) -> bool:
         if not isinstance(record, dict):
             raise TraceError(
                 f"a record must be a dict, got {type(record).__name__}",
-                where=f"{path}: records[{i}]",
+                where=f"{path}: records[{i}]", hint=_DUMP_HINT,
             )
         if "topk_ids_of_layer" in record:
             return False
@@ -124,14 +135,27 @@ def _read_stat(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
     if not isinstance(count, np.ndarray) or count.ndim != 3:
         shape = getattr(count, "shape", None)
         raise TraceError(
-            f"logical_count must be [steps, layers, experts], got shape {shape}", where=where
+            f"logical_count must be [steps, layers, experts], got shape {shape}", where=where,
+            hint=_DUMP_HINT,
         )
-    if not np.issubdtype(count.dtype, np.integer) or (count < 0).any():
-        raise TraceError("logical_count must hold non-negative integer counts", where=where)
+    if not np.issubdtype(count.dtype, np.integer):
+        raise TraceError(
+            "logical_count must hold non-negative integer counts", where=where,
+            hint=_DUMP_HINT,
+        )
+    if count.shape[1] > constants.MAX_LAYERS:
+        raise TraceError(
+            f"logical_count has {count.shape[1]} layers, more than placer handles"
+            f" ({constants.MAX_LAYERS})", where=where, hint="limits: docs/limits.md",
+        )
+    count = check_counts(count, "logical_count", where)
     steps = np.flatnonzero(count.sum(axis=(1, 2)) > 0)
     layers = np.flatnonzero(count.sum(axis=(0, 2)) > 0)
     if steps.size == 0:
-        raise TraceError("logical_count is all zero: nothing was recorded", where=where)
+        raise TraceError(
+            "logical_count is all zero: nothing was recorded", where=where,
+            hint="dump after the recorder has seen forward passes",
+        )
     acc.declare(where=where, num_experts=count.shape[2])
     load = count[steps][:, layers].astype(np.int64)
     load, starts = fold_windows(load, steps.astype(np.int64))
@@ -144,9 +168,18 @@ def _physical_to_logical(path: Path, dump: dict[str, Any], acc: Accumulator) -> 
     p2l = dump["last_physical_to_logical_map"]
     map_where = f"{path}: last_physical_to_logical_map"
     if not isinstance(p2l, np.ndarray) or p2l.ndim != 2 or p2l.size == 0:
-        raise TraceError("expected a [layers, physical experts] map", where=map_where)
+        raise TraceError(
+            "expected a [layers, physical experts] map", where=map_where, hint=_DUMP_HINT
+        )
     if not np.issubdtype(p2l.dtype, np.integer) or int(p2l.min()) < 0:
-        raise TraceError("the map must hold logical expert ids >= 0", where=map_where)
+        raise TraceError(
+            "the map must hold logical expert ids >= 0", where=map_where, hint=_DUMP_HINT
+        )
+    if p2l.shape[0] > constants.MAX_LAYERS or p2l.shape[1] > 4 * constants.MAX_EXPERTS:
+        raise TraceError(
+            f"the map has shape {p2l.shape}: more layers or physical slots than placer"
+            " handles", where=map_where, hint="limits: docs/limits.md",
+        )
     acc.declare(where=map_where, num_experts=int(p2l.max()) + 1)
     return p2l.astype(np.int64)
 
@@ -157,25 +190,34 @@ def _read_per_pass(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
     num_experts = int(p2l.max()) + 1
     records = dump["records"]
     where = f"{path}: records[*].global_physical_count"
-    logical = []  # [passes, layers, experts] per batch of records
+    # Step 1: check every record; the layers that count something are the MoE layers
+    used = np.zeros(num_layers, dtype=bool)
     steps = np.zeros(len(records), dtype=np.int64)
-    layer_index = np.arange(num_layers)[:, None]
-    for lo in range(0, len(records), _PASS_BATCH):
-        batch = records[lo : lo + _PASS_BATCH]
-        phys = np.zeros((len(batch), num_layers, num_physical), dtype=np.int64)
-        for j, record in enumerate(batch):
-            rec_where = f"{path}: records[{lo + j}]"
-            phys[j] = _pass_counts(record, rec_where, p2l.shape)
-            steps[lo + j] = _int_field(record, "forward_pass_id", rec_where)
-        # a logical expert's count is the sum over its replicas
-        out = np.zeros((len(batch), num_layers, num_experts), dtype=np.int64)
-        np.add.at(out, (np.arange(len(batch))[:, None, None], layer_index[None], p2l[None]), phys)
-        logical.append(out)
-    load = np.concatenate(logical)
-    layers = np.flatnonzero(load.sum(axis=(0, 2)) > 0)
+    for i, record in enumerate(records):
+        rec_where = f"{path}: records[{i}]"
+        used |= _pass_counts(record, rec_where, p2l.shape).any(axis=1)
+        steps[i] = _int_field(record, "forward_pass_id", rec_where)
+    layers = np.flatnonzero(used)
     if layers.size == 0:
-        raise TraceError("global_physical_count is all zero: nothing was recorded", where=where)
-    acc.add_step_counts(load[:, layers], steps, layer_ids=layers, where=where)
+        raise TraceError(
+            "global_physical_count is all zero: nothing was recorded", where=where,
+            hint="dump after the recorder has seen forward passes",
+        )
+    # Step 2: a logical expert's count is the sum over its replicas; passes in step order
+    # (windows align to the first step, as if all came at once), a bounded batch at a time
+    order = np.argsort(steps, kind="stable")
+    p2l_moe = p2l[layers]
+    width = max(num_physical, num_experts) * layers.size * 8
+    batch = max(1, min(_PASS_BATCH, _PASS_BATCH_BYTES // width))
+    layer_index = np.arange(layers.size)[None, :, None]
+    for lo in range(0, len(records), batch):
+        part = order[lo : lo + batch].tolist()
+        phys = np.stack(
+            [np.asarray(records[j]["global_physical_count"])[layers] for j in part]
+        ).astype(np.int64)
+        out = np.zeros((len(part), layers.size, num_experts), dtype=np.int64)
+        np.add.at(out, (np.arange(len(part))[:, None, None], layer_index, p2l_moe[None]), phys)
+        acc.add_step_counts(out, steps[part], layer_ids=layers, where=where)
 
 
 def _pass_counts(record: dict[str, Any], where: str, shape: tuple[int, int]) -> np.ndarray:
@@ -186,11 +228,17 @@ def _pass_counts(record: dict[str, Any], where: str, shape: tuple[int, int]) -> 
         raise TraceError(
             f"global_physical_count has shape {got}, expected {list(shape)} (layers and"
             " physical experts of last_physical_to_logical_map)",
-            where=where,
+            where=where, hint=_DUMP_HINT,
         )
     if not np.issubdtype(counts.dtype, np.integer) or (counts < 0).any():
         raise TraceError(
-            "global_physical_count must hold counts >= 0", where=f"{where}.global_physical_count"
+            "global_physical_count must hold counts >= 0", where=f"{where}.global_physical_count",
+            hint="a count is how often tokens selected the slot; it cannot be negative",
+        )
+    if float(counts.sum(dtype=np.float64)) > constants.MAX_TOTAL_COUNT:
+        raise TraceError(
+            "global_physical_count adds up to more than placer counts (2^53 selections)",
+            where=f"{where}.global_physical_count", hint="limits: docs/limits.md",
         )
     return counts
 
@@ -204,13 +252,36 @@ def _read_per_token(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
         topk = _record_topk(record, f"{path}: records[{i}]", num_layers, num_physical)
         if topk.shape[1]:
             chunks.append((i, record, topk))
-    if not chunks:
+    # MoE layers are those where some token selected an expert; dense rows stay -1.
+    moe = (
+        np.flatnonzero(np.any([(t >= 0).any(axis=(1, 2)) for _, _, t in chunks], axis=0))
+        if chunks else np.zeros(0, dtype=np.int64)
+    )
+    if moe.size == 0:
         acc.skip("empty recorder file")
         return
-    # MoE layers are those where some token selected an expert; dense rows stay -1.
-    moe = np.flatnonzero(np.any([(t >= 0).any(axis=(1, 2)) for _, _, t in chunks], axis=0))
     width = max(int((t[moe] >= 0).sum(axis=2).max()) for _, _, t in chunks)
-    ids, steps, ranks = [], [], []
+    ids: list[np.ndarray] = []
+    steps: list[np.ndarray] = []
+    ranks: list[np.ndarray] = []
+    rows = offset = 0
+
+    def flush() -> None:
+        # chunks of about CHUNK_ROWS rows: the accumulator's per-call cost is paid
+        # rarely, and records that share one tensor do not multiply memory
+        nonlocal rows, offset
+        chunk = TokenChunk(
+            topk_ids=np.ascontiguousarray(np.concatenate(ids)),
+            step=np.concatenate(steps),
+            rank=np.concatenate(ranks),
+        )
+        acc.add_tokens(chunk, moe, token_offset=offset, array="records[*].topk_ids_of_layer")
+        offset += chunk.topk_ids.shape[0]
+        ids.clear()
+        steps.clear()
+        ranks.clear()
+        rows = 0
+
     for i, record, topk in chunks:
         where = f"{path}: records[{i}]"
         phys = topk[moe][:, :, :width]  # [layers, tokens, k]
@@ -219,32 +290,37 @@ def _read_per_token(path: Path, dump: dict[str, Any], acc: Accumulator) -> None:
         ids.append(logical.transpose(1, 0, 2))
         steps.append(np.full(tokens, _int_field(record, "forward_pass_id", where), np.int64))
         ranks.append(np.full(tokens, _int_field(record, "rank", where), np.int64))
-    # One chunk per file: the accumulator's per-call cost is paid once.
-    acc.add_tokens(
-        TokenChunk(
-            topk_ids=np.ascontiguousarray(np.concatenate(ids)),
-            step=np.concatenate(steps),
-            rank=np.concatenate(ranks),
-        ),
-        moe,
-        array="records[*].topk_ids_of_layer",
-    )
+        rows += tokens * moe.size
+        if rows >= constants.CHUNK_ROWS:
+            flush()
+    if ids:
+        flush()
 
 
 def _record_topk(record: Any, where: str, num_layers: int, num_physical: int) -> np.ndarray:
     """``topk_ids_of_layer [layers, tokens, 8]`` of one record, checked."""
     if not isinstance(record, dict) or "topk_ids_of_layer" not in record:
-        raise TraceError("a per_token record needs topk_ids_of_layer", where=where)
+        raise TraceError(
+            "a per_token record needs topk_ids_of_layer", where=where, hint=_DUMP_HINT
+        )
     topk = record["topk_ids_of_layer"]
     if not isinstance(topk, np.ndarray) or topk.ndim != 3 or topk.shape[0] != num_layers:
         shape = getattr(topk, "shape", None)
         raise TraceError(
             f"topk_ids_of_layer has shape {shape}, expected [{num_layers}, tokens, k]"
             " (one row per layer of last_physical_to_logical_map)",
-            where=where,
+            where=where, hint=_DUMP_HINT,
         )
     if not np.issubdtype(topk.dtype, np.integer):
-        raise TraceError(f"topk_ids_of_layer must be integers, got {topk.dtype}", where=where)
+        raise TraceError(
+            f"topk_ids_of_layer must be integers, got {topk.dtype}", where=where,
+            hint=_DUMP_HINT,
+        )
+    if not 1 <= topk.shape[2] <= constants.MAX_TOP_K:
+        raise TraceError(
+            f"topk_ids_of_layer has {topk.shape[2]} ids per token; expected 1 to"
+            f" {constants.MAX_TOP_K}", where=where, hint=_DUMP_HINT,
+        )
     bad = (topk < -1) | (topk >= num_physical)
     if bad.any():
         layer, token, k = (int(x) for x in np.argwhere(bad)[0])
@@ -258,8 +334,10 @@ def _record_topk(record: Any, where: str, num_layers: int, num_physical: int) ->
 
 def _int_field(record: dict[str, Any], key: str, where: str) -> int:
     value = record.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TraceError(f"{key} must be an integer, got {value!r}", where=where)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 62:
+        raise TraceError(
+            f"{key} must be an integer >= 0, got {value!r:.40}", where=where, hint=_DUMP_HINT
+        )
     return value
 
 

@@ -21,22 +21,30 @@ the file (copy yours next to the statistics).  Pass the folder (or its
 The ``.safetensors`` files are parsed here (an 8-byte little-endian header length, a
 JSON header of ``{name: {dtype, shape, data_offsets}}``, then raw bytes), so neither
 torch nor the ``safetensors`` package is needed.
+
+Limits (docs/limits.md): ``meta_info.json`` and the YAML files are read whole up to
+``constants.MAX_DOCUMENT_BYTES`` (YAML aliases expanded within
+``constants.MAX_YAML_NODES``); tensor shapes are checked against the bytes that hold them
+in exact arithmetic; counts must be whole, finite and ``>= 0`` (NaN float counts and
+negative integer counts are refused), and the load they make within
+``constants.MAX_LOAD_BYTES``.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import struct
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from placer import constants
 from placer.errors import TraceError
-from placer.traces.accumulate import Accumulator
+from placer.traces.accumulate import Accumulator, check_counts
 from placer.traces.registry import register_format
 from placer.traces.sglang import fold_windows
+from placer.yaml_schema import decode_text, load_json, parse_yaml, read_document
 
 FORMAT = "trtllm"
 META = "meta_info.json"
@@ -58,43 +66,60 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     ------
     TraceError: the header or a tensor's bytes do not follow the format.
     """
-    data = path.read_bytes()
-    if len(data) < 8:
-        raise TraceError("too short for a safetensors file", where=str(path))
-    (header_len,) = struct.unpack("<Q", data[:8])
-    if header_len > len(data) - 8:
-        raise TraceError(
-            f"header length {header_len} runs past the end of the file", where=str(path)
-        )
     try:
-        header = json.loads(data[8 : 8 + header_len])
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise TraceError("the safetensors header is not JSON", where=str(path)) from None
+        data = path.read_bytes()
+    except OSError as e:
+        raise TraceError(
+            f"cannot read the file ({e.strerror or e})", where=str(path),
+            hint="check that it exists and is readable",
+        ) from None
+    if len(data) < 8:
+        raise TraceError(
+            "too short for a safetensors file", where=str(path), hint=_DAMAGED_HINT
+        )
+    (header_len,) = struct.unpack("<Q", data[:8])
+    if header_len > len(data) - 8 or header_len > constants.MAX_DOCUMENT_BYTES:
+        raise TraceError(
+            f"header length {header_len} runs past the end of the file", where=str(path),
+            hint=_DAMAGED_HINT,
+        )
+    header = load_json(data[8 : 8 + header_len], str(path), TraceError, hint=_DAMAGED_HINT)
     if not isinstance(header, dict):
-        raise TraceError("the safetensors header is not an object", where=str(path))
+        raise TraceError(
+            "the safetensors header is not an object", where=str(path), hint=_DAMAGED_HINT
+        )
     body = memoryview(data)[8 + header_len :]
     out: dict[str, np.ndarray] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        where = f"{path}: {name}"
+        where = f"{path}: {name:.60}"
         try:
             dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]])
             shape = tuple(int(n) for n in info["shape"])
             begin, end = (int(x) for x in info["data_offsets"])
         except (KeyError, TypeError, ValueError):
             raise TraceError(
-                f"unsupported or malformed tensor entry {info!r:.80}", where=where
+                f"unsupported or malformed tensor entry {info!r:.80}", where=where,
+                hint=f"counts are integer or float tensors ({', '.join(_SAFETENSORS_DTYPES)})",
             ) from None
-        count = int(np.prod(shape, dtype=np.int64))
+        if any(n < 0 for n in shape) or len(shape) > 8:
+            raise TraceError(
+                f"tensor shape {shape!s:.60} is not a shape", where=where, hint=_DAMAGED_HINT
+            )
+        count = math.prod(shape)  # exact: a shape that overflows int64 cannot match below
         if not 0 <= begin <= end <= len(body) or end - begin != count * dtype.itemsize:
             raise TraceError(
-                f"data_offsets [{begin}, {end}) do not hold {shape} {info['dtype']}", where=where
+                f"data_offsets [{begin}, {end}) do not hold {shape!s:.60} {info['dtype']}",
+                where=where, hint=_DAMAGED_HINT,
             )
         out[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape).astype(
             dtype.newbyteorder("=")
         )
     return out
+
+
+_DAMAGED_HINT = "the file may be damaged or incomplete; record the statistics again"
 
 
 def read_load_balancer(path: Path) -> dict[int, np.ndarray]:
@@ -121,22 +146,27 @@ def read_load_balancer(path: Path) -> dict[int, np.ndarray]:
         )
     out = {}
     for layer, slots in assignments.items():
-        if not isinstance(layer, int) or not isinstance(slots, list):
+        if (
+            not isinstance(layer, int) or isinstance(layer, bool) or not isinstance(slots, list)
+            or not slots or not all(
+                isinstance(e, int) and not isinstance(e, bool)
+                and 0 <= e < constants.MAX_EXPERTS for e in slots
+            )
+        ):
             raise TraceError(
-                f"initial_global_assignments[{layer!r}] must be a list of expert ids",
+                f"initial_global_assignments[{layer!r:.20}] must be a list of expert ids",
                 where=where,
+                hint=f"each layer lists the expert of every slot, ids 0 to"
+                f" {constants.MAX_EXPERTS - 1}",
             )
         out[layer] = np.asarray(slots, dtype=np.int64)
     return out
 
 
 def _load_yaml(path: Path) -> object:
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise TraceError(f"invalid YAML ({e})", where=str(path)) from None
-    except OSError as e:
-        raise TraceError(f"cannot read the file ({e})", where=str(path)) from None
+    """A YAML file's plain value, read with placer's limits (aliases, nesting, size)."""
+    text = decode_text(read_document(path, TraceError, what="YAML file"), str(path), TraceError)
+    return parse_yaml(text, str(path), TraceError).data
 
 
 def _balancer_source(path: Path) -> tuple[dict[object, object], str, Path] | None:
@@ -187,17 +217,26 @@ def read(path: Path, acc: Accumulator) -> None:
                 " (rank 0 writes meta_info.json there)",
             )
     folder = path.parent
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise TraceError(f"invalid JSON: {e.msg}", where=f"{path}:{e.lineno}") from None
+    meta = load_json(
+        read_document(path, TraceError, what="meta_info.json"), str(path), TraceError,
+        hint="TensorRT-LLM writes {\"num_experts\": N, \"num_experts_per_token\": k}",
+    )
     if not isinstance(meta, dict) or "num_experts" not in meta:
         raise TraceError(
-            "meta_info.json needs num_experts and num_experts_per_token", where=str(path)
+            "meta_info.json needs num_experts and num_experts_per_token", where=str(path),
+            hint="TensorRT-LLM writes {\"num_experts\": N, \"num_experts_per_token\": k}",
         )
     num_counts = meta["num_experts"]
-    if not isinstance(num_counts, int) or num_counts <= 0:
-        raise TraceError("num_experts must be a positive integer", where=f"{path}: num_experts")
+    if not isinstance(num_counts, int) or isinstance(num_counts, bool) or num_counts <= 0:
+        raise TraceError(
+            f"num_experts must be a positive integer, got {num_counts!r:.40}",
+            where=f"{path}: num_experts", hint="the routed experts (or slots) counted",
+        )
+    if num_counts > 4 * constants.MAX_EXPERTS:
+        raise TraceError(
+            f"num_experts {num_counts} is more than placer handles", where=f"{path}: num_experts",
+            hint="limits: docs/limits.md",
+        )
     rank_files = sorted(
         (p for p in folder.iterdir() if _RANK_FILE.match(p.name)),
         key=lambda p: int(_RANK_FILE.match(p.name).group(1)),  # type: ignore[union-attr]
@@ -210,24 +249,55 @@ def read(path: Path, acc: Accumulator) -> None:
             " that ran",
         )
     counts: dict[tuple[int, int], np.ndarray] = {}
+    total = 0.0
     for rank_file in rank_files:
         for key, array in read_safetensors(rank_file).items():
             match = _KEY.match(key)
             if match is None:
                 raise TraceError(
-                    f"key {key!r} is not '{{iter}}_{{layer}}'", where=str(rank_file)
+                    f"key {key!r:.60} is not '{{iter}}_{{layer}}'", where=str(rank_file),
+                    hint="TensorRT-LLM names each count '{iter}_{layer}'",
                 )
             if array.shape != (num_counts,):
                 raise TraceError(
                     f"{key} has shape {array.shape}, expected [{num_counts}] (num_experts in"
                     " meta_info.json)",
-                    where=str(rank_file),
+                    where=str(rank_file), hint="the rank files and meta_info.json must be of"
+                    " one run",
                 )
             cell = (int(match.group(1)), int(match.group(2)))
-            counts[cell] = counts.get(cell, 0) + array.astype(np.int64)
+            if cell[1] > constants.MAX_LAYER_ID or cell[0] >= 1 << 62:
+                raise TraceError(
+                    f"key {key:.60} names layer {cell[1]} or iteration {cell[0]}, beyond"
+                    " placer's range", where=str(rank_file), hint="limits: docs/limits.md",
+                )
+            # NaN, negative and fractional counts are refused before any conversion
+            array = check_counts(array, key, str(rank_file))
+            total += float(array.sum(dtype=np.float64))
+            if total > constants.MAX_TOTAL_COUNT:
+                raise TraceError(
+                    "the counts add up to more than placer counts (2^53 selections)",
+                    where=str(rank_file), hint="limits: docs/limits.md",
+                )
+            counts[cell] = counts.get(cell, 0) + array
         acc.advance(rank_file.stat().st_size)
+    if not counts:
+        raise TraceError(
+            "the rank files hold no counts", where=str(folder),
+            hint="TensorRT-LLM writes them when EXPERT_STATISTIC_ITER_RANGE covers iterations"
+            " that ran",
+        )
     iters = sorted({i for i, _ in counts})
     layers = sorted({lay for _, lay in counts})
+    need = len(iters) * len(layers) * num_counts * 8
+    if len(layers) > constants.MAX_LAYERS or need > constants.MAX_LOAD_BYTES:
+        raise TraceError(
+            f"{len(iters)} iterations x {len(layers)} layers x {num_counts} experts of counts"
+            f" take {need >> 20:,} MiB, more than placer's"
+            f" {constants.MAX_LOAD_BYTES >> 20} MiB", where=str(folder),
+            hint="record fewer iterations (EXPERT_STATISTIC_ITER_RANGE); limits:"
+            " docs/limits.md",
+        )
     load = np.zeros((len(iters), len(layers), num_counts), dtype=np.int64)
     for (it, layer), array in counts.items():
         load[iters.index(it), layers.index(layer)] = array
@@ -266,7 +336,7 @@ def _find_load_balancer(folder: Path) -> tuple[Path, dict[int, np.ndarray]] | No
     for p in sorted(folder.iterdir()):
         if p.suffix not in (".yaml", ".yml") or not p.is_file():
             continue
-        text = p.read_text(errors="replace")
+        text = read_document(p, TraceError, what="YAML file").decode("utf-8", "replace")
         if "initial_global_assignments" not in text and "load_balancer" not in text:
             continue
         source = _balancer_source(p)
@@ -294,7 +364,7 @@ def _slots_to_experts(
     if missing:
         raise TraceError(
             f"layer {missing[0]} of the statistics has no initial_global_assignments entry",
-            where=str(path),
+            where=str(path), hint="use the load-balancer YAML the statistics were recorded with",
         )
     num_experts = 1 + max(int(assignments[layer].max()) for layer in layers)
     out = np.zeros((*load.shape[:2], num_experts), dtype=np.int64)
@@ -315,9 +385,12 @@ def _slots_to_experts(
 def sniff(path: Path, head: bytes) -> bool:
     """The ``meta_info.json`` of a statistics folder, or a folder that holds one."""
     if path.is_dir():
-        return (path / META).is_file() and any(
-            _RANK_FILE.match(p.name) for p in path.iterdir()
-        )
+        try:
+            return (path / META).is_file() and any(
+                _RANK_FILE.match(p.name) for p in path.iterdir()
+            )
+        except OSError:
+            return False
     return path.name == META and b"num_experts_per_token" in head
 
 
