@@ -1106,3 +1106,13 @@ def _report(d: Path) -> list[str]:
     trace = write(d / "d.pt", pt_bytes(build))
     return ["report", str(trace), "-p", str(placement(d / "p.json")), "--topology", "dgx-h100",
             "--model", "mixtral-8x7b", "-o", str(d / "r.html")]
+
+
+@case("evaluate-sparse-tokens", contains="few of its", bomb=True)
+def _evaluate_sparse(d: Path) -> list[str]:
+    # 20,000 tokens, each in one of 4,096 layers: a dense [tokens, layers, k] trace of
+    # 655 MB for 20,000 rows
+    trace = write(d / "t.jsonl", jsonl(
+        {"token": i, "layer": i % 4096, "experts": [i % 2, 7]} for i in range(20_000)))
+    return ["evaluate", str(trace), "-p", str(placement(d / "p.json")), "--model", "mixtral-8x7b",
+            "--topology", "dgx-h100"]

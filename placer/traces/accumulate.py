@@ -1848,6 +1848,8 @@ class Accumulator:
                     for r, p in enumerate(pairs):
                         if p is not None:
                             aff[r] = self._aff[p, :num_e, :num_e]
+        if self._keep is not None:
+            self._check_trace_size(layer_ids.size)
         starts = self._grid.starts()
         warn = self._warnings(load, layer_ids)
         stats = ExpertStats(
@@ -1865,21 +1867,31 @@ class Accumulator:
         trace = self._build_trace(layer_ids) if self._keep is not None else None
         return RoutingData(stats=stats, trace=trace)
 
+    def _check_trace_size(self, num_layers: int) -> None:
+        """Refuse a per-token trace whose dense ``[tokens, layers, k]`` array would dwarf
+        the rows read (tokens with rows in few of many layers) past MAX_LOAD_BYTES."""
+        assert self._keep is not None
+        k = self._k or 1
+        have_w = bool(self._keep.weights) and all(w is not None for w in self._keep.weights)
+        need = self._num_tokens * num_layers * k * (8 if have_w else 4)
+        if (
+            need > constants.MAX_LOAD_BYTES
+            and need > _SPARSE_TRACE_RATIO * self.rows_read * k * 4
+        ):
+            raise TraceError(
+                f"the per-token trace would take {_mib(need)} MiB for {self.rows_read} rows:"
+                f" its {self._num_tokens} tokens have rows in few of its {num_layers} layers",
+                where=", ".join(self.sources),
+                hint="a token has a row in each MoE layer it passed through; read the layers"
+                " apart (layers=) or the trace in parts (limits: docs/limits.md)",
+            )
+
     def _build_trace(self, layer_ids: np.ndarray) -> RoutingTrace:
         keep = self._keep
         assert keep is not None
         k = self._k or 1
         t = self._num_tokens
         have_w = bool(keep.weights) and all(w is not None for w in keep.weights)
-        need = t * layer_ids.size * k * (8 if have_w else 4)
-        if need > constants.MAX_LOAD_BYTES and need > _SPARSE_TRACE_RATIO * self.rows_read * k * 4:
-            # the dense [tokens, layers, k] array would dwarf the rows read
-            raise TraceError(
-                f"the per-token trace would take {_mib(need)} MiB for {self.rows_read} rows:"
-                f" its {t} tokens have rows in few of its {layer_ids.size} layers",
-                where=", ".join(self.sources),
-                hint="read fewer layers (layers=), or only statistics (keep_tokens=False)",
-            )
         topk = np.full((t, layer_ids.size, k), -1, dtype=np.int32)
         weights = np.zeros((t, layer_ids.size, k), dtype=np.float32) if have_w else None
         for i, (tok, lay, ex) in enumerate(zip(keep.tokens, keep.layers, keep.experts,
