@@ -75,6 +75,11 @@ _US_PER_FLOP_TFLOPS = 1e-6
 #: keep its ``[batches, experts, replicas, places]`` counts below this many cells (and at
 #: least twice the redundant replicas); the others are bounded more loosely.
 _ROUND_ROBIN_CELLS = 1 << 22
+#: Replica counts up to this are counted exactly per residue class; larger ones are
+#: bounded from the selections' distinct codes (cheaper; the floor stays valid).
+_EXACT_REPLICAS = 12
+#: ... except with this few places (nodes), where every count is counted exactly.
+_EXACT_ALL_PLACES = 16
 
 #: ``(batch, place, expert, code)`` of each selection (:func:`_round_robin_local`).
 _Selections = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -221,7 +226,10 @@ def layer_floor(
 
     # (2) copies: each GPU's floors, and totals per batch and over all batches
     out, inter = copies.per_gpu(n, tokens, k_min)
-    out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches)
+    # per batch (the cells' floors) counts few replica counts exactly; all batches together
+    # (the mean's floor, the figure the gap is measured on) counts every one it can
+    out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches,
+                                                           exact=_EXACT_REPLICAS)
     out_all, inter_all, _ = copies.totals(
         n.sum(axis=0, keepdims=True), tokens.sum(axis=0, keepdims=True),
         k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1)
@@ -284,10 +292,11 @@ class _Copies:
                 _uncovered_tokens(n, tokens, k_min, node_slots))
 
     def totals(self, n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
-               at: _Selections, num_batches: int,
+               at: _Selections, num_batches: int, exact: int | None = None,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``([B], [B], [B])`` copies sent and copies across nodes, over all GPUs, and
-        the least compute redundant replicas add (round robin; 0 otherwise)."""
+        the least compute redundant replicas add (round robin; 0 otherwise).  ``exact``:
+        the replica counts round robin's floor counts exactly (None: its default)."""
         fabric = self.fabric
         by_node = _per_node(n, fabric)
         node_slots = self.slots_per_gpu * fabric.node_size
@@ -308,12 +317,13 @@ class _Copies:
             batch, source, experts, code = at
             if fabric.num_nodes == 1:
                 local, compute = _round_robin_local(
-                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra, self.costs)
+                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra, self.costs,
+                    exact)
                 out = np.maximum(out, selections - local)
             else:
                 local, compute = _round_robin_local(
                     (batch, fabric.node_of_gpu[source], experts, code), num_batches,
-                    fabric.num_nodes, self.num_experts, self.extra, self.costs)
+                    fabric.num_nodes, self.num_experts, self.extra, self.costs, exact)
                 inter = np.maximum(inter, selections - local)
         if self.mode == "low_latency_rdma":
             inter = out
@@ -372,7 +382,7 @@ def _covering(n: np.ndarray, extra: int) -> np.ndarray:
 
 def _round_robin_local(
     at: _Selections, num_batches: int,
-    num_places: int, num_experts: int, extra: int, costs: _Costs,
+    num_places: int, num_experts: int, extra: int, costs: _Costs, exact: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``([B], [B])``: the most selections round-robin dispatch can serve where they
     arise, and the least compute the ``extra`` replicas add, over every placement with
@@ -384,7 +394,8 @@ def _round_robin_local(
     ``c`` (``m[x, i]`` from place ``x``), so at best replica ``i`` sits where most of
     them arise: ``f(c) = sum_i max_x m[x, i]``.  The best split of the ``extra``
     replicas over experts is a knapsack (exact for the most loaded experts, as many as
-    :data:`_ROUND_ROBIN_CELLS` allows; each other expert gains at most ``n_e - f(1)``
+    :data:`_ROUND_ROBIN_CELLS` allows, and every count over a few places, counts up to
+    :data:`_EXACT_REPLICAS` over many; past those an expert gains at most ``n_e - f(1)``
     however many replicas it gets).
 
     Compute: every slot sits in the rotation, so replica ``i`` of an expert with ``c``
@@ -409,18 +420,37 @@ def _round_robin_local(
     keep = index[expert] >= 0
     b, x, e, k = batch[keep], place[keep], index[expert[keep]], code[keep]
     width = chosen.size
-    gain = np.zeros((num_batches, width, extra + 1))  # gain[b, e, c - 1]
-    added = np.zeros((num_batches, width, extra + 1))  # compute c replicas add over one
-    selected = per_place.sum(axis=2)[:, chosen].astype(np.float64)
-    one = np.where(selected > 0, np.maximum(costs.weight_us, selected * costs.token_us), 0.0)
-    for count in range(2, extra + 2):
+    totals = per_place.sum(axis=2).astype(np.float64)  # [B, E] selections of each expert
+    one = np.where(totals > 0, np.maximum(costs.weight_us, totals * costs.token_us), 0.0)
+    # every expert, every count: at least ceil(D / ceil(K / c)) replicas run, D the
+    # distinct codes of its selections and K the codes' range (a residue class holds at
+    # most ceil(K / c) codes); counted exactly below for the chosen experts and few counts
+    span = int(code.max()) + 1 if code.size else 1
+    if num_batches * num_experts * span <= _ROUND_ROBIN_CELLS:
+        seen = np.bincount(cell * span + code, minlength=num_batches * num_experts * span)
+        codes = (seen.reshape(num_batches, num_experts, span) > 0).sum(axis=2)
+    else:
+        distinct = np.unique(cell * span + code) // span
+        codes = np.bincount(distinct, minlength=num_batches * num_experts).reshape(
+            num_batches, num_experts)
+    codes = codes.astype(np.float64)
+    counts = np.arange(1, extra + 2, dtype=np.float64)  # c = 1 .. extra + 1
+    running = np.ceil(codes[:, :, None] / np.ceil(span / counts)[None, None, :])
+    added = np.maximum(np.maximum(running * costs.weight_us, totals[:, :, None]
+                                  * costs.token_us) - one[:, :, None], 0.0)  # [B, E, c-1]
+    added[:, :, 0] = 0.0
+    gain = np.repeat(headroom[:, chosen, None].astype(np.float64), extra + 1, axis=2)
+    gain[:, :, 0] = 0.0
+    if exact is None:
+        exact = extra + 1 if num_places <= _EXACT_ALL_PLACES else _EXACT_REPLICAS
+    for count in range(2, min(extra + 1, exact) + 1):
         key = ((b * width + e) * count + k % count) * num_places + x
         m = np.bincount(key, minlength=num_batches * width * count * num_places)
         m = m.reshape(num_batches, width, count, num_places)
         gain[:, :, count - 1] = m.max(axis=3).sum(axis=2) - alone[:, chosen]
         runs = m.sum(axis=3)
         spent = np.where(runs > 0, np.maximum(costs.weight_us, runs * costs.token_us), 0.0)
-        added[:, :, count - 1] = spent.sum(axis=2) - one
+        added[:, chosen, count - 1] = spent.sum(axis=2) - one[:, chosen]
     gain = np.maximum(gain, 0.0)
     added = np.maximum(added, 0.0)
     # multiple-choice knapsack over the chosen experts: budget[b, j] = best gain with <= j
@@ -441,11 +471,10 @@ def _round_robin_local(
     # the least compute the extra replicas add: exactly ``extra`` of them over the experts
     least = np.full((num_batches, extra + 1), np.inf)
     least[:, 0] = 0.0
-    for item in range(width):
+    for item in range(num_experts):
         options = least[:, before] + added[:, item][:, None, :]
         least = np.where(allowed[None], options, np.inf).min(axis=2)
-    compute = least[:, extra] if width == num_experts else least.min(axis=1)
-    return alone.sum(axis=1) + total, compute
+    return alone.sum(axis=1) + total, least[:, extra]
 
 
 def _uncovered_tokens(n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
