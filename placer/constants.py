@@ -267,3 +267,8 @@ MOVE_TOLERANCE = 0.005
 
 #: Budgets (shares of the best re-plan's moves) the move frontier is reported at.
 FRONTIER_SHARES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
+
+#: Wall seconds for a whole plan by default (``--time-limit``, ``SolveParams.total_time_limit_s``):
+#: 70% goes to the layer search, split over the layers (each at most ``--layer-time-limit``),
+#: so a DeepSeek-V3-size plan finishes within a minute on 2 cores; small plans stop earlier.
+DEFAULT_PLAN_SECONDS = 50.0

@@ -94,7 +94,8 @@ class SolveParams:
     ----------
     time_limit_s: wall-clock budget per layer for search-based solvers.
     total_time_limit_s: wall-clock budget for the whole plan, split over the layers (each
-        layer gets at most ``time_limit_s``); None: only the per-layer budget.
+        layer gets at most ``time_limit_s``; ``constants.DEFAULT_PLAN_SECONDS``); None:
+        only the per-layer budget.
     seed: random seed; same inputs and seed give the same placement.
     jobs: layers solved in parallel (processes).
     balance_tolerance: relative slack on the hot-shard load that the traffic and
@@ -125,7 +126,7 @@ class SolveParams:
     """
 
     time_limit_s: float = 10.0
-    total_time_limit_s: float | None = None
+    total_time_limit_s: float | None = constants.DEFAULT_PLAN_SECONDS
     seed: int = 0
     jobs: int = 1
     balance_tolerance: float = 0.005

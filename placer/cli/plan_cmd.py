@@ -167,10 +167,10 @@ def plan(
         None, "--kv-reserve-gb", metavar="GB", help="Memory per GPU kept for the KV cache, GB."
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed of search-based solvers."),
-    time_limit: float | None = typer.Option(
-        None, "--time-limit", min=0.001, metavar="SECONDS",
+    time_limit: float = typer.Option(
+        constants.DEFAULT_PLAN_SECONDS, "--time-limit", min=0.001, metavar="SECONDS",
         help="Wall seconds for the whole plan, split over the layers (each gets at most"
-        " --layer-time-limit). Default: no total.", show_default=False,
+        " --layer-time-limit); small plans stop earlier.",
     ),
     layer_time_limit: float = typer.Option(
         10.0, "--layer-time-limit", min=0.001, metavar="SECONDS",
