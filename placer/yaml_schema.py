@@ -161,7 +161,8 @@ def parse_yaml(text: str, source: str, error: type[PlacerError]) -> YamlDoc:
     except _DuplicateKey as e:
         first = f" (first given on line {e.first_line})" if e.first_line else ""
         raise error(
-            f"duplicate key {e.path}{first}", where=f"{source}:{e.line}: {e.path}"
+            f"duplicate key {e.path}{first}", where=f"{source}:{e.line}: {e.path}",
+            hint="keep one of the two (YAML takes each key once)"
         ) from None
     except _TooLarge as e:
         path = e.path if len(e.path) <= 60 else e.path[:57] + "..."
@@ -176,7 +177,8 @@ def parse_yaml(text: str, source: str, error: type[PlacerError]) -> YamlDoc:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(e, "problem", None) or str(e)
-        raise error(f"not valid YAML: {problem}", where=where) from None
+        raise error(f"not valid YAML: {problem}", where=where,
+                    hint="check the indentation and brackets at this line") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -381,7 +383,8 @@ class Section:
         if key not in self.value or self.value[key] is None:
             if default is _MISSING:
                 typos = difflib.get_close_matches(key, [str(k) for k in self.value], n=1)
-                hint = f"found '{typos[0]}': did you mean '{key}'?" if typos else None
+                hint = (f"found '{typos[0]}': did you mean '{key}'?" if typos
+                        else f"add '{key}: ...' at this place")
                 raise self.doc.fail(self.path, f"missing key '{key}'", hint)
             return default
         return self.value[key]
@@ -402,7 +405,8 @@ class Section:
             return value  # type: ignore[no-any-return]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(
-                key, f"{key} must be a number, got {_type_name(value)} {_brief(value)}"
+                key, f"{key} must be a number, got {_type_name(value)} {_brief(value)}",
+                hint=f"write {key}: followed by a number",
             )
         if not math.isfinite(value):
             raise self.fail(
@@ -410,7 +414,7 @@ class Section:
             )
         if strict and value <= minimum:
             word = "positive" if minimum == 0 else f"greater than {minimum:g}"
-            hint = zero_hint if value == 0 else None
+            hint = zero_hint if value == 0 and zero_hint else f"give {key} a {word} value"
             raise self.fail(key, f"{key} must be {word}, got {value:g}", hint)
         if not strict and value < minimum:
             word = "zero or more" if minimum == 0 else f"at least {minimum:g}"
@@ -434,7 +438,8 @@ class Section:
                 hint=f"write a whole number, e.g. {key}: {max(minimum, 1)}",
             )
         if value < minimum:
-            raise self.fail(key, f"{key} must be at least {minimum}, got {value}")
+            raise self.fail(key, f"{key} must be at least {minimum}, got {value}",
+                            hint=f"give {key} a whole number of at least {minimum}")
         if maximum is not None and value > maximum:
             raise self.fail(
                 key, f"{key} {_short(value)} is more than placer handles ({maximum:,})",

@@ -398,13 +398,13 @@ def test_good_text_loads():
             "gpus: 8",
             "gpus: 0",
             "t.yaml:6: nodes[0].gpus: gpus must be at least 1, got 0",
-            None,
+            "give gpus a whole number of at least 1",
         ),
         (
             "name: t\n",
             "name: t\nname: u\n",
             "t.yaml:2: name: duplicate key name (first given on line 1)",
-            None,
+            "keep one of the two (YAML takes each key once)",
         ),
         (
             "nodes:\n",
@@ -416,7 +416,7 @@ def test_good_text_loads():
             "gpus: 8",
             "gpus: [8",
             "t.yaml:7: not valid YAML: expected ',' or ']', but got ':'",
-            None,
+            "check the indentation and brackets at this line",
         ),
     ],
 )
