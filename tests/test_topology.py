@@ -356,13 +356,13 @@ def test_good_text_loads():
             "memory_gb: 80, ",
             "",
             "t.yaml:3: gpu_types.h100: missing key 'memory_gb'",
-            None,
+            "add 'memory_gb: ...' at this place",
         ),
         (
             "memory_gb: 80",
             "memory_gb: -80",
             "t.yaml:3: gpu_types.h100.memory_gb: memory_gb must be positive, got -80",
-            None,
+            "give memory_gb a positive value",
         ),
         (
             "gbps: 450",
@@ -374,7 +374,7 @@ def test_good_text_loads():
             "nic_gbps: 50",
             "nic_gbps: fast",
             "t.yaml:9: nodes[0].nic_gbps: nic_gbps must be a number, got a string 'fast'",
-            None,
+            "write nic_gbps: followed by a number",
         ),
         (
             "gbps: 450",
