@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 from pathlib import Path
 
 import numpy as np
+from safetensors_fixture import write_safetensors
 
 from placer.ptfile import save_pt
 
@@ -48,18 +48,6 @@ def sglang_dumps(folder: Path, ranks: int = 2, passes: int = 2, tokens: int = 32
                 folder / f"expert_distribution_recorder_1700000000.5_{rank}.pt")
 
 
-def _write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    header, blobs, offset = {}, [], 0
-    for name, array in tensors.items():
-        raw = np.ascontiguousarray(array, dtype="<i8").tobytes()
-        header[name] = {"dtype": "I64", "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 def trtllm_statistics(folder: Path, ranks: int = 2, iterations: tuple[int, ...] = (100, 101),
                       tokens: int = 64) -> None:
     """TensorRT-LLM expert statistics (``EXPERT_STATISTIC_PATH``): ``meta_info.json`` and
@@ -74,7 +62,7 @@ def trtllm_statistics(folder: Path, ranks: int = 2, iterations: tuple[int, ...] 
             for layer in range(FIRST_MOE, HIDDEN_LAYERS):
                 picks = _choices(rng, tokens).ravel()
                 tensors[f"{it}_{layer}"] = np.bincount(picks, minlength=EXPERTS)
-        _write_safetensors(folder / f"rank{rank}.safetensors", tensors)
+        write_safetensors(folder / f"rank{rank}.safetensors", tensors)
 
 
 def timings(path: Path) -> None:

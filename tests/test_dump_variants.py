@@ -9,13 +9,13 @@ first test checks that it writes what the committed ``torch.save`` fixtures hold
 from __future__ import annotations
 
 import json
-import struct
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from safetensors_fixture import write_safetensors
 from typer.testing import CliRunner
 
 from placer.cli.main import app
@@ -234,18 +234,6 @@ def test_a_record_of_neither_mode(tmp_path: Path) -> None:
 
 
 # -- TensorRT-LLM ---------------------------------------------------------------------------
-
-
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """The safetensors layout by hand: u64 header length, JSON header, raw bytes."""
-    header, body = {}, b""
-    for name, array in tensors.items():
-        data = np.ascontiguousarray(array, dtype="<i8").tobytes()
-        header[name] = {"dtype": "I64", "shape": list(array.shape),
-                        "data_offsets": [len(body), len(body) + len(data)]}
-        body += data
-    blob = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(blob)) + blob + body)
 
 
 #: Slots of layers 3 and 4 (6 slots, experts 0..3, two replicas each of two experts).

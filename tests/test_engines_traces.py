@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from safetensors_fixture import write_safetensors
 
 from placer.errors import TraceError
 from placer.traces import detect_format, read_routing
@@ -89,19 +89,6 @@ def test_fold_windows_keeps_totals() -> None:
 
 
 # -- TensorRT-LLM --------------------------------------------------------------------
-
-
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """The safetensors layout by hand: u64 header length, JSON header, raw bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, array in tensors.items():
-        raw = np.ascontiguousarray(array, dtype="<i8").tobytes()
-        header[name] = {"dtype": "I64", "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 @pytest.fixture

@@ -4,13 +4,13 @@ plan, import and export; and the architectures whose load balancer TensorRT-LLM 
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from safetensors_fixture import write_safetensors
 from typer.testing import CliRunner
 
 from placer.cli.main import app
@@ -30,19 +30,6 @@ PLAN = ["--model", "deepseek-v3", "--num-gpus", str(G), "--redundant", "32",
         "--solver", "eplb-valid"]
 
 
-def _safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """The safetensors layout: u64 header length, JSON header, raw little-endian int64."""
-    header, blobs, offset = {}, [], 0
-    for name, array in tensors.items():
-        raw = np.ascontiguousarray(array, dtype="<i8").tobytes()
-        header[name] = {"dtype": "I64", "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 def _layer_load(layer: int, it: int, rank: int) -> np.ndarray:
     """``[E]`` counts: flat for the main layers; the MTP layer 61 leans on experts 0-15."""
     counts = np.full(E, 10 + rank + it % 3 + layer % 5, dtype=np.int64)
@@ -60,7 +47,7 @@ def mtp_statistics(tmp_path: Path) -> Path:
     (folder / "meta_info.json").write_text(json.dumps({"num_experts": E,
                                                        "num_experts_per_token": 8}))
     for rank in range(2):
-        _safetensors(folder / f"rank{rank}.safetensors", {
+        write_safetensors(folder / f"rank{rank}.safetensors", {
             f"{it}_{layer}": _layer_load(layer, it, rank)
             for it in range(100, 104) for layer in LAYERS
         })
@@ -112,7 +99,7 @@ def test_slot_statistics_map_back_through_the_mtp_key(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "meta_info.json").write_text(json.dumps({"num_experts": E + 32,
                                                        "num_experts_per_token": 8}))
-    _safetensors(folder / "rank0.safetensors",
+    write_safetensors(folder / "rank0.safetensors",
                  {f"100_{layer}": np.arange(1, E + 33) for layer in LAYERS})
     _load_balancer_yaml(folder / "lb.yaml", LAYERS)
     stats = read_routing(folder).stats
