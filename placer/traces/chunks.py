@@ -1,0 +1,193 @@
+"""Chunks of routing that readers hand to :class:`~placer.traces.accumulate.Accumulator`
+(and what ``read_routing`` was asked for); moved out of :mod:`placer.traces.accumulate`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from placer import constants
+from placer.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What ``read_routing`` was asked for (see :func:`placer.traces.read_routing`)."""
+
+    window_tokens: int | None = None
+    keep_tokens: bool = False
+    coact: bool = True
+    layers: tuple[int, ...] | None = None
+    num_experts: int | None = None
+    top_k: int | None = None
+    progress: bool = False
+    keep_warmup: bool = False
+
+    def __post_init__(self) -> None:
+        if self.window_tokens is not None and self.window_tokens < 1:
+            raise UsageError(
+                f"window_tokens must be >= 1, got {self.window_tokens}", where="--window-tokens",
+                hint="a window is this many consecutive tokens",
+            )
+        if self.num_experts is not None and not 1 <= self.num_experts <= constants.MAX_EXPERTS:
+            raise UsageError(
+                f"num_experts must be in [1, {constants.MAX_EXPERTS}], got {self.num_experts}",
+                where="--num-experts", hint="the routed experts of one MoE layer",
+            )
+        if self.top_k is not None and not 1 <= self.top_k <= constants.MAX_TOP_K:
+            raise UsageError(
+                f"top_k must be in [1, {constants.MAX_TOP_K}], got {self.top_k}",
+                where="--top-k", hint="the experts each token selects per layer",
+            )
+        if (
+            self.top_k is not None and self.num_experts is not None
+            and self.top_k > self.num_experts
+        ):
+            raise UsageError(
+                f"top_k {self.top_k} is more than num_experts {self.num_experts}",
+                where="--top-k", hint="a token selects top_k of the layer's experts",
+            )
+        if self.layers is not None and any(i < 0 for i in self.layers):
+            raise UsageError(
+                "layer ids are >= 0", where="--layers",
+                hint="layers are the model's absolute layer indices, from 0",
+            )
+
+
+@dataclass
+class TokenChunk:
+    """Routing of consecutive whole tokens.
+
+    Attributes
+    ----------
+    topk_ids: ``[tokens, layers, k]`` int, logical expert ids, -1 where none.
+    step: ``[tokens]`` int forward step of each token, or None.
+    rank: ``[tokens]`` int source (DP) rank of each token, or None.
+    topk_weights: ``[tokens, layers, k]`` float gate weights, or None.
+    request: ``[tokens]`` request label of each token (int or str), or None; only the
+        JSONL writer uses it.
+    """
+
+    topk_ids: np.ndarray
+    step: np.ndarray | None = None
+    rank: np.ndarray | None = None
+    topk_weights: np.ndarray | None = None
+    request: np.ndarray | None = None
+
+
+@dataclass
+class RowChunk:
+    """Routing rows, one per (token, layer), in file order.
+
+    Attributes
+    ----------
+    layer: ``[rows]`` int64 absolute layer id.
+    experts: ``[rows, k]`` int64 expert ids, -1 where none.
+    request: ``[rows]`` int64 request number from :meth:`Accumulator.request_id`.
+    token: ``[rows]`` int64 token id, -1 where the row has none.
+    step: ``[rows]`` int64 or None; -1 where a row has none.
+    rank: ``[rows]`` int64 or None; -1 where a row has none.
+    weights: ``[rows, k]`` float32 or None.
+    lines: ``[rows]`` int64 line number of each row, for messages.
+    """
+
+    layer: np.ndarray
+    experts: np.ndarray
+    request: np.ndarray
+    token: np.ndarray
+    lines: np.ndarray
+    step: np.ndarray | None = None
+    rank: np.ndarray | None = None
+    weights: np.ndarray | None = None
+
+
+@dataclass
+class _HeldTokens:
+    """Validated whole tokens of one source waiting to be counted (see
+    :meth:`Accumulator._cut_warmup_tokens`); arrays as in :class:`TokenChunk`."""
+
+    ids: np.ndarray  # [tokens, layers, k]
+    lid: np.ndarray  # [layers] absolute layer ids
+    step: np.ndarray | None
+    rank: np.ndarray | None
+    weights: np.ndarray | None
+    offset: int  # index of the first token in its file, for messages
+    array: str  # name of the id array, for messages
+    has_none: bool = False
+
+    def continued_by(self, other: _HeldTokens) -> bool:
+        """Whether ``other`` are the tokens right after these, in the same layout."""
+        return (
+            self.array == other.array
+            and self.offset + self.ids.shape[0] == other.offset
+            and self.ids.shape[2] == other.ids.shape[2]
+            and np.array_equal(self.lid, other.lid)
+            and all(
+                (getattr(self, name) is None) == (getattr(other, name) is None)
+                for name in ("step", "rank", "weights")
+            )
+        )
+
+    def join(self, other: _HeldTokens) -> _HeldTokens:
+        def cat(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None or b is None else np.concatenate([a, np.asarray(b)])
+
+        return _HeldTokens(
+            np.concatenate([self.ids, other.ids]), other.lid, cat(self.step, other.step),
+            cat(self.rank, other.rank), cat(self.weights, other.weights), self.offset,
+            self.array, self.has_none or other.has_none,
+        )
+
+    def tail(self, cut: int, has_none: bool) -> _HeldTokens:
+        """Copies of the tokens from ``cut`` on (readers reuse their chunk buffers)."""
+        def part(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.array(np.asarray(a)[cut:])
+
+        ids = part(self.ids)
+        assert ids is not None
+        return _HeldTokens(
+            ids, self.lid, part(self.step), part(self.rank), part(self.weights),
+            self.offset + cut, self.array, has_none,
+        )
+
+
+def _take_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
+    def sel(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[keep]
+
+    return RowChunk(
+        layer=chunk.layer[keep],
+        experts=chunk.experts[keep],
+        request=chunk.request[keep],
+        token=chunk.token[keep],
+        lines=chunk.lines[keep],
+        step=sel(chunk.step),
+        rank=sel(chunk.rank),
+        weights=sel(chunk.weights),
+    )
+
+
+def _concat_rows(a: RowChunk, b: RowChunk) -> RowChunk:
+    """Rows of ``a`` then ``b`` (a row without step or rank has -1 there)."""
+
+    def cat(x: np.ndarray | None, y: np.ndarray | None, n: int, m: int) -> np.ndarray | None:
+        if x is None and y is None:
+            return None
+        return np.concatenate([
+            np.full(n, -1, dtype=np.int64) if x is None else x,
+            np.full(m, -1, dtype=np.int64) if y is None else y,
+        ])
+
+    n, m = a.layer.size, b.layer.size
+    return RowChunk(
+        layer=np.concatenate([a.layer, b.layer]),
+        experts=np.concatenate([a.experts, b.experts]),
+        request=np.concatenate([a.request, b.request]),
+        token=np.concatenate([a.token, b.token]),
+        lines=np.concatenate([a.lines, b.lines]),
+        step=cat(a.step, b.step, n, m),
+        rank=cat(a.rank, b.rank, n, m),
+        weights=None if a.weights is None or b.weights is None
+        else np.concatenate([a.weights, b.weights]),
+    )

@@ -1,0 +1,366 @@
+"""Token identity, windows and counting of :class:`~placer.traces.accumulate.Accumulator`:
+load, co-activation and layer affinity."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+
+from placer import constants
+from placer.errors import TraceError
+from placer.traces.chunks import RowChunk
+from placer.traces.kernels import _BLOCK_CODES, _has_duplicate, _load_into, _pairs_into, _sorted_by
+from placer.traces.limits import _coact_bytes
+from placer.traces.occurrences import _OCC_BITS, _WORD_BITS, _grow
+from placer.traces.validation import _Validation
+from placer.traces.windows import WindowGrid
+
+
+class _Counting(_Validation):
+    """Token identity, windows and the counting kernels' callers."""
+
+    def _token_keys(self, chunk: RowChunk, rows: np.ndarray) -> np.ndarray:
+        """A 64-bit key per row: request << 32 | token id, or order-based ids."""
+        req = chunk.request.astype(np.int64)
+        tok = chunk.token.astype(np.int64)
+        if (tok >= 1 << 31).any():
+            i = int(np.flatnonzero(tok >= 1 << 31)[0])
+            raise TraceError(
+                f"token id {int(tok[i])} is out of range [0, 2^31)",
+                where=f"{self.source}:{int(chunk.lines[i])}",
+                hint="token numbers a token within its request; number from 0",
+            )
+        missing = tok < 0
+        if missing.any():
+            # the n-th row of a layer (within a request) is the n-th token
+            idx = np.flatnonzero(missing)
+            group = (req[idx] << 20) | chunk.layer[idx]
+            uniq, inv = np.unique(group, return_inverse=True)
+            order = np.argsort(inv, kind="stable")
+            counts = np.bincount(inv, minlength=uniq.size)
+            starts = np.cumsum(counts) - counts
+            rank_in = np.empty(idx.size, dtype=np.int64)
+            rank_in[order] = np.arange(idx.size) - np.repeat(starts, counts)
+            base = np.array([self._order_count.get(int(g), 0) for g in uniq], dtype=np.int64)
+            for g, b, c in zip(uniq.tolist(), base.tolist(), counts.tolist(), strict=True):
+                self._order_count[g] = b + c
+            tok = tok.copy()
+            tok[idx] = (base[inv.ravel()] + rank_in) | (1 << 31)
+        return (req << 32) | tok
+
+    def _token_label(self, chunk: RowChunk, i: int) -> str:
+        req = self._request_labels[int(chunk.request[i])]
+        tok = int(chunk.token[i])
+        parts = []
+        if req is not None:
+            parts.append(f"request {req}")
+        parts.append(f"token {tok}" if tok >= 0 else "(no token id)")
+        return "(" + ", ".join(parts) + ")"
+
+    def _token_indices(
+        self, keys: np.ndarray, rows: np.ndarray, where: Callable[[int], str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Table index of the token of each row, and the first row of each new token.
+
+        ``keys [rows]`` token keys (:meth:`_token_keys`), ``rows [rows]`` accumulator rows.
+        A token has one row per layer: the n-th row of a (request, token, layer) belongs
+        to the n-th occurrence of the token (a second pass with the same ids, token
+        numbers that restart), counted for the warning.
+        """
+        table = self._table
+        first, new_first = table.lookup(keys)
+        table.reserve(self._k or 1, self._words())
+        words = table.seen.shape[1]
+        word = rows // _WORD_BITS
+        mask = np.left_shift(np.uint64(1), (rows % _WORD_BITS).astype(np.uint64))
+        code = first * (words * _WORD_BITS) + rows
+        order = np.argsort(code, kind="stable")
+        sc = code[order]
+        repeat_in = sc[1:] == sc[:-1]
+        before = (table.seen[first, word] & mask) != 0
+        if not repeat_in.any() and not before.any():
+            np.bitwise_or.at(table.seen, (first, word), mask)
+            return first, new_first
+        # occurrence of each row = rows of its (token, layer) read before it
+        n = keys.size
+        starts = np.flatnonzero(np.concatenate([[True], ~repeat_in]))
+        sizes = np.diff(np.append(starts, n))
+        occ_sorted = np.arange(n) - np.repeat(starts, sizes)
+        g_rows = order[starts]
+        g_before = before[g_rows]
+        if g_before.any():
+            base = np.zeros(starts.size, dtype=np.int64)
+            gb = g_rows[g_before]
+            base[g_before] = self._layer_count(first[gb], rows[gb])
+            occ_sorted += np.repeat(base, sizes)
+        occ = np.empty(n, dtype=np.int64)
+        occ[order] = occ_sorted
+        rep = np.flatnonzero(occ > 0)
+        if int(occ.max()) >= 1 << _OCC_BITS or table.size >= 1 << (62 - _OCC_BITS):
+            i = int(np.argmax(occ))
+            raise TraceError(
+                "too many repeats of one token id (or too many tokens) to tell the"
+                " occurrences apart",
+                where=where(i),
+                hint="number tokens uniquely within a request, or drop the token field",
+            )
+        idx, new_occ = table.occurrence(first[rep], occ[rep])
+        table.reserve(self._k or 1, words)
+        local = first.copy()
+        local[rep] = idx
+        new_first = new_first.copy()
+        new_first[rep[new_occ]] = True
+        np.maximum.at(table.extra, first[rep], occ[rep])
+        self._repeat_rows += rep.size
+        self._repeat_tokens += int(new_occ.sum())
+        if not self._repeat_where:
+            self._repeat_where = where(int(rep[0]))
+        np.bitwise_or.at(table.seen, (local, word), mask)
+        return local, new_first
+
+    def _layer_count(self, first: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Occurrences of each token (table index of its first) with a row for its layer
+        row in ``rows``; occurrence 0 has one.  Occurrences take a layer in order, so
+        those with it are a prefix: a binary search over them."""
+        table = self._table
+        word = rows // _WORD_BITS
+        mask = np.left_shift(np.uint64(1), (rows % _WORD_BITS).astype(np.uint64))
+        lo = np.ones(first.size, dtype=np.int64)  # occurrences known to hold the layer
+        hi = 1 + table.extra[first]  # occurrences that exist
+        active = np.flatnonzero(lo < hi)
+        while active.size:
+            mid = (lo[active] + hi[active]) // 2
+            idx = table.occurrences.find((first[active] << _OCC_BITS) | mid)
+            holds = (table.seen[idx, word[active]] & mask[active]) != 0
+            lo[active[holds]] = mid[holds] + 1
+            hi[active[~holds]] = mid[~holds]
+            active = active[lo[active] < hi[active]]
+        return lo
+
+    def _start_windows(self, has_step: bool) -> None:
+        if self.options.window_tokens is not None:
+            self._window_mode = "fixed"
+            self._grid = WindowGrid(self.options.window_tokens)
+        elif has_step:
+            self._window_mode = "step"
+        else:
+            self._window_mode = "order"
+
+    def _fit_windows(self, kmin: int, kmax: int) -> None:
+        """Make windows for keys ``kmin..kmax`` (merging pairwise past MAX_WINDOWS)."""
+        self._load, self._tokens_w = self._grid.fit(
+            kmin, kmax, [self._load, self._tokens_w], align=self._window_mode == "step"
+        )
+
+    def _window_of(self, keys: np.ndarray) -> np.ndarray:
+        return self._grid.index(keys)
+
+    def _count(
+        self, xt: np.ndarray, base: np.ndarray, rows: np.ndarray, bounds: list[int],
+        has_none: bool,
+    ) -> None:
+        """Load and co-activation of layer-sorted rows.
+
+        ``xt [k, rows]`` expert ids (-1 none), one row per column; ``base [rows]`` flat
+        index into ``self._load`` of each row's expert 0; ``rows [rows]`` accumulator
+        rows, sorted, in runs ``bounds[i]:bounds[i + 1]``.
+        """
+        load = self._load_flat()
+        coact = self.options.coact and xt.shape[0] > 1
+        if coact:
+            ew = self._coact.shape[1]
+            xs = np.where(xt < 0, ew - 1, xt) if has_none else xt
+        scratch = self._scratch()
+        for a, b in itertools.pairwise(bounds):
+            _load_into(load, base[a:b], xt[:, a:b], has_none, scratch)
+            if coact:
+                self._add_pair_counts(self._coact[int(rows[a])], xs[:, a:b], xs[:, a:b],
+                                      triangle=True)
+        if coact and has_none:
+            self._clear_trash()
+
+    def _count_tokens(
+        self, xt: np.ndarray, rows: np.ndarray, lid: np.ndarray, tok_win: np.ndarray,
+        has_none: bool, where: Callable[[int], str], flat: np.ndarray,
+    ) -> None:
+        """Load, co-activation and affinity of whole tokens.
+
+        ``xt [layers, k, tokens]`` expert ids (-1 none), expert-major; ``rows [layers]``
+        accumulator rows of the columns ``lid``; ``tok_win [tokens]`` windows.  With
+        co-activation on, an expert twice in one row shows as a diagonal count and is
+        reported from ``flat [tokens x layers, k]`` (token-major rows) with ``where``.
+        """
+        load = self._load_flat()
+        _, nl, e = self._load.shape
+        tok_base = tok_win * (nl * e)
+        coact = self.options.coact
+        if coact:
+            pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
+            coact = self.options.coact  # pairs past MAX_COACT_BYTES leave co-activation out
+            if not coact and xt.shape[1] > 1 and _has_duplicate(xt.transpose(1, 0, 2)):
+                self._raise_duplicate(flat, where)
+        if coact:
+            ew = self._coact.shape[1]
+            xs = np.where(xt < 0, ew - 1, xt) if has_none else xt
+        scratch = self._scratch()
+        for c in range(lid.size):
+            _load_into(load, tok_base + int(rows[c]) * e, xt[c], has_none, scratch)
+            if coact:
+                if xt.shape[1] > 1:
+                    self._add_pair_counts(self._coact[int(rows[c])], xs[c], xs[c],
+                                          triangle=True)
+                if c + 1 < lid.size:
+                    self._add_pair_counts(self._aff[pidx[c]], xs[c], xs[c + 1],
+                                          triangle=False)
+        if coact:
+            if has_none:
+                self._clear_trash()
+            diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
+            if diag.any():  # an expert twice in one row
+                self._raise_duplicate(flat, where)
+
+    def _columns_buffer(self, size: int) -> np.ndarray:
+        """``[size]`` int32 (expert ids and the -1 column fit), reused from chunk to chunk
+        (chunks have the same size)."""
+        if self._columns is None or self._columns.size < size:
+            self._columns = np.empty(size, dtype=np.int32)
+        return self._columns[:size]
+
+    def _add_pair_counts(
+        self, counts: np.ndarray, a: np.ndarray, b: np.ndarray, *, triangle: bool
+    ) -> None:
+        """:func:`_pairs_into` the ``[width, width]`` matrix ``counts``.
+
+        Many pairs are counted into a reused zeroed matrix that stays in cache, then
+        added to ``counts`` in one sequential pass: the accumulators of all layers are
+        tens of MB, and scattered increments into a cold one cost half as much again.
+        """
+        ew = counts.shape[0]
+        per_column = a.shape[0] * (b.shape[0] - 1) // 2 if triangle else a.shape[0] * b.shape[0]
+        n = a.shape[1] * per_column
+        if 8 * n < ew * ew:
+            _pairs_into(counts.reshape(-1), a, b, ew, self._scratch(), triangle=triangle)
+            return
+        if self._hot is None or self._hot.size != ew * ew:
+            self._hot = np.zeros(ew * ew, dtype=np.int64)
+        _pairs_into(self._hot, a, b, ew, self._scratch(), triangle=triangle)
+        counts += self._hot.reshape(ew, ew)
+        self._hot[:] = 0
+
+    def _scratch(self) -> np.ndarray:
+        """Reusable intp work space for codes (see :func:`_pairs_into`): fresh large
+        temporaries cost page faults on every call."""
+        if self._scratch_buf is None:
+            self._scratch_buf = np.empty(3 * _BLOCK_CODES, dtype=np.intp)
+        return self._scratch_buf
+
+    def _load_flat(self) -> np.ndarray:
+        if not self._load.flags.c_contiguous:
+            self._load = np.ascontiguousarray(self._load)
+        return self._load.reshape(-1)
+
+    def _clear_trash(self) -> None:
+        """Zero the pair counts of the extra expert that stands for -1 (no expert)."""
+        for acc in (self._coact, self._aff):
+            if acc.size:
+                acc[:, -1, :] = 0
+                acc[:, :, -1] = 0
+
+    def _pair_index(self, a: int, b: int) -> int:
+        """Affinity index of layer pair ``(a, b)``, adding it; -1 once co-activation was
+        left out (:meth:`_drop_coact`)."""
+        if not self.options.coact:
+            return -1
+        p = self._aff_pairs.get((a, b))
+        if p is None:
+            p = len(self._aff_pairs)
+            self._aff_pairs[(a, b)] = p
+            if p >= self._aff.shape[0]:
+                ew = self._num_e + 1
+                nl = len(self._layer_ids)
+                rows = p + 1 + nl
+                if _coact_bytes(nl, rows, ew) > constants.MAX_COACT_BYTES:
+                    rows = p + 1  # no room to spare: grow by one
+                if _coact_bytes(nl, rows, ew) > constants.MAX_COACT_BYTES:
+                    self._drop_coact(nl, self._num_e)
+                    return -1
+                self._aff = _grow(self._aff, (rows, ew, ew))
+        return p
+
+    def _pair_indices(self, row_a: np.ndarray, row_b: np.ndarray) -> np.ndarray:
+        """Affinity index of each (accumulator row a, row b) pair, adding new pairs."""
+        nl = len(self._layer_ids)
+        if self._pair_of_rows.shape[0] < nl:
+            self._pair_of_rows = _grow(self._pair_of_rows, (nl, nl), -1)
+        pidx = self._pair_of_rows[row_a, row_b]
+        if (pidx < 0).any():
+            for a, b in set(zip(row_a[pidx < 0].tolist(), row_b[pidx < 0].tolist(),
+                                strict=True)):
+                p = self._pair_index(self._layer_ids[a], self._layer_ids[b])
+                if p < 0:  # co-activation was left out
+                    return pidx
+                self._pair_of_rows[a, b] = p
+            pidx = self._pair_of_rows[row_a, row_b]
+        return pidx
+
+    def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
+        """Affinity counts for rows ``(pair index, experts in a [n, k], experts in b [n, k])``,
+        ``pidx`` sorted."""
+        if pidx.size == 0:
+            return
+        ew = self._aff.shape[1]
+        xa, xb = np.ascontiguousarray(ea.T), np.ascontiguousarray(eb.T)
+        none = bool(xa.min() < 0 or xb.min() < 0)
+        if none:
+            xa, xb = np.where(xa < 0, ew - 1, xa), np.where(xb < 0, ew - 1, xb)
+        cuts = np.flatnonzero(pidx[1:] != pidx[:-1]) + 1
+        bounds = np.concatenate([[0], cuts, [pidx.size]]).tolist()
+        for a, b in itertools.pairwise(bounds):
+            self._add_pair_counts(self._aff[int(pidx[a])], xa[:, a:b], xb[:, a:b],
+                                  triangle=False)
+        if none:
+            self._clear_trash()
+
+    def _add_row_affinity(self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray) -> None:
+        """Pairs between each token's consecutive observed layers (ascending layer ids)."""
+        table = self._table
+        if local.size > 1 and not _sorted_by(local, layer):
+            order = np.lexsort((layer, local))
+            lo, ly, ex = local[order], layer[order], experts[order]
+        else:  # token-major logs: a token's rows in layer order, tokens one after another
+            lo, ly, ex = local, layer, experts
+        same = lo[1:] == lo[:-1]
+        first = np.ones(lo.size, dtype=bool)
+        first[1:] = ~same
+        # pairs inside the chunk
+        ia = np.flatnonzero(same)
+        a_layer, b_layer = ly[ia], ly[ia + 1]
+        a_exp, b_exp = ex[ia], ex[ia + 1]
+        # pairs with the token's last row from earlier chunks
+        jf = np.flatnonzero(first)
+        prev_layer = table.last_layer[lo[jf]]
+        carry = (prev_layer >= 0) & (prev_layer < ly[jf])
+        jc = jf[carry]
+        if jc.size:
+            a_layer = np.concatenate([prev_layer[carry], a_layer])
+            b_layer = np.concatenate([ly[jc], b_layer])
+            a_exp = np.concatenate([table.last_experts[lo[jc]], a_exp])
+            b_exp = np.concatenate([ex[jc], b_exp])
+        if a_layer.size:
+            pidx = self._pair_indices(self._row_of_layer[a_layer], self._row_of_layer[b_layer])
+            if not self.options.coact:  # left out just now (MAX_COACT_BYTES)
+                return
+            if pidx.size > 1 and (pidx[1:] < pidx[:-1]).any():
+                small = pidx.astype(np.int16) if pidx.max() < 1 << 15 else pidx
+                by_pair = np.argsort(small, kind="stable")  # radix sort for int16
+                pidx, a_exp, b_exp = pidx[by_pair], a_exp[by_pair], b_exp[by_pair]
+            self._add_pairs(pidx, a_exp, b_exp)
+        # remember each token's last (highest) row
+        last = np.ones(lo.size, dtype=bool)
+        last[:-1] = ~same
+        jl = np.flatnonzero(last)
+        upd = ly[jl] > table.last_layer[lo[jl]]
+        table.last_layer[lo[jl][upd]] = ly[jl][upd]
+        table.last_experts[lo[jl][upd]] = ex[jl][upd]

@@ -1,0 +1,256 @@
+"""The result of :class:`~placer.traces.accumulate.Accumulator`: statistics,
+provenance, warnings and the kept-token trace."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from placer import constants
+from placer.errors import TraceError, TraceWarning, UsageError
+from placer.stats import ExpertStats, Provenance, RoutingData, RoutingTrace, format_ranges
+from placer.traces.limits import _SPARSE_TRACE_RATIO, _mib
+from placer.traces.warmup import _WarmUp
+
+
+class _Results(_WarmUp):
+    """Builds the :class:`~placer.stats.RoutingData`."""
+
+    def _finish_meta(self) -> tuple[int, int]:
+        num_e = self._num_experts if self._num_experts is not None else self._max_expert + 1
+        top_k = self._top_k if self._top_k is not None else self._max_valid
+        return num_e, top_k
+
+    def _warnings(self, load: np.ndarray, layer_ids: np.ndarray) -> list[str]:
+        out = list(self.notes)
+        if self.synthetic:
+            out.append("the trace declares itself synthetic (synthetic: true): its statistics"
+                       " are not measured routing")
+        rows, layer, where = self._run_best
+        if self._warmup_rows:
+            out.append(
+                f"left out {self._warmup_rows} routing rows of a profiling or warm-up pass:"
+                f" runs of {constants.WARMUP_RUN_ROWS} or more identical consecutive"
+                f" selections in one layer (the longest: {rows} rows for layer {layer},"
+                f" ending at {where}); pass keep_warmup=True (--keep-warmup) to count them"
+            )
+        elif rows >= constants.WARMUP_RUN_ROWS:
+            out.append(
+                f"{rows} identical consecutive routing rows for layer {layer} (ending at"
+                f" {where}): this looks like a profiling or warm-up pass"
+            )
+        if self._repeat_rows:
+            out.append(
+                f"{self._repeat_rows} routing rows repeat a (request, token, layer) read"
+                f" before (the first at {self._repeat_where}): each repeat starts a new"
+                f" occurrence of the token ({self._repeat_tokens} tokens more), as in a"
+                " second pass with the same ids or token numbers that restart"
+            )
+        total = load.sum(axis=0)
+        zero = np.argwhere(total == 0)
+        if zero.size:
+            show = ", ".join(f"layer {int(layer_ids[a])} expert {int(b)}" for a, b in zero[:5])
+            more = f" and {len(zero) - 5} more" if len(zero) > 5 else ""
+            out.append(
+                f"{len(zero)} of {total.size} (layer, expert) pairs were never routed to:"
+                f" {show}{more}"
+            )
+        if (
+            self._num_layers_declared is not None
+            and self._kind == "tokens"
+            and self._num_layers_declared != layer_ids.size
+            and self._layer_filter is None
+        ):
+            out.append(
+                f"the header declares {self._num_layers_declared} layers but rows name"
+                f" {layer_ids.size} ({format_ranges(layer_ids)})"
+            )
+        if self._grid.merged_from is not None and self._window_mode == "fixed":
+            out.append(
+                f"window_tokens={self._grid.merged_from} gave more than {constants.MAX_WINDOWS}"
+                f" windows; merged pairwise into windows of {self._grid.width} tokens"
+            )
+        return out
+
+    def _provenance(self) -> Provenance:
+        return Provenance(
+            sources=tuple(self.sources),
+            format="+".join(self.formats),
+            rows_read=self.rows_read,
+            rows_skipped=tuple(sorted(self.skipped.items())),
+            synthetic=self.synthetic,
+            model=self.model,
+        )
+
+    def _check_selected_layers(self, layer_ids: np.ndarray) -> None:
+        if self._layer_filter is None:
+            return
+        missing = sorted(set(self._layer_filter.tolist()) - set(layer_ids.tolist()))
+        if missing:
+            present = np.array(sorted(self._all_layers | set(layer_ids.tolist())))
+            raise UsageError(
+                f"layer {missing[0]} has no rows in the trace",
+                where="--layers",
+                hint=f"layers present: {format_ranges(present)}",
+            )
+
+    def _result_tokens(self) -> RoutingData:
+        num_e, top_k = self._finish_meta()
+        self._check_top_k(top_k, num_e, ", ".join(self.sources))
+        lid = np.asarray(self._layer_ids, dtype=np.int64)
+        order = np.argsort(lid)
+        layer_ids = lid[order]
+        self._check_selected_layers(layer_ids)
+        same = bool((order == np.arange(order.size)).all())
+        load = self._load[:, order, :num_e]
+        coact = aff = None
+        if self.options.coact:
+            # pairs were counted in either order (positions i < j of a row): the
+            # co-activation is the counts plus their transpose, made in place, layer by
+            # layer (the accumulation ends here), without new [L, E, E] arrays
+            full = self._coact if same else self._coact[order]
+            for r in range(full.shape[0]):
+                full[r] += full[r].T
+            coact = full[:, :num_e, :num_e]
+            if layer_ids.size > 1:
+                pairs = [
+                    self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
+                    for r in range(layer_ids.size - 1)
+                ]
+                if pairs == list(range(len(pairs))):
+                    aff = self._aff[: len(pairs), :num_e, :num_e]
+                else:
+                    aff = np.zeros((layer_ids.size - 1, num_e, num_e), dtype=np.int64)
+                    for r, p in enumerate(pairs):
+                        if p is not None:
+                            aff[r] = self._aff[p, :num_e, :num_e]
+        if self._keep is not None:
+            self._check_trace_size(layer_ids.size)
+        starts = self._grid.starts()
+        warn = self._warnings(load, layer_ids)
+        stats = ExpertStats(
+            load=load,
+            tokens=self._tokens_w.copy(),
+            layer_ids=layer_ids,
+            top_k=top_k,
+            coact=coact,
+            layer_affinity=aff,
+            window_starts=starts,
+            provenance=self._provenance(),
+            warnings=tuple(warn),
+        )
+        _emit(warn)
+        trace = self._build_trace(layer_ids) if self._keep is not None else None
+        return RoutingData(stats=stats, trace=trace)
+
+    def _check_trace_size(self, num_layers: int) -> None:
+        """Refuse a per-token trace whose dense ``[tokens, layers, k]`` array would dwarf
+        the rows read (tokens with rows in few of many layers) past MAX_LOAD_BYTES."""
+        assert self._keep is not None
+        k = self._k or 1
+        have_w = bool(self._keep.weights) and all(w is not None for w in self._keep.weights)
+        need = self._num_tokens * num_layers * k * (8 if have_w else 4)
+        if (
+            need > constants.MAX_LOAD_BYTES
+            and need > _SPARSE_TRACE_RATIO * self.rows_read * k * 4
+        ):
+            raise TraceError(
+                f"the per-token trace would take {_mib(need)} MiB for {self.rows_read} rows:"
+                f" its {self._num_tokens} tokens have rows in few of its {num_layers} layers",
+                where=", ".join(self.sources),
+                hint="a token has a row in each MoE layer it passed through; read the layers"
+                " apart (layers=) or the trace in parts (limits: docs/limits.md)",
+            )
+
+    def _build_trace(self, layer_ids: np.ndarray) -> RoutingTrace:
+        keep = self._keep
+        assert keep is not None
+        k = self._k or 1
+        t = self._num_tokens
+        have_w = bool(keep.weights) and all(w is not None for w in keep.weights)
+        topk = np.full((t, layer_ids.size, k), -1, dtype=np.int32)
+        weights = np.zeros((t, layer_ids.size, k), dtype=np.float32) if have_w else None
+        for i, (tok, lay, ex) in enumerate(zip(keep.tokens, keep.layers, keep.experts,
+                                               strict=True)):
+            col = np.searchsorted(layer_ids, lay)
+            topk[tok, col] = ex
+            if weights is not None:
+                w = keep.weights[i]
+                assert w is not None
+                weights[tok, col] = w
+        step = np.concatenate(keep.step) if keep.step else np.zeros(0, np.int64)
+        rank = np.concatenate(keep.rank) if keep.rank else np.zeros(0, np.int64)
+        return RoutingTrace(
+            topk_ids=topk,
+            layer_ids=layer_ids.copy(),
+            step=step.astype(np.int64),
+            rank=rank.astype(np.int64),
+            topk_weights=weights,
+        )
+
+    def _result_aggregate(self) -> RoutingData:
+        load = self._load
+        if self._agg_by_step:
+            num_e = self._num_experts if self._num_experts is not None else self._num_e
+            load = load[:, :, :num_e]
+            self._agg_window_starts = self._grid.starts()
+        w, nl, _ = load.shape
+        lid = np.asarray(self._layer_ids, dtype=np.int64)
+        order = np.argsort(lid)
+        load, lid = load[:, order], lid[order]
+        if self._agg_by_step:
+            self._check_selected_layers(lid)
+        coact = None if self._agg_coact is None else self._agg_coact[order]
+        top_k = self._top_k
+        if top_k is None:
+            top_k = _top_k_from_coact(load.sum(axis=0), coact)
+            if top_k is None:
+                raise TraceError(
+                    "top_k is unknown: the file does not give it and co-activation cannot"
+                    " tell it",
+                    where=", ".join(self.sources),
+                    hint="pass top_k= (--top-k), or add a top_k entry to the file",
+                )
+            self.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
+        self._check_top_k(top_k, load.shape[2], ", ".join(self.sources))
+        tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
+        starts = (
+            np.arange(w, dtype=np.int64)
+            if self._agg_window_starts is None
+            else np.asarray(self._agg_window_starts, dtype=np.int64)
+        )
+        warn = self._warnings(load, lid)
+        stats = ExpertStats(
+            load=load,
+            tokens=tokens,
+            layer_ids=lid,
+            top_k=top_k,
+            coact=coact,
+            layer_affinity=None,
+            window_starts=starts,
+            provenance=self._provenance(),
+            warnings=tuple(warn),
+        )
+        _emit(warn)
+        return RoutingData(stats=stats, trace=None)
+
+
+def _top_k_from_coact(load: np.ndarray, coact: np.ndarray | None) -> int | None:
+    """k when co-activation is complete: each row sums to ``(k - 1) x load``."""
+    if coact is None:
+        return None
+    rows = coact.sum(axis=2)
+    used = load > 0
+    if not used.any():
+        return None
+    ratio = rows[used] / load[used]
+    k1 = round(float(ratio[0]))
+    if np.all(rows[used] == k1 * load[used]):
+        return k1 + 1
+    return None
+
+
+def _emit(messages: list[str]) -> None:
+    for m in messages:
+        warnings.warn(m, TraceWarning, stacklevel=5)  # the caller of read_routing

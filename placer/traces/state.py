@@ -1,0 +1,238 @@
+"""State of :class:`~placer.traces.accumulate.Accumulator` (everything its
+constructor sets up) and the bookkeeping every part of it shares: layer rows, expert
+capacity, the kind of input."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from placer import constants
+from placer.errors import TraceError, UsageError
+from placer.stats import RoutingData
+from placer.traces.chunks import ReadOptions, RowChunk, _HeldTokens
+from placer.traces.limits import _coact_bytes, _mib
+from placer.traces.occurrences import _WORD_BITS, _grow, _TokenTable
+from placer.traces.windows import WindowGrid
+
+#: How messages name figures the caller declared (read_routing's arguments, which the
+#: CLI fills from --top-k / --num-experts or the model).
+_DECLARED_EXPERTS = "the declared num_experts"
+_DECLARED_TOP_K = "the declared top_k"
+
+
+@dataclass
+class _Keep:
+    """Rows kept for ``keep_tokens``."""
+
+    tokens: list[np.ndarray] = field(default_factory=list)  # [rows] global token
+    layers: list[np.ndarray] = field(default_factory=list)  # [rows] layer id
+    experts: list[np.ndarray] = field(default_factory=list)  # [rows, k]
+    weights: list[np.ndarray | None] = field(default_factory=list)
+    step: list[np.ndarray] = field(default_factory=list)  # per token, in token order
+    rank: list[np.ndarray] = field(default_factory=list)
+
+
+class _AccumulatorState:
+    """What an :class:`~placer.traces.accumulate.Accumulator` holds, and its shared
+    bookkeeping."""
+
+    def __init__(self, options: ReadOptions | None = None) -> None:
+        self.options = options or ReadOptions()
+        self.sources: list[str] = []
+        self.formats: list[str] = []
+        self.source = ""
+        self.skipped: Counter[str] = Counter()
+        self.rows_read = 0
+        self.synthetic = False
+        self.model: str | None = None
+        self.notes: list[str] = []
+        self._progress: Callable[[int], None] | None = None
+        # declared metadata and where it came from
+        self._num_experts: int | None = self.options.num_experts
+        self._experts_from = _DECLARED_EXPERTS if self._num_experts else ""
+        self._top_k: int | None = self.options.top_k
+        self._top_k_from = _DECLARED_TOP_K if self._top_k else ""
+        self._num_layers_declared: int | None = None
+        self._layer_filter = (
+            None if self.options.layers is None else np.unique(np.asarray(self.options.layers))
+        )
+        self._all_layers: set[int] = set()  # layer ids in the input, selected or not
+        # layers: row r of the accumulators holds absolute layer self._layer_ids[r]
+        self._layer_ids: list[int] = []
+        self._row_of_layer = np.full(0, -1, dtype=np.int64)
+        self._k: int | None = None  # width of expert arrays
+        self._max_valid = 0  # most valid experts in one row
+        self._num_e = self._num_experts or 0  # current expert capacity
+        self._max_expert = -1
+        # statistics
+        self._kind: str | None = None  # "tokens" or "aggregate"
+        self._load = np.zeros((0, 0, 0), dtype=np.int64)  # [windows, layers, experts]
+        self._tokens_w = np.zeros(0, dtype=np.int64)  # [windows]
+        self._coact = np.zeros((0, 0, 0), dtype=np.int64)  # upper triangle [L, E, E]
+        self._aff = np.zeros((0, 0, 0), dtype=np.int64)  # [pairs, E, E]
+        self._aff_pairs: dict[tuple[int, int], int] = {}  # (layer id a, layer id b) -> index
+        self._pair_of_rows = np.zeros((0, 0), dtype=np.int64)  # same, by accumulator rows
+        self._agg_coact: np.ndarray | None = None
+        self._agg_has_coact = True
+        self._agg_window_starts: np.ndarray | None = None
+        self._agg_by_step: bool | None = None  # add_step_counts (True) or add_aggregate
+        # windows
+        self._window_mode: str | None = None  # "step", "order", "fixed"
+        self._grid = WindowGrid()
+        # tokens
+        self._num_tokens = 0
+        self._table = _TokenTable()
+        self._requests: dict[tuple[int, Any], int] = {}
+        self._request_labels: list[Any] = []
+        self._order_count: dict[int, int] = {}  # (request << 20 | layer) -> rows so far
+        # warm-up passes (see _cut_warmup): per layer row, the run carried from earlier
+        # rows (its experts, request and length; length 0: none), and rows held back
+        # while their run may still grow into a warm-up pass
+        self._run_last = np.zeros((0, 0), dtype=np.int64)
+        self._run_req = np.zeros(0, dtype=np.int64)
+        self._run_len = np.zeros(0, dtype=np.int64)
+        self._run_best: tuple[int, int, str] = (0, -1, "")  # (rows, layer id, where)
+        self._warmup_rows = 0  # rows left out as a warm-up pass
+        self._held_rows: RowChunk | None = None
+        self._held_tokens: _HeldTokens | None = None
+        # token ids that repeat a layer: rows, tokens they started, first row's place
+        self._repeat_rows = 0
+        self._repeat_tokens = 0
+        self._repeat_where = ""
+        self._keep = _Keep() if self.options.keep_tokens else None
+        self._result: RoutingData | None = None
+        self._scratch_buf: np.ndarray | None = None
+        self._columns: np.ndarray | None = None
+        self._hot: np.ndarray | None = None
+        self._count_total = 0.0  # counts of aggregated inputs so far (MAX_TOTAL_COUNT)
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` rows left out on purpose because of ``reason``."""
+        if count:
+            self.skipped[reason] += count
+
+    def _check_top_k(self, top_k: int, num_e: int, where: str) -> None:
+        """top_k cannot exceed the experts: such statistics would be silently wrong."""
+        if top_k > num_e:
+            source = self._top_k_from or "the data"
+            raise TraceError(
+                f"top_k {top_k} ({source}) is more than the {num_e} experts of the data",
+                where=where,
+                hint="check top_k (--top-k, --model) and the expert count (--num-experts)",
+            )
+
+    def _begin_kind(self, kind: str) -> None:
+        if self._kind is None:
+            self._kind = kind
+        elif self._kind != kind:
+            raise UsageError(
+                "per-token traces and aggregated load files cannot be read together",
+                where=self.source,
+                hint="read them separately",
+            )
+
+    def _filter_layers(self, layer: np.ndarray) -> np.ndarray | None:
+        if self._layer_filter is None:
+            return None
+        self._all_layers.update(np.unique(layer).tolist())
+        keep = np.isin(layer, self._layer_filter)
+        if keep.all():
+            return None
+        self.skip("layer not selected", int((~keep).sum()))
+        return keep
+
+    def _words(self) -> int:
+        return max(1, -(-len(self._layer_ids) // _WORD_BITS))
+
+    @staticmethod
+    def _raise_duplicate(experts: np.ndarray, where: Callable[[int], str]) -> None:
+        """Raise for the first row of ``experts [rows, k]`` naming an expert twice, if any."""
+        x = np.asarray(experts, dtype=np.int64)
+        dup = np.zeros(x.shape[0], dtype=bool)
+        for i in range(x.shape[1] - 1):
+            dup |= (x[:, i + 1 :] == x[:, i : i + 1]).any(axis=1) & (x[:, i] >= 0)
+        if not dup.any():
+            return
+        r = int(np.flatnonzero(dup)[0])
+        srt = np.sort(x[r])
+        e = int(srt[1:][(srt[1:] == srt[:-1]) & (srt[1:] >= 0)][0])
+        raise TraceError(
+            f"expert {e} appears twice in one token's top-k {x[r].tolist()}",
+            where=where(r),
+            hint="a token selects distinct experts in a layer",
+        )
+
+    def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
+        """Accumulator row of each absolute layer id, adding new layers."""
+        top = int(layer.max())
+        if top >= self._row_of_layer.size:
+            self._row_of_layer = _grow(self._row_of_layer, (top + 1,), -1)
+        rows = self._row_of_layer[layer]
+        if (rows < 0).any():
+            new = np.unique(layer[rows < 0])
+            if len(self._layer_ids) + new.size > constants.MAX_LAYERS:
+                raise TraceError(
+                    f"the input names more than {constants.MAX_LAYERS} layers, the most placer"
+                    " handles", where=where(int(np.flatnonzero(rows < 0)[0])),
+                    hint="layer is the model's absolute layer index (limits:"
+                    " docs/limits.md)",
+                )
+            for lid in new.tolist():
+                self._row_of_layer[lid] = len(self._layer_ids)
+                self._layer_ids.append(int(lid))
+            self._resize(num_layers=len(self._layer_ids))
+            rows = self._row_of_layer[layer]
+        return rows
+
+    def _resize(self, *, num_e: int | None = None, num_layers: int | None = None) -> None:
+        e = self._num_e if num_e is None else num_e
+        nl = len(self._layer_ids) if num_layers is None else num_layers
+        # load may grow to MAX_WINDOWS windows: refuse now what would not fit then
+        need = constants.MAX_WINDOWS * nl * e * 8
+        if need > constants.MAX_LOAD_BYTES:
+            raise TraceError(
+                f"statistics of {nl} layers x {e} experts would take {_mib(need)} MiB, more"
+                f" than placer's {_mib(constants.MAX_LOAD_BYTES)} MiB",
+                where=self.source,
+                hint="declare the expert count (num_experts=, --num-experts) so a stray id"
+                " is reported, or read fewer layers (limits: docs/limits.md)",
+            )
+        self._num_e = e
+        w = self._grid.count
+        self._load = _grow(self._load, (w, nl, e))
+        if self.options.coact:
+            if _coact_bytes(nl, self._aff.shape[0], e + 1) > constants.MAX_COACT_BYTES:
+                self._drop_coact(nl, e)
+            else:
+                # one more expert than the accumulators' width: -1 (no expert) counts
+                # there and is cleared after each chunk (see _clear_trash)
+                self._coact = _grow(self._coact, (nl, e + 1, e + 1))
+                self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
+        k = self._k or 1
+        self._run_last = _grow(self._run_last, (nl, k), -2)
+        self._run_req = _grow(self._run_req, (nl,), -1)
+        self._run_len = _grow(self._run_len, (nl,))
+
+    def _drop_coact(self, nl: int, e: int) -> None:
+        """Stop counting co-activation and layer affinity: they would pass
+        ``constants.MAX_COACT_BYTES`` (the load is still counted)."""
+        nl = max(nl, 1)
+        need = _coact_bytes(nl, max(self._aff.shape[0], nl - 1), e + 1)
+        self.notes.append(
+            f"co-activation was left out: counting it for {nl} layer{'s' * (nl > 1)} of"
+            f" {e:,} experts needs {_mib(need)} MiB, more than placer's"
+            f" {_mib(constants.MAX_COACT_BYTES)} MiB"
+            " (docs/limits.md); the load was read.  Declare the expert count"
+            " (num_experts=, --num-experts) if a stray id raised it, or read fewer layers"
+        )
+        self.options = replace(self.options, coact=False)
+        self._coact = np.zeros((0, 0, 0), dtype=np.int64)
+        self._aff = np.zeros((0, 0, 0), dtype=np.int64)
+        self._aff_pairs = {}
+        self._pair_of_rows = np.zeros((0, 0), dtype=np.int64)
+        self._hot = None
