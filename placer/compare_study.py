@@ -1,0 +1,170 @@
+"""What-if comparison in words: scenario files (YAML) as a :class:`Study`.
+
+The schema is :func:`study_from_yaml`'s (docs/compare.md); the comparison itself is
+:mod:`placer.compare`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from placer.compare_scenarios import CompareSettings, Scenario, expand_scenarios
+from placer.errors import UsageError
+from placer.evaluate import MODES, POLICIES
+
+
+@dataclass(frozen=True)
+class Study:
+    """A repeatable comparison: what to read, what to compare, and how.
+
+    Attributes
+    ----------
+    scenarios: in order.
+    settings: shared settings.
+    trace: the routing trace path(s), when the study names them.
+    extras: free-form values kept for the report (source file name).
+    """
+
+    scenarios: tuple[Scenario, ...]
+    settings: CompareSettings
+    trace: tuple[str, ...] = ()
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+#: Keys of a scenario file, in the order docs/compare.md documents them.
+STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "solvers", "scenarios",
+              "policy", "mode", "kv_reserve_gb", "time_limit_s", "seed", "batch_tokens",
+              "num_batches", "holdout", "engine", "workload", "tokens_per_gpu")
+
+
+_PATH_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".gz", ".npz", ".csv", ".npy")
+
+
+def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | None = None) -> Study:
+    """Parse a scenario file (YAML) into a :class:`Study`.
+
+    The schema (every key optional but at least one scenario; ``model`` and
+    ``trace`` may come from the command line instead)::
+
+        trace: traces/run.jsonl          # or a list; relative to the file's folder
+        model: deepseek-v3               # preset name or YAML path
+        dtype: fp8
+        topologies: [2x-dgx-h100, 1x-dgx-h200]   # x redundant x solvers
+        redundant: [0, 16, 32]           # default [0]
+        solvers: [eplb, cpsat]           # default [eplb]
+        scenarios:                       # extra scenarios, after the product
+          - {name: NVL72, topology: gb200-nvl72, redundant: 32, solver: cpsat}
+        policy: round_robin              # round_robin | sglang | local_first | random
+        mode: normal                     # normal | low_latency | low_latency_rdma
+        kv_reserve_gb: 20
+        time_limit_s: 5
+        seed: 0
+        batch_tokens: 4096
+        num_batches: 32                  # sampled batches (aggregated traces only)
+        holdout: true
+        engine: sglang                   # or workload / tokens_per_gpu, instead of
+        workload: decode                 #   policy, mode and batch_tokens
+        tokens_per_gpu: 128
+
+    Unknown keys, wrong types and unknown choices raise UsageError with
+    ``where="<file>:<line>: <yaml path>"``. Paths (``trace``, topology and model
+    files) are resolved against ``base_dir`` when they exist there.
+    """
+    from placer.yaml_schema import parse_yaml
+
+    doc = parse_yaml(text, source, UsageError)
+    root = doc.root()
+    base = base_dir or Path(".")
+
+    def resolve(value: str) -> str:
+        candidate = base / value
+        is_path = "/" in value or value.endswith(_PATH_SUFFIXES)
+        return str(candidate) if is_path and candidate.exists() else value
+
+    trace: tuple[str, ...] = ()
+    raw_trace = root.raw("trace", None)
+    if isinstance(raw_trace, list):
+        trace = tuple(resolve(_yaml_string(root, p, v, "trace")) for p, v in root.items("trace"))
+    elif raw_trace is not None:
+        trace = (resolve(root.string("trace")),)
+
+    model = root.string("model", None)
+    settings_kwargs: dict[str, Any] = {"model": resolve(model) if model else ""}
+    dtype = root.string("dtype", None)
+    if dtype is not None:
+        settings_kwargs["dtype"] = dtype
+    settings_kwargs["policy"] = root.string("policy", "round_robin", choices=POLICIES)
+    settings_kwargs["mode"] = root.string("mode", "normal", choices=MODES)
+    kv = root.number("kv_reserve_gb", None, strict=False)
+    if kv is not None:
+        settings_kwargs["kv_reserve_gb"] = kv
+    limit = root.number("time_limit_s", None)
+    if limit is not None:
+        settings_kwargs["time_limit_s"] = limit
+    settings_kwargs["seed"] = root.integer("seed", 0, minimum=0)
+    for key in ("batch_tokens", "num_batches"):
+        count = root.integer(key, None)
+        if count is not None:
+            settings_kwargs[key] = count
+    settings_kwargs["holdout"] = root.boolean("holdout", True)
+    from placer.workload import ENGINES, PHASES
+
+    engine = root.string("engine", None, choices=ENGINES)
+    if engine is not None:
+        settings_kwargs["engine"] = engine
+    phase = root.string("workload", None, choices=PHASES)
+    if phase is not None:
+        settings_kwargs["workload"] = phase
+    tokens = root.integer("tokens_per_gpu", None, minimum=1)
+    if tokens is not None:
+        settings_kwargs["tokens_per_gpu"] = tokens
+
+    topologies = [resolve(_yaml_string(root, p, v, "topology"))
+                  for p, v in root.items("topologies", [])]
+    redundant = [_yaml_int(root, p, v) for p, v in root.items("redundant", [])] or [0]
+    solvers = [_yaml_string(root, p, v, "solver") for p, v in root.items("solvers", [])]
+    scenarios = list(expand_scenarios(topologies, redundant, solvers or ["eplb"])
+                     if topologies else ())
+    for path, value in root.items("scenarios", []):
+        from placer.yaml_schema import Section
+
+        item = Section(doc, value, path)
+        scenarios.append(Scenario(
+            topology=resolve(item.string("topology")),
+            redundant=item.integer("redundant", 0, minimum=0),
+            solver=item.string("solver", "eplb"),
+            name=item.string("name", ""),
+        ))
+        item.done()
+    root.done()
+    if not scenarios:
+        raise doc.fail("", "the scenario file names no scenario",
+                       hint="give 'topologies' (with 'redundant' and 'solvers') or 'scenarios'")
+    return Study(tuple(scenarios), CompareSettings(**settings_kwargs), trace,
+                 {"source": source})
+
+
+def read_study(path: str | Path) -> Study:
+    """Read a scenario file; paths inside it are relative to its folder."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError("scenario file not found", where=str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read scenario file: {e}", where=str(path)) from None
+    return study_from_yaml(text, str(path), path.parent)
+
+
+def _yaml_string(section: Any, path: str, value: Any, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float) or not str(value):
+        raise section.doc.fail(path, f"expected a {what} name, got {value!r}")
+    return str(value)
+
+
+def _yaml_int(section: Any, path: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise section.doc.fail(path, f"expected a number of redundant experts >= 0, got {value!r}")
+    return int(value)
