@@ -59,7 +59,7 @@ from placer.evaluate.windows import default_split
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.planning import build_problem
-from placer.problem import SolveParams, solve
+from placer.problem import solve
 from placer.stats import ExpertStats, RoutingData
 
 
@@ -172,13 +172,8 @@ def run_scenario(
             kv_reserve_gb=settings.kv_reserve_gb,
         )
         base["slots_per_gpu"] = int(problem.slots_per_gpu)
-        solve_kwargs: dict[str, Any] = {"seed": settings.seed}
-        if settings.time_limit_s is not None:
-            solve_kwargs["time_limit_s"] = settings.time_limit_s
-        if settings.target is not None:
-            solve_kwargs["workload"] = settings.target
         started = time.perf_counter()
-        result = solve(problem, scenario.solver, SolveParams(**solve_kwargs))
+        result = solve(problem, scenario.solver, settings.solve_params())
         seconds = result.seconds or (time.perf_counter() - started)
         evaluation = evaluate(result.placement, split.routing, topology, model,
                               settings.eval_params(int(topology.num_gpus), split.judge))

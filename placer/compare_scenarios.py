@@ -14,6 +14,7 @@ from typing import Any
 from placer import constants
 from placer.errors import UsageError
 from placer.evaluate import MODES, POLICIES, EvalParams
+from placer.problem import SolveParams
 from placer.workload import Workload
 
 
@@ -85,7 +86,11 @@ class CompareSettings:
         ``random``; :data:`placer.evaluate.POLICIES`).
     mode: all-to-all mode (``normal`` deduplicates copies per GPU and node; ``low_latency`` not).
     kv_reserve_gb: GB per GPU kept for the KV cache when sizing slots; None = capacity default.
-    time_limit_s: solver time limit per layer, seconds; None = ``SolveParams`` default.
+    time_limit_s: wall seconds for each scenario's whole plan, split over its layers
+        (``SolveParams.total_time_limit_s``, as ``placer plan --time-limit``); None = the
+        default (``constants.DEFAULT_PLAN_SECONDS``).
+    layer_time_limit_s: wall seconds cap of one layer (``SolveParams.time_limit_s``, as
+        ``placer plan --layer-time-limit``); None = ``SolveParams`` default.
     seed: seed of solvers and of the evaluator's sampling.
     batch_tokens: tokens per evaluated batch; None = evaluator default.
     num_batches: batches the evaluator samples when the trace has no per-token
@@ -105,6 +110,7 @@ class CompareSettings:
     mode: str = "normal"
     kv_reserve_gb: float | None = None
     time_limit_s: float | None = None
+    layer_time_limit_s: float | None = None
     seed: int = 0
     batch_tokens: int | None = None
     num_batches: int | None = None
@@ -155,9 +161,21 @@ class CompareSettings:
         if self.kv_reserve_gb is not None and not self.kv_reserve_gb >= 0:
             raise UsageError(f"KV reserve must be zero or more GB, got {self.kv_reserve_gb}",
                              where="--kv-reserve-gb")
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
-            raise UsageError(f"time limit must be positive, got {self.time_limit_s}",
-                             where="--time-limit")
+        for value, flag in ((self.time_limit_s, "--time-limit"),
+                            (self.layer_time_limit_s, "--layer-time-limit")):
+            if value is not None and not value > 0:
+                raise UsageError(f"time limit must be positive, got {value}", where=flag)
+
+    def solve_params(self) -> SolveParams:
+        """The solver parameters every scenario shares."""
+        kwargs: dict[str, Any] = {"seed": self.seed}
+        if self.time_limit_s is not None:
+            kwargs["total_time_limit_s"] = self.time_limit_s
+        if self.layer_time_limit_s is not None:
+            kwargs["time_limit_s"] = self.layer_time_limit_s
+        if self.target is not None:
+            kwargs["workload"] = self.target
+        return SolveParams(**kwargs)
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise UsageError(f"batch tokens must be at least 1, got {self.batch_tokens}",
                              where="--batch-tokens")

@@ -35,8 +35,8 @@ class Study:
 
 #: Keys of a scenario file, in the order docs/compare.md documents them.
 STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "solvers", "scenarios",
-              "policy", "mode", "kv_reserve_gb", "time_limit_s", "seed", "batch_tokens",
-              "num_batches", "holdout", "engine", "workload", "tokens_per_gpu")
+              "policy", "mode", "kv_reserve_gb", "time_limit_s", "layer_time_limit_s", "seed",
+              "batch_tokens", "num_batches", "holdout", "engine", "workload", "tokens_per_gpu")
 
 
 _PATH_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".gz", ".npz", ".csv", ".npy")
@@ -59,7 +59,8 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         policy: round_robin              # round_robin | sglang | local_first | random
         mode: normal                     # normal | low_latency | low_latency_rdma
         kv_reserve_gb: 20
-        time_limit_s: 5
+        time_limit_s: 30
+        layer_time_limit_s: 5
         seed: 0
         batch_tokens: 4096
         num_batches: 32                  # sampled batches (aggregated traces only)
@@ -100,9 +101,10 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
     kv = root.number("kv_reserve_gb", None, strict=False)
     if kv is not None:
         settings_kwargs["kv_reserve_gb"] = kv
-    limit = root.number("time_limit_s", None)
-    if limit is not None:
-        settings_kwargs["time_limit_s"] = limit
+    for key in ("time_limit_s", "layer_time_limit_s"):
+        limit = root.number(key, None)
+        if limit is not None:
+            settings_kwargs[key] = limit
     settings_kwargs["seed"] = root.integer("seed", 0, minimum=0)
     for key in ("batch_tokens", "num_batches"):
         count = root.integer(key, None)

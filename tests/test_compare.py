@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from placer import compare as compare_mod
+from placer import constants
 from placer.compare import (
     CompareRow,
     CompareSettings,
@@ -26,7 +27,7 @@ from placer.errors import PlacerError, UsageError
 from placer.evaluate import EvalParams, evaluate
 from placer.models import load_model
 from placer.planning import build_problem
-from placer.problem import solve
+from placer.problem import SolveParams, solve
 from placer.topology import load_topology
 from placer.traces import read_routing
 
@@ -207,6 +208,7 @@ policy: local_first
 mode: low_latency
 kv_reserve_gb: 20
 time_limit_s: 2
+layer_time_limit_s: 0.5
 seed: 3
 batch_tokens: 512
 num_batches: 4
@@ -225,7 +227,20 @@ def test_scenario_file_gives_product_then_listed_scenarios(tmp_path):
     assert study.trace == (str(tmp_path / "trace.jsonl"),)
     assert study.settings == CompareSettings(
         model="gpt-oss-20b", policy="local_first", mode="low_latency", kv_reserve_gb=20.0,
-        time_limit_s=2.0, seed=3, batch_tokens=512, num_batches=4, holdout=False)
+        time_limit_s=2.0, layer_time_limit_s=0.5, seed=3, batch_tokens=512, num_batches=4,
+        holdout=False)
+
+
+def test_time_limits_reach_the_solver_as_plan_does():
+    """--time-limit is each scenario's whole plan (as placer plan), --layer-time-limit one
+    layer's cap; unset, the solver's defaults apply."""
+    params = CompareSettings(model="m", time_limit_s=7.0, layer_time_limit_s=0.25).solve_params()
+    assert (params.total_time_limit_s, params.time_limit_s) == (7.0, 0.25)
+    default = CompareSettings(model="m").solve_params()
+    assert default.total_time_limit_s == constants.DEFAULT_PLAN_SECONDS
+    assert default.time_limit_s == SolveParams().time_limit_s
+    with pytest.raises(UsageError, match="time limit must be positive"):
+        CompareSettings(model="m", layer_time_limit_s=-1)
 
 
 @pytest.mark.parametrize(

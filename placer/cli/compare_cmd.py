@@ -124,6 +124,7 @@ def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str
         "evaluated_on": description,
         "settings": {"dtype": s.dtype, "policy": s.policy, "mode": s.mode,
                      "kv_reserve_gb": s.kv_reserve_gb, "time_limit_s": s.time_limit_s,
+                     "layer_time_limit_s": s.layer_time_limit_s,
                      "seed": s.seed, "batch_tokens": s.batch_tokens,
                      "num_batches": s.num_batches, "holdout": s.holdout,
                      "engine": s.engine, "workload": s.workload,
@@ -251,7 +252,13 @@ def compare(
         show_default=False,
     ),
     time_limit: float | None = typer.Option(
-        None, "--time-limit", metavar="SECONDS", help="Seconds per layer for search-based solvers.",
+        None, "--time-limit", metavar="SECONDS",
+        help="Wall seconds for each scenario's whole plan, split over its layers (default"
+        f" {constants.DEFAULT_PLAN_SECONDS:g}, as placer plan).", show_default=False,
+    ),
+    layer_time_limit: float | None = typer.Option(
+        None, "--layer-time-limit", metavar="SECONDS",
+        help="Wall seconds per layer for search-based solvers (a cap; default 10).",
         show_default=False,
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed of solvers and evaluation."),
@@ -342,7 +349,8 @@ def compare(
             hint=f"drop {', '.join(legacy)}, or drop {', '.join(given)}",
         )
     overrides = {"model": model, "dtype": dtype, "policy": policy, "mode": mode,
-                 "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit, "seed": seed,
+                 "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit,
+                 "layer_time_limit_s": layer_time_limit, "seed": seed,
                  "batch_tokens": batch_tokens, "num_batches": num_batches, "holdout": holdout,
                  "engine": engine, "workload": workload, "tokens_per_gpu": tokens_per_gpu}
     study = build_study(scenarios, list(trace or []), topology, redundant, solver, overrides)
