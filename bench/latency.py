@@ -147,7 +147,8 @@ def compare_engines(
     (as ``placer plan``); ``time_limit_s`` None keeps the default (tests pass less).
     """
     from placer.planning import build_problem
-    from placer.problem import SolveParams, solve
+    from placer.problem import SolveParams
+    from placer.solvers import solve
     from placer.summary import BASELINE_SOLVER, summarize_plan
     from placer.workload import Workload
 

@@ -47,7 +47,8 @@ from placer.evaluate import expected_remote_copies, remote_copy_bounds
 from placer.models import load_model
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.planning import build_problem
-from placer.problem import PlacementProblem, SolveParams, SolveResult, solve
+from placer.problem import PlacementProblem, SolveParams, SolveResult
+from placer.solvers import solve
 from placer.stats import RoutingData
 from placer.traces import read_routing
 

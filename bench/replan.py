@@ -47,7 +47,8 @@ def _replan() -> list[str]:
     from placer.migration import move_cost
     from placer.models import load_model
     from placer.planning import build_problem
-    from placer.problem import SolveParams, solve
+    from placer.problem import SolveParams
+    from placer.solvers import solve
     from placer.topology import load_topology
     from placer.workload import Workload
 

@@ -100,7 +100,7 @@ def capped_hot_shard(stats: ExpertStats, num_gpus: int) -> float:
 def eplb(routing: RoutingData) -> Placement:
     """EPLB with 16 redundant experts on the benchmark's model and topology."""
     from placer.planning import build_problem
-    from placer.problem import solve
+    from placer.solvers import solve
 
     problem = build_problem(routing, model=load_model(MODEL), topology=load_topology(TOPOLOGY),
                             redundant=16)

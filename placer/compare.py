@@ -7,7 +7,7 @@ Each scenario runs ``plan -> evaluate -> row``:
 1. ``placer.planning.build_problem`` sizes the slots from the model and the
    topology's memory (an :class:`~placer.errors.InfeasibleError` when the
    experts do not fit),
-2. ``placer.problem.solve`` places the experts on the *fitted* windows,
+2. ``placer.solvers.solve`` places the experts on the *fitted* windows,
 3. ``placer.evaluate.evaluate`` judges the placement on the *held-out* windows
    (the last ``constants.HOLDOUT_FRACTION`` of them, as ``placer evaluate``
    does; a one-window trace is judged on the data it was fitted on),
@@ -22,6 +22,11 @@ Example (two topologies x two redundancy levels x one solver = 4 rows)::
     scenarios = expand_scenarios(["2x-dgx-h100", "1x-h200"], [0, 16], ["eplb"])
     outcomes = compare(routing, scenarios, CompareSettings(model="deepseek-v3"), jobs=2)
     rows = [o.row for o in outcomes]
+    print(recommend(rows).line)
+
+:func:`sweep_scenarios` gives each topology the redundancies it can run instead (a
+:class:`Sweep` of ``R`` values, slots per GPU, or ``auto``), and :func:`recommend` picks
+the scenario to deploy by a stated rule.
 """
 
 from __future__ import annotations
@@ -34,17 +39,23 @@ from typing import Any
 
 import numpy as np
 
+from placer.compare_recommend import Recommendation as Recommendation
+from placer.compare_recommend import recommend as recommend
 from placer.compare_rows import BASELINE_NOTE as BASELINE_NOTE
+from placer.compare_rows import BASELINE_RULE as BASELINE_RULE
+from placer.compare_rows import BASELINE_SOLVER as BASELINE_SOLVER
 from placer.compare_rows import METRIC_FIELDS as METRIC_FIELDS
 from placer.compare_rows import STATUS_OK as STATUS_OK
 from placer.compare_rows import TABLE_COLUMNS as TABLE_COLUMNS
 from placer.compare_rows import Column as Column
 from placer.compare_rows import CompareRow as CompareRow
+from placer.compare_rows import baselines as baselines
 from placer.compare_rows import format_table as format_table
 from placer.compare_rows import row_fields as row_fields
 from placer.compare_rows import status_notes as status_notes
 from placer.compare_rows import table_cells as table_cells
 from placer.compare_rows import with_verdicts as with_verdicts
+from placer.compare_scenarios import DEFAULT_P99_SLACK_PCT as DEFAULT_P99_SLACK_PCT
 from placer.compare_scenarios import CompareSettings as CompareSettings
 from placer.compare_scenarios import Scenario as Scenario
 from placer.compare_scenarios import expand_scenarios as expand_scenarios
@@ -52,14 +63,22 @@ from placer.compare_scenarios import topology_label as topology_label
 from placer.compare_study import STUDY_KEYS as STUDY_KEYS
 from placer.compare_study import Study as Study
 from placer.compare_study import read_study as read_study
+from placer.compare_study import resolve_study as resolve_study
 from placer.compare_study import study_from_yaml as study_from_yaml
+from placer.compare_sweep import SWEEP_KINDS as SWEEP_KINDS
+from placer.compare_sweep import Sweep as Sweep
+from placer.compare_sweep import TopologySweep as TopologySweep
+from placer.compare_sweep import parse_counts as parse_counts
+from placer.compare_sweep import parse_sweep as parse_sweep
+from placer.compare_sweep import sweep_scenarios as sweep_scenarios
+from placer.compare_sweep import topology_sweep as topology_sweep
 from placer.errors import InfeasibleError, PlacerError, UsageError
 from placer.evaluate import evaluate
 from placer.evaluate.windows import default_split
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.planning import build_problem
-from placer.problem import solve
+from placer.solvers import solve
 from placer.stats import ExpertStats, RoutingData
 
 
@@ -183,6 +202,7 @@ def run_scenario(
         return ScenarioOutcome(CompareRow(status=f"error: {_reason(e)}", **base))
     metrics = evaluation.metrics
     figures: dict[str, Any] = {k: _number(metrics.get(m)) for k, m in METRIC_FIELDS.items()}
+    figures.update(throughput(metrics, int(topology.num_gpus)))
     row = CompareRow(status=STATUS_OK, solver_status=str(result.status),
                      solve_seconds=float(seconds), **base, **figures)
     if not keep_details:
@@ -253,7 +273,7 @@ def prepare(
 
 def check_names(scenarios: Sequence[Scenario], settings: CompareSettings) -> None:
     """Raise UsageError for an unknown solver or a missing model (cheap; before reading data)."""
-    from placer.problem import solver_names
+    from placer.solvers import solver_names
 
     known = solver_names()
     for s in scenarios:
@@ -278,6 +298,20 @@ def _run_safely(context: _Context, scenario: Scenario) -> ScenarioOutcome:
                          status=f"error: {type(e).__name__}: {e}",
                          num_gpus=int(topology.num_gpus), num_nodes=int(topology.num_nodes))
         return ScenarioOutcome(row)
+
+
+def throughput(metrics: dict[str, Any], num_gpus: int) -> dict[str, float | None]:
+    """``tokens_per_step`` (mean tokens of a judged batch) and ``tokens_per_s_per_gpu``
+    (``tokens_per_step / step_mean_us / num_gpus``, per second) of an evaluation's metrics;
+    None where a figure is missing or the step takes no time."""
+    tokens = _number(metrics.get("num_tokens"))
+    batches = _number(metrics.get("num_batches"))
+    step_us = _number(metrics.get("step_mean_us"))
+    per_step = tokens / batches if tokens is not None and batches else None
+    rate = None
+    if per_step is not None and step_us and num_gpus > 0:
+        rate = per_step / (step_us * 1e-6) / num_gpus
+    return {"tokens_per_step": per_step, "tokens_per_s_per_gpu": rate}
 
 
 def _reason(error: PlacerError) -> str:

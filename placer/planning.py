@@ -13,7 +13,6 @@ GPU, so the ``G * S - E`` leftover slots hold replicas).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -23,31 +22,9 @@ from placer.errors import InfeasibleError, TraceError, UsageError
 from placer.placement import Placement
 from placer.problem import PlacementProblem
 from placer.stats import ExpertStats, RoutingData, format_ranges
+from placer.windows import OpenRange, parse_window_range, resolve_window_range
 
-__all__ = ["build_problem", "default_slots_per_gpu", "parse_window_range"]
-
-WindowRange = tuple[int | None, int | None]
-
-_RANGE = re.compile(r"^\s*(\d*)\s*:\s*(\d*)\s*$")
-
-
-def parse_window_range(text: str, option: str = "--fit") -> WindowRange:
-    """``"A:B"``, ``"A:"`` or ``":B"`` -> ``(A, B)`` with None for an open end.
-
-    >>> parse_window_range("2:5")
-    (2, 5)
-    >>> parse_window_range(":3")
-    (None, 3)
-    """
-    match = _RANGE.match(text)
-    if match is None or text.strip() == ":":
-        raise UsageError(
-            f"expected a window range START:STOP, got {text!r}", where=option,
-            hint="for example --fit 0:8 (windows 0 to 7) or --fit 4: (window 4 onwards)",
-        )
-    start, stop = (int(g) if g else None for g in match.groups())
-    return start, stop
-
+__all__ = ["build_problem", "default_slots_per_gpu"]
 
 def default_slots_per_gpu(num_experts: int, num_gpus: int) -> int:
     """``ceil(E / G)``: the fewest slots per GPU that hold every expert once."""
@@ -66,7 +43,7 @@ def build_problem(
     kv_reserve_gb: float | None = None,
     kv_reserve_fraction: float | None = None,
     current: Placement | None = None,
-    fit: WindowRange | str | None = None,
+    fit: OpenRange | str | None = None,
 ) -> PlacementProblem:
     """Build the planning problem.
 
@@ -119,18 +96,11 @@ def build_problem(
     )
 
 
-def _select_fit(stats: ExpertStats, fit: WindowRange | str | None) -> ExpertStats:
+def _select_fit(stats: ExpertStats, fit: OpenRange | str | None) -> ExpertStats:
     if fit is None:
         return stats
-    start, stop = parse_window_range(fit) if isinstance(fit, str) else fit
-    first = 0 if start is None else int(start)
-    last = stats.num_windows if stop is None else int(stop)
-    if not 0 <= first < last <= stats.num_windows:
-        raise UsageError(
-            f"window range {first}:{last} is outside the trace's {stats.num_windows} windows",
-            where="--fit",
-            hint=f"use START:STOP with 0 <= START < STOP <= {stats.num_windows}",
-        )
+    given = parse_window_range(fit) if isinstance(fit, str) else fit
+    first, last = resolve_window_range(given, stats.num_windows, option="--fit")
     if (first, last) == (0, stats.num_windows):
         return stats
     return stats.select_windows(first, last)

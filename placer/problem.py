@@ -1,9 +1,8 @@
-"""Planning problem, solver parameters, solve result, and the solver registry.
+"""What every solver takes and returns: the planning problem, the parameters, the result.
 
-Every solver is a function ``(PlacementProblem, SolveParams) -> SolveResult``
-registered under a name with :func:`register_solver`; the CLI's ``--solver``
-choices are the registry's names.  Solvers are pure: they neither print nor
-read files.
+A solver is a function ``(PlacementProblem, SolveParams) -> SolveResult``; the table of
+solvers and :func:`placer.solvers.solve` live in :mod:`placer.solvers.registry` (this
+module imports no solver).  Solvers are pure: they neither print nor read files.
 """
 
 from __future__ import annotations
@@ -200,39 +199,3 @@ class SolveResult:
             return None
         denom = max(abs(self.objective), 1e-12)
         return abs(self.objective - self.bound) / denom
-
-
-SolverFn = Callable[[PlacementProblem, SolveParams], SolveResult]
-_SOLVERS: dict[str, SolverFn] = {}
-
-
-def register_solver(name: str) -> Callable[[SolverFn], SolverFn]:
-    """Decorator: make a solver available as ``solve(problem, name)`` and ``--solver name``."""
-
-    def wrap(fn: SolverFn) -> SolverFn:
-        _SOLVERS[name] = fn
-        return fn
-
-    return wrap
-
-
-def solver_names() -> list[str]:
-    _load_builtin_solvers()
-    return sorted(_SOLVERS)
-
-
-def solve(
-    problem: PlacementProblem, solver: str = "eplb", params: SolveParams | None = None
-) -> SolveResult:
-    """Plan a placement with the named solver."""
-    _load_builtin_solvers()
-    if solver not in _SOLVERS:
-        raise UsageError(
-            f"unknown solver {solver!r}", where="--solver",
-            hint=f"choose one of: {', '.join(sorted(_SOLVERS))}",
-        )
-    return _SOLVERS[solver](problem, params or SolveParams())
-
-
-def _load_builtin_solvers() -> None:
-    import placer.solvers  # noqa: F401  (registers the built-in solvers)

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from placer.errors import InfeasibleError, UsageError
-from placer.problem import PlacementProblem, SolveParams, solve
+from placer.problem import PlacementProblem, SolveParams
+from placer.solvers import solve
 from placer.solvers.cpsat.judge import layer_times
 from placer.workload import Workload
 

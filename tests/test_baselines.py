@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placer.placement import Placement, gpu_loads
-from placer.problem import PlacementProblem, SolveParams, solve, solver_names
+from placer.problem import PlacementProblem, SolveParams
+from placer.solvers import solve, solver_names
 from placer.solvers.baselines import linear_layout, round_robin_layout
 from placer.stats import ExpertStats
 

@@ -27,7 +27,8 @@ from placer.errors import PlacerError, UsageError
 from placer.evaluate import EvalParams, evaluate
 from placer.models import load_model
 from placer.planning import build_problem
-from placer.problem import SolveParams, solve
+from placer.problem import SolveParams
+from placer.solvers import solve
 from placer.topology import load_topology
 from placer.traces import read_routing
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from placer.errors import ScalingWarning, UsageError
 from placer.evaluate import expected_remote_copies, window_hot_shard
 from placer.placement import Placement
-from placer.problem import PlacementProblem, SolveParams, solve
+from placer.problem import PlacementProblem, SolveParams
+from placer.solvers import solve
 from placer.solvers.cpsat import CpsatOptions, layer_data
 from placer.solvers.cpsat.layer import (
     batch_variance,

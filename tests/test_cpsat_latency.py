@@ -9,7 +9,8 @@ import pytest
 from planner_fixtures import MODEL, skewed_stats
 
 from placer.constants import JUDGE_MARGIN
-from placer.problem import PlacementProblem, SolveParams, solve
+from placer.problem import PlacementProblem, SolveParams
+from placer.solvers import solve
 from placer.solvers.cpsat import CpsatOptions
 from placer.solvers.cpsat.judge import faster_rows, layer_times
 from placer.solvers.cpsat.layer import home_nodes

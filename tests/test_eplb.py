@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from placer.errors import UsageError
 from placer.placement import Placement, gpu_loads
-from placer.problem import PlacementProblem, solve
+from placer.problem import PlacementProblem
+from placer.solvers import solve
 from placer.solvers.baselines import linear_layout
 from placer.solvers.eplb import (
     balanced_packing,

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from placer import constants
 from placer.migration import Frontier, layer_moves, move_cost
 from placer.placement import Placement
-from placer.problem import PlacementProblem, SolveParams, solve
+from placer.problem import PlacementProblem, SolveParams
+from placer.solvers import solve
 from placer.solvers.cpsat import layer_data
 from placer.solvers.cpsat.model import LayerModel
 from placer.stats import ExpertStats

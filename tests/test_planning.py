@@ -10,9 +10,10 @@ import pytest
 from placer.errors import InfeasibleError, TraceError, UsageError
 from placer.models import load_model
 from placer.placement import Placement
-from placer.planning import build_problem, parse_window_range
+from placer.planning import build_problem
 from placer.stats import ExpertStats, Provenance, RoutingData
 from placer.topology import load_topology
+from placer.windows import parse_window_range
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from placer.compare import CompareSettings, compare, expand_scenarios
 from placer.errors import UsageError
 from placer.parallel import RAY_LOCAL, Backend
 from placer.planning import build_problem
-from placer.problem import SolveParams, solve
+from placer.problem import SolveParams
+from placer.solvers import solve
 from placer.traces import read_routing
 
 TRACE = "traces/synthetic-small.jsonl.gz"

@@ -12,7 +12,7 @@ import pytest
 from placer.evaluate import EvalParams, evaluate
 from placer.models import load_model
 from placer.planning import build_problem
-from placer.problem import solve
+from placer.solvers import solve
 from placer.stats import RoutingData
 from placer.summary import (
     EQUAL_TOLERANCE,

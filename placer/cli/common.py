@@ -208,7 +208,7 @@ def complete_model(incomplete: str) -> list[str]:
 
 def complete_solver(incomplete: str) -> list[str]:
     """Solver names starting with ``incomplete``."""
-    from placer.problem import solver_names
+    from placer.solvers import solver_names
 
     return [name for name in solver_names() if name.startswith(incomplete)]
 

@@ -2,7 +2,7 @@
 
 The command is thin: read the trace (keeping per-token routing when the inputs are small
 enough to replay), the model and the topology, build the problem
-(:func:`placer.planning.build_problem`), solve it (:func:`placer.problem.solve`), solve
+(:func:`placer.planning.build_problem`), solve it (:func:`placer.solvers.solve`), solve
 EPLB once for the side-by-side, write the placement
 (:func:`placer.placement_io.write_placement`), and print the summary of
 :func:`placer.summary.summarize_plan` (``--json``: its ``to_dict()``).
@@ -41,10 +41,12 @@ from placer.cli.progress import progress
 from placer.errors import UsageError
 from placer.fileio import all_or_nothing, check_not_inputs, check_output_path, is_stream
 from placer.placement_io import read_placement, write_placement
-from placer.planning import build_problem, parse_window_range
-from placer.problem import SolveParams, solve, solver_names
+from placer.planning import build_problem
+from placer.problem import SolveParams
+from placer.solvers import solve, solver_names
 from placer.summary import BASELINE_SOLVER, basic_metrics, summarize_plan
 from placer.summary.replan import replan_rows
+from placer.windows import parse_window_range
 from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
 
 #: Solver used when ``--solver`` is not given.

@@ -1,24 +1,13 @@
-"""Solver family: importing this package registers every built-in solver.
+"""Solver family: EPLB (the reference), the engines' default layouts, and CP-SAT.
 
-Each module registers its solvers with :func:`placer.problem.register_solver`;
-add a module here to make its solvers available to ``solve`` and ``--solver``.
-``cpsat`` is registered by name and imported on first use: OR-Tools (and the pandas
-it pulls in) takes about half a second to import, which every ``placer --help``
-would otherwise pay.
+``solve(problem, name, params)`` runs the solver named ``name``; the names and where
+each solver lives are a table in :mod:`placer.solvers.registry`, imported on first use
+(OR-Tools takes about half a second to import, which ``placer --help`` should not pay).
+Adding a solver: docs/planner.md, "Adding a solver".
 """
 
 from __future__ import annotations
 
-from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver
-from placer.solvers import baselines, eplb
+from placer.solvers.registry import get_solver, register_solver, solve, solver_names
 
-
-@register_solver("cpsat")
-def _cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
-    """The CP-SAT planner (``placer.solvers.cpsat``), imported when first called."""
-    from placer.solvers.cpsat import solve_cpsat
-
-    return solve_cpsat(problem, params)
-
-
-__all__ = ["baselines", "eplb"]
+__all__ = ["get_solver", "register_solver", "solve", "solver_names"]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
-from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver
+from placer.problem import PlacementProblem, SolveParams, SolveResult
 
 __all__ = ["heuristic_result", "linear_layout", "round_robin_layout"]
 
@@ -114,7 +114,6 @@ def _baseline(problem: PlacementProblem, name: str, layout: np.ndarray) -> Solve
     return heuristic_result(problem, name, placement, started)
 
 
-@register_solver("linear")
 def solve_linear(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     """vLLM's default layout (see the module docstring); reads no parameter."""
     del params
@@ -122,7 +121,6 @@ def solve_linear(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     return _baseline(problem, "linear", layout)
 
 
-@register_solver("round_robin")
 def solve_round_robin(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     """Expert ``e`` on GPU ``e % G`` (see the module docstring); reads no parameter."""
     del params

@@ -55,7 +55,7 @@ import numpy as np
 
 from placer.errors import UsageError
 from placer.placement import Placement
-from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver
+from placer.problem import PlacementProblem, SolveParams, SolveResult
 from placer.solvers.baselines import heuristic_result
 
 __all__ = [
@@ -503,7 +503,6 @@ def _first_duplicate(row: np.ndarray, num_gpus: int) -> tuple[int, int] | None:
     return None
 
 
-@register_solver("eplb")
 def solve_eplb(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     """DeepSeek EPLB, exactly as published, on the fitted statistics' load summed over windows.
 
@@ -515,7 +514,6 @@ def solve_eplb(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     return _solve(problem, params, "eplb", eplb_placement)
 
 
-@register_solver("eplb-valid")
 def solve_eplb_valid(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     """EPLB keeping two replicas of one expert off one GPU (:func:`eplb_valid_placement`).
 

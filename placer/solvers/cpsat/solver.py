@@ -25,7 +25,7 @@ from placer.errors import UsageError
 from placer.migration import Frontier, layer_moves
 from placer.parallel import Backend
 from placer.placement import Placement
-from placer.problem import PlacementProblem, SolveParams, SolveResult, register_solver, solve
+from placer.problem import PlacementProblem, SolveParams, SolveResult
 from placer.solvers.cpsat.judge import EQUAL_TIME, can_judge, faster_rows, layer_times
 from placer.solvers.cpsat.layer import (
     LayerData,
@@ -40,6 +40,7 @@ from placer.solvers.cpsat.replicas import replica_range
 from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
 from placer.solvers.cpsat.spread import spread_replicas
 from placer.solvers.cpsat.traffic import identical_gpus, link_costs, select_pairs
+from placer.solvers.registry import solve
 from placer.workload import Workload
 
 __all__ = ["CpsatOptions", "layer_data", "solve_cpsat", "to_mask"]
@@ -269,7 +270,6 @@ def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
     return backend.run(_solve_one, tasks, on_done=done)
 
 
-@register_solver("cpsat")
 def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     """Plan every layer with CP-SAT; see the module docstring for what is read and returned."""
     started = time.perf_counter()

@@ -1,0 +1,65 @@
+"""The solver table: one name per solver, and where its function lives.
+
+A solver is a function ``(PlacementProblem, SolveParams) -> SolveResult`` (see
+:mod:`placer.problem` for the contract).  The built-in ones are a literal table of
+``name -> "module:function"``, imported on first use: nothing here imports a solver
+module at import time, so the solvers may import this module (``cpsat`` plans from its
+hint with :func:`solve`) without an import cycle, and ``placer --help`` does not pay for
+OR-Tools.  Code outside placer adds its own with :func:`register_solver`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from placer.errors import UsageError
+from placer.problem import PlacementProblem, SolveParams, SolveResult
+
+SolverFn = Callable[[PlacementProblem, SolveParams], SolveResult]
+
+#: Built-in solvers: name -> ``"module:function"``.
+BUILTIN: dict[str, str] = {
+    "eplb": "placer.solvers.eplb:solve_eplb",
+    "eplb-valid": "placer.solvers.eplb:solve_eplb_valid",
+    "linear": "placer.solvers.baselines:solve_linear",
+    "round_robin": "placer.solvers.baselines:solve_round_robin",
+    "cpsat": "placer.solvers.cpsat.solver:solve_cpsat",
+}
+
+_ADDED: dict[str, SolverFn] = {}
+
+
+def register_solver(name: str, fn: SolverFn) -> None:
+    """Make ``fn`` available as ``solve(problem, name)`` and ``--solver name``.
+
+    For solvers that live outside placer; a built-in name cannot be replaced.
+    """
+    if name in BUILTIN:
+        raise UsageError(f"solver name {name!r} is a built-in solver's",
+                         hint="choose another name")
+    _ADDED[name] = fn
+
+
+def solver_names() -> list[str]:
+    """Every solver's name, sorted."""
+    return sorted({*BUILTIN, *_ADDED})
+
+
+def get_solver(name: str) -> SolverFn:
+    """The function of solver ``name``."""
+    if name in _ADDED:
+        return _ADDED[name]
+    if name not in BUILTIN:
+        raise UsageError(f"unknown solver {name!r}", where="--solver",
+                         hint=f"choose one of: {', '.join(solver_names())}")
+    module, function = BUILTIN[name].split(":")
+    fn: SolverFn = getattr(importlib.import_module(module), function)
+    return fn
+
+
+def solve(
+    problem: PlacementProblem, solver: str = "eplb", params: SolveParams | None = None
+) -> SolveResult:
+    """Plan a placement with the named solver."""
+    return get_solver(solver)(problem, params or SolveParams())

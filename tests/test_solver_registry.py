@@ -1,0 +1,74 @@
+"""The solver table: names, lazy imports, added solvers, and errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from placer.errors import UsageError
+from placer.placement import Placement
+from placer.problem import PlacementProblem, SolveParams, SolveResult
+from placer.solvers import get_solver, register_solver, registry, solve, solver_names
+from placer.stats import ExpertStats
+
+
+def _problem() -> PlacementProblem:
+    load = np.array([[[5, 1, 1, 1]]], dtype=np.int64)  # [W=1, L=1, E=4]
+    stats = ExpertStats(load=load, layer_ids=np.array([0]), tokens=np.array([4]), top_k=2)
+    return PlacementProblem(stats=stats, num_gpus=2, slots_per_gpu=2,
+                            node_of_gpu=np.zeros(2, dtype=np.int64))
+
+
+def test_every_builtin_name_resolves_to_a_callable_of_that_module():
+    for name, target in registry.BUILTIN.items():
+        module, function = target.split(":")
+        fn = get_solver(name)
+        assert callable(fn)
+        assert (fn.__module__, fn.__name__) == (module, function)
+    assert solver_names() == sorted(registry.BUILTIN)
+
+
+def test_unknown_solver_names_the_choices():
+    with pytest.raises(UsageError, match="unknown solver 'cpstat'") as info:
+        solve(_problem(), "cpstat")
+    assert info.value.where == "--solver"
+    assert "cpsat" in (info.value.hint or "")
+
+
+def test_a_solver_from_outside_is_listed_and_run(monkeypatch):
+    monkeypatch.setattr(registry, "_ADDED", {})
+    calls = []
+
+    def mine(problem: PlacementProblem, params: SolveParams) -> SolveResult:
+        calls.append(params.seed)
+        layout = np.array([[0, 1, 2, 3]])
+        placement = Placement(physical_to_logical=layout, layer_ids=problem.stats.layer_ids,
+                              num_experts=4, num_gpus=problem.num_gpus)
+        return SolveResult(placement=placement, solver="mine", status="HEURISTIC")
+
+    register_solver("mine", mine)
+    assert "mine" in solver_names()
+    result = solve(_problem(), "mine", SolveParams(seed=7))
+    assert result.solver == "mine" and calls == [7]
+    with pytest.raises(UsageError, match="built-in"):
+        register_solver("eplb", mine)
+
+
+def test_problem_module_imports_no_solver():
+    """The contract module stands alone: importing it loads no solver (no cycle)."""
+    code = ("import sys, placer.problem; "
+            "print(sorted(m for m in sys.modules if m.startswith('placer.solvers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_listing_solvers_does_not_import_ortools():
+    code = ("import sys; from placer.solvers import solver_names; solver_names(); "
+            "print('ortools' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"
