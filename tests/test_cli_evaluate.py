@@ -82,14 +82,14 @@ def test_json_parses_and_matches_the_table(trace, linear, replicated):
     assert [(p["name"], p["windows"]) for p in report["parts"]] == [
         ("fit", [0, 6]), ("held-out", [6, 8])
     ]
-    from placer.cli.evaluate_cmd import format_metric
+    from placer.metrics import cell
 
     for part in report["parts"]:
         rows = parsed[part["name"]]
         assert [c["name"] for c in part["placements"]] == ["linear", "replicated"]
         for i, column in enumerate(part["placements"]):
             for key, value in column["metrics"].items():
-                assert rows[key][i] == format_metric(key, value), key
+                assert rows[key][i] == cell(key, value), key
     fit_linear = report["parts"][0]["placements"][0]["metrics"]
     fit_replicated = report["parts"][0]["placements"][1]["metrics"]
     assert fit_linear["num_tokens"] == 192 and fit_linear["num_batches"] == 6

@@ -34,7 +34,6 @@ from placer.cli.common import (
 )
 from placer.errors import PlacerError, PlacerWarning, UsageError
 from placer.evaluate import (
-    METRIC_KEYS,
     MODES,
     POLICIES,
     EvalParams,
@@ -44,6 +43,7 @@ from placer.evaluate import (
     parse_window_range,
 )
 from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_message
+from placer.metrics import METRICS
 
 EXAMPLES = examples(
     "placer evaluate traces/synthetic-small.jsonl.gz -p eplb.json -p cpsat.json --fit 0:6"
@@ -52,93 +52,6 @@ EXAMPLES = examples(
     " --json",
     note="The metrics and how batches are replayed: docs/evaluate.md.",
 )
-
-#: Unit and number format of each metric in the table (JSON carries full precision).
-METRIC_FORMATS: dict[str, tuple[str, str]] = {
-    "hot_shard_ratio_median": ("max/mean", ".4f"),
-    "hot_shard_ratio_worst": ("max/mean", ".4f"),
-    "batch_hot_shard_p50": ("max/mean", ".4f"),
-    "batch_hot_shard_p99": ("max/mean", ".4f"),
-    "static_hot_shard_ratio_median": ("max/mean", ".4f"),
-    "static_hot_shard_ratio_worst": ("max/mean", ".4f"),
-    "window_hot_shard_ratio_median": ("max/mean", ".4f"),
-    "window_hot_shard_ratio_worst": ("max/mean", ".4f"),
-    "vllm_balancedness": ("mean/max", ".4f"),
-    "sglang_balancedness": ("mean/max", ".4f"),
-    "trtllm_imbalance": ("max/mean-1", ".4f"),
-    "remote_copies_per_token_gpu": ("copies/token", ".3f"),
-    "remote_copies_per_token_node": ("copies/token", ".3f"),
-    "copies_per_token_intra": ("copies/token", ".3f"),
-    "copies_per_token_inter": ("copies/token", ".3f"),
-    "bytes_per_token_intra": ("B/token", ".0f"),
-    "bytes_per_token_inter": ("B/token", ".0f"),
-    "all_to_all_us": ("us", ".2f"),
-    "compute_us": ("us", ".2f"),
-    "moe_layer_p50_us": ("us", ".2f"),
-    "moe_layer_p99_us": ("us", ".2f"),
-    "p99_over_p50": ("ratio", ".3f"),
-    "layer_p50_us_median": ("us", ".2f"),
-    "layer_p99_us_median": ("us", ".2f"),
-    "layer_p99_us_worst": ("us", ".2f"),
-    "layer_p99_over_p50_median": ("ratio", ".3f"),
-    "step_p50_us": ("us", ".1f"),
-    "step_p99_us": ("us", ".1f"),
-    "step_mean_us": ("us", ".1f"),
-    "step_p99_over_p50": ("ratio", ".3f"),
-    "expert_memory_gb": ("GB/GPU", ".2f"),
-    "kv_left_gb": ("GB/GPU", ".2f"),
-    "num_tokens": ("tokens", ".0f"),
-    "num_batches": ("batches", ".0f"),
-    "num_layers": ("layers", ".0f"),
-}
-
-
-#: What each metric is, in a few words (the table's last column; docs/evaluate.md defines them).
-METRIC_LABELS: dict[str, str] = {
-    "hot_shard_ratio_median": "GPU load over all batches, median layer",
-    "hot_shard_ratio_worst": "GPU load over all batches, worst layer",
-    "batch_hot_shard_p50": "per (batch, layer), p50",
-    "batch_hot_shard_p99": "per (batch, layer), p99",
-    "static_hot_shard_ratio_median": "even split of summed load, median layer",
-    "static_hot_shard_ratio_worst": "even split of summed load, worst layer",
-    "window_hot_shard_ratio_median": "worst window, even split, median layer",
-    "window_hot_shard_ratio_worst": "worst window, even split, worst layer",
-    "vllm_balancedness": "vLLM EPLB log line (1 = even)",
-    "sglang_balancedness": "SGLang, over all hidden layers (1 = even)",
-    "trtllm_imbalance": "TensorRT-LLM load report (0 = even)",
-    "remote_copies_per_token_gpu": "deliveries to another GPU",
-    "remote_copies_per_token_node": "deliveries to another node",
-    "copies_per_token_intra": "copies over intra-node links",
-    "copies_per_token_inter": "copies over inter-node links",
-    "bytes_per_token_intra": "dispatch + combine bytes, intra-node",
-    "bytes_per_token_inter": "dispatch + combine bytes, inter-node",
-    "all_to_all_us": "dispatch + combine, mean",
-    "compute_us": "slowest GPU's experts, mean",
-    "moe_layer_p50_us": "pooled over (batch, layer) pairs, p50",
-    "moe_layer_p99_us": "pooled over (batch, layer) pairs, p99",
-    "p99_over_p50": "pooled p99/p50 (mostly spread of layers)",
-    "layer_p50_us_median": "each layer's p50 over batches, median",
-    "layer_p99_us_median": "each layer's p99 over batches, median",
-    "layer_p99_us_worst": "each layer's p99 over batches, worst",
-    "layer_p99_over_p50_median": "each layer's p99/p50 over batches, median",
-    "step_p50_us": "step (sum over layers), p50 over batches",
-    "step_p99_us": "step (sum over layers), p99 over batches",
-    "step_mean_us": "step (sum over layers), mean over batches",
-    "step_p99_over_p50": "step p99/p50 over batches",
-    "expert_memory_gb": "expert weights per GPU",
-    "kv_left_gb": "left for the KV cache, tightest GPU",
-    "num_tokens": "evaluated",
-    "num_batches": "evaluated",
-    "num_layers": "evaluated",
-}
-
-
-def format_metric(key: str, value: float | None) -> str:
-    """The table's text for one metric value (``-`` for NaN / missing)."""
-    if value is None or value != value:
-        return "-"
-    return format(value, METRIC_FORMATS.get(key, ("", ".6g"))[1])
-
 
 def column_names(paths: list[Path]) -> list[str]:
     """File stems, made unique with the parent folder or an index when they repeat."""
@@ -186,10 +99,9 @@ def render_part(part: dict[str, Any]) -> Table:
     for column in part["placements"]:
         table.add_column(column["name"], justify="right", no_wrap=True)
     table.add_column("what", no_wrap=True)
-    for key in METRIC_KEYS:
-        unit = METRIC_FORMATS.get(key, ("", ""))[0]
-        table.add_row(key, unit, *(format_metric(key, c["metrics"].get(key))
-                                   for c in part["placements"]), METRIC_LABELS.get(key, ""))
+    for entry in METRICS:
+        table.add_row(entry.key, entry.unit, *(entry.cell(c["metrics"].get(entry.key))
+                                               for c in part["placements"]), entry.what)
     return table
 
 
@@ -361,10 +273,10 @@ class _WarningRelay:
 
 def _table_width(part: dict[str, Any]) -> int:
     """Characters :func:`render_part`'s table needs so that no cell is cut."""
-    widths = [max(len(k) for k in METRIC_KEYS), len("copies/token"),
-              max(len(v) for v in METRIC_LABELS.values())]
+    widths = [max(len(m.key) for m in METRICS), max(len(m.unit) for m in METRICS),
+              max(len(m.what) for m in METRICS)]
     for column in part["placements"]:
-        cells = [format_metric(k, column["metrics"].get(k)) for k in METRIC_KEYS]
+        cells = [m.cell(column["metrics"].get(m.key)) for m in METRICS]
         widths.append(max(len(column["name"]), *(len(c) for c in cells)))
     return sum(widths) + 3 * len(widths) + 4
 

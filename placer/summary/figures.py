@@ -11,6 +11,7 @@ import numpy as np
 
 from placer import constants
 from placer.evaluate import EvalParams
+from placer.metrics import Metric, metric
 from placer.workload import Workload
 
 #: The solver every plan is compared with.
@@ -41,55 +42,14 @@ KEEP_TOKENS_MAX_BYTES = 256 << 20
 # -- the time figures: one definition of labels, units and formats ----------------------------
 
 
-@dataclass(frozen=True)
-class TimeFigure:
-    """How one estimated time is shown.
-
-    Attributes
-    ----------
-    key: the evaluator's metric key (``placer.evaluate.METRIC_KEYS``).
-    label: row label (``placer plan``'s summary, the report), without the unit.
-    header: short column header with the unit (``placer compare``'s table).
-    what: what it is, in a few words.
-    fmt: number format.
-    unit: the unit.
-    """
-
-    key: str
-    label: str
-    header: str
-    what: str
-    fmt: str = "{:.1f}"
-    unit: str = "µs"
-
-    def cell(self, value: float | None) -> str:
-        """The number as shown (``-`` when missing or not finite)."""
-        if value is None or not math.isfinite(float(value)):
-            return "-"
-        return self.fmt.format(float(value))
-
+#: How an estimated time is shown: the metric table's entry (:mod:`placer.metrics`).
+TimeFigure = Metric
 
 #: Estimated times, in the order the summary shows them.
-TIME_FIGURES = (
-    TimeFigure("moe_layer_p50_us", "MoE layer p50, pooled", "p50 µs",
-               "MoE-layer time over every (batch, layer) pair, p50"),
-    TimeFigure("moe_layer_p99_us", "MoE layer p99, pooled", "p99 µs",
-               "MoE-layer time over every (batch, layer) pair, p99"),
-    TimeFigure("layer_p99_us_median", "layer p99, median layer", "layer p99 µs",
-               "each layer's p99 over batches, median over layers"),
-    TimeFigure("layer_p99_us_worst", "layer p99, worst layer", "worst layer p99 µs",
-               "each layer's p99 over batches, worst layer"),
-    TimeFigure("step_p50_us", "step p50", "step p50 µs",
-               "one batch through every MoE layer, p50 over batches"),
-    TimeFigure("step_p99_us", "step p99", "step p99 µs",
-               "one batch through every MoE layer, p99 over batches"),
-    TimeFigure("step_mean_us", "step mean", "step mean µs",
-               "one batch through every MoE layer, mean over batches"),
-    TimeFigure("all_to_all_us", "all-to-all, mean", "a2a µs",
-               "dispatch + combine of the slowest GPU, mean over (batch, layer)"),
-    TimeFigure("compute_us", "expert compute, mean", "compute µs",
-               "expert GEMMs of the slowest GPU, mean over (batch, layer)"),
-)
+TIME_FIGURES: tuple[Metric, ...] = tuple(metric(key) for key in (
+    "moe_layer_p50_us", "moe_layer_p99_us", "layer_p99_us_median", "layer_p99_us_worst",
+    "step_p50_us", "step_p99_us", "step_mean_us", "all_to_all_us", "compute_us",
+))
 
 _FIGURES = {f.key: f for f in TIME_FIGURES}
 
