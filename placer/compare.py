@@ -61,6 +61,7 @@ from placer.compare_scenarios import Scenario as Scenario
 from placer.compare_scenarios import expand_scenarios as expand_scenarios
 from placer.compare_scenarios import topology_label as topology_label
 from placer.compare_study import STUDY_KEYS as STUDY_KEYS
+from placer.compare_study import Grid as Grid
 from placer.compare_study import Study as Study
 from placer.compare_study import read_study as read_study
 from placer.compare_study import resolve_study as resolve_study

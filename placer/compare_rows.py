@@ -42,12 +42,22 @@ class CompareRow:
     solver_status: the solver's status (``OPTIMAL``, ``FEASIBLE``, ``FALLBACK``, ``HEURISTIC``).
     solve_seconds: solver wall time, s.
     step_p99_us: estimated step time (one batch through every MoE layer), µs, p99 over batches.
-    versus_baseline: ``step_p99_us / baseline's - 1`` against the baseline scenario (the
-        first that ran on the same topology; negative: faster); None for the baseline and
-        rows without figures (:func:`with_verdicts`).
-    verdict: the same in words (:func:`placer.summary.verdict`), e.g. ``verdict: 2x-dgx-h100
-        R=16 cpsat is 4.1% faster than 2x-dgx-h100 R=0 eplb on held-out step p99``;
-        ``"baseline"`` for a baseline.
+    step_p50_us, step_mean_us: the same, median and mean over batches.
+    tokens_per_step: tokens of one judged batch (mean over batches): with ``--tokens-per-gpu``
+        ``tokens x G``, else the trace's steps or ``--batch-tokens``.
+    tokens_per_s_per_gpu: ``tokens_per_step / step_mean_us / num_gpus`` (in tokens per
+        second): what each GPU serves at the estimated mean step.  The step counts the MoE
+        layers only (dispatch, expert compute, combine), so this is a figure to compare
+        scenarios by, an upper bound rather than a serving rate.
+    baseline: the scenario this row is judged against (:func:`with_verdicts`), None for a
+        baseline and rows without figures.
+    versus_baseline: ``step_p99_us / baseline's - 1`` (negative: faster).
+    versus_baseline_mean: ``step_mean_us / baseline's - 1``.
+    verdict: the p99 change in words (:func:`placer.summary.verdict`), e.g. ``verdict:
+        2x-dgx-h100 R=16 cpsat is 4.1% faster than 2x-dgx-h100 R=16 eplb on held-out step
+        p99``; ``"baseline"`` for a baseline.
+    outcome: the verdict in one word: ``baseline``, ``faster``, ``slower`` or ``equal``
+        (within ``placer.summary.EQUAL_TOLERANCE``).
     """
 
     scenario: str
@@ -72,8 +82,15 @@ class CompareRow:
     solver_status: str | None = None
     solve_seconds: float | None = None
     step_p99_us: float | None = None
+    step_p50_us: float | None = None
+    step_mean_us: float | None = None
+    tokens_per_step: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    baseline: str | None = None
     versus_baseline: float | None = None
+    versus_baseline_mean: float | None = None
     verdict: str | None = None
+    outcome: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -97,6 +114,8 @@ METRIC_FIELDS = {
     "moe_layer_p50_us": "moe_layer_p50_us",
     "moe_layer_p99_us": "moe_layer_p99_us",
     "step_p99_us": "step_p99_us",
+    "step_p50_us": "step_p50_us",
+    "step_mean_us": "step_mean_us",
 }
 
 
@@ -129,8 +148,12 @@ TABLE_COLUMNS = (
     Column("bytes_per_token_intra", "KB/tok intra", "{:.1f}"),
     Column("bytes_per_token_inter", "KB/tok inter", "{:.1f}"),
     *(Column(f.key, f.header, f.fmt) for f in map(
-        time_figure, ("all_to_all_us", "moe_layer_p50_us", "moe_layer_p99_us", "step_p99_us"))),
-    Column("versus_baseline", "vs base", "{:+.1%}"),
+        time_figure, ("all_to_all_us", "moe_layer_p50_us", "moe_layer_p99_us", "step_p99_us",
+                      "step_mean_us"))),
+    Column("tokens_per_s_per_gpu", "tok/s/GPU", "{:,.0f}"),
+    Column("versus_baseline", "Δ p99", "{:+.1%}"),
+    Column("versus_baseline_mean", "Δ mean", "{:+.1%}"),
+    Column("outcome", "verdict"),
     Column("solver_status", "solver"),
     Column("solve_seconds", "solve s", "{:.2f}"),
     Column("status", "status"),
@@ -140,57 +163,109 @@ TABLE_COLUMNS = (
 _KB_FIELDS = ("bytes_per_token_intra", "bytes_per_token_inter")
 
 
+#: Columns whose cells are text (left-aligned); the others are numbers (right-aligned).
+_TEXT_FIELDS = ("scenario", "outcome", "solver_status", "status")
+
+#: Change columns: ``=`` within ``placer.summary.EQUAL_TOLERANCE``, ``base`` for a baseline.
+_CHANGE_FIELDS = ("versus_baseline", "versus_baseline_mean")
+
+
 def table_cells(row: CompareRow) -> list[str]:
-    """The text-table cells of ``row``, one per :data:`TABLE_COLUMNS` entry (``vs base``:
-    ``base`` for the baseline, ``=`` within ``placer.summary.EQUAL_TOLERANCE``)."""
+    """The text-table cells of ``row``, one per :data:`TABLE_COLUMNS` entry (``Δ p99`` and
+    ``Δ mean``: ``base`` for a baseline, ``=`` within ``placer.summary.EQUAL_TOLERANCE``;
+    ``verdict``: ``base`` for a baseline)."""
     cells = []
+    is_base = row.outcome == BASELINE_NOTE
     for col in TABLE_COLUMNS:
         value = getattr(row, col.field)
         if col.field in _KB_FIELDS and value is not None:
             cells.append(col.fmt.format(value / 1e3))
-        elif col.field == "versus_baseline" and value is not None and (
+        elif col.field in _CHANGE_FIELDS and value is not None and (
                 abs(value) < EQUAL_TOLERANCE):
             cells.append("=")
-        elif col.field == "versus_baseline" and value is None and row.verdict == BASELINE_NOTE:
+        elif is_base and ((col.field in _CHANGE_FIELDS and value is None)
+                          or col.field == "outcome"):
             cells.append("base")
         else:
             cells.append(col.cell(row))
     return cells
 
 
-#: ``verdict`` of the baseline row.
+#: ``verdict`` and ``outcome`` of a baseline row.
 BASELINE_NOTE = "baseline"
+
+#: The solver whose rows are the baselines: EPLB, the placement every engine ships.
+BASELINE_SOLVER = "eplb"
+
+#: The baseline rule in one line (under the table, and in docs/compare.md).
+BASELINE_RULE = ("Δ p99, Δ mean: step p99 and mean against the row's baseline (base): EPLB"
+                 " at the same redundancy on the same topology; EPLB rows, and rows without an"
+                 " EPLB twin, against the topology's first EPLB row (its first row when no EPLB"
+                 " ran); negative is faster")
+
+
+def baselines(rows: Sequence[CompareRow]) -> list[int | None]:
+    """Index of each row's baseline in ``rows`` (None: the row is a baseline, or has no
+    step p99).
+
+    A row's baseline is the :data:`BASELINE_SOLVER` row at the same redundancy on the same
+    topology (what the row would replace); that row itself, and rows without such a twin,
+    are judged against the topology's *anchor*: its first EPLB row, or its first row when
+    no EPLB row ran.  Only rows that ran with a step p99 take part.  Per topology, because
+    a step's batch may depend on the GPUs (``--tokens-per-gpu`` makes it ``tokens x G``):
+    the same topology always judges the same batches.
+    """
+    anchor: dict[str, int] = {}
+    first: dict[str, int] = {}
+    twin: dict[tuple[str, int], int] = {}
+    for i, row in enumerate(rows):
+        if not _judged(row):
+            continue
+        first.setdefault(row.topology, i)
+        if row.solver == BASELINE_SOLVER:
+            anchor.setdefault(row.topology, i)
+            twin.setdefault((row.topology, row.redundant), i)
+    out: list[int | None] = []
+    for i, row in enumerate(rows):
+        if not _judged(row):
+            out.append(None)
+            continue
+        base = twin.get((row.topology, row.redundant))
+        if base is None or base == i:
+            base = anchor.get(row.topology, first[row.topology])
+        out.append(None if base == i else base)
+    return out
 
 
 def with_verdicts(rows: Sequence[CompareRow], on: str = "step p99") -> list[CompareRow]:
-    """``rows`` with ``versus_baseline`` and ``verdict`` against their baseline: the first
-    row that ran on the same topology with a step p99 (``verdict`` ``"baseline"``).
-
-    Per topology, because a step's batch may depend on the GPUs (``--tokens-per-gpu``
-    makes it ``tokens x G``): the same topology always judges the same batches.  ``on``
-    names the judged figure in the verdict (e.g. ``"held-out step p99"``).
-    """
-    bases: dict[str, CompareRow] = {}
-    for row in rows:
-        if row.ok and row.step_p99_us is not None and row.topology not in bases:
-            bases[row.topology] = row
+    """``rows`` with ``baseline``, ``versus_baseline`` (step p99), ``versus_baseline_mean``,
+    ``verdict`` and ``outcome`` against their baseline (:func:`baselines`); a baseline row
+    gets ``verdict`` and ``outcome`` ``"baseline"``.  ``on`` names the judged figure in the
+    verdict (e.g. ``"held-out step p99"``)."""
     out = []
-    for row in rows:
-        base = bases.get(row.topology)
-        if base is None:
-            out.append(row)
+    for row, index in zip(rows, baselines(rows), strict=True):
+        if index is None:
+            judged = _judged(row)
+            out.append(replace(row, baseline=None, versus_baseline=None,
+                               versus_baseline_mean=None,
+                               verdict=BASELINE_NOTE if judged else None,
+                               outcome=BASELINE_NOTE if judged else None))
             continue
-        if row is base:
-            out.append(replace(row, versus_baseline=None, verdict=BASELINE_NOTE))
-            continue
-        assert base.step_p99_us is not None
-        said = None if row.step_p99_us is None else verdict(
-            row.scenario, base.scenario, row.step_p99_us, base.step_p99_us, on=on)
-        if said is None:
-            out.append(row)
-        else:
-            out.append(replace(row, versus_baseline=said.change, verdict=said.text))
+        base = rows[index]
+        assert row.step_p99_us is not None and base.step_p99_us is not None
+        said = verdict(row.scenario, base.scenario, row.step_p99_us, base.step_p99_us, on=on)
+        mean = None
+        if row.step_mean_us is not None and base.step_mean_us:
+            mean = row.step_mean_us / base.step_mean_us - 1.0
+        out.append(replace(
+            row, baseline=base.scenario, versus_baseline=None if said is None else said.change,
+            versus_baseline_mean=mean, verdict=None if said is None else said.text,
+            outcome=None if said is None else said.outcome))
     return out
+
+
+def _judged(row: CompareRow) -> bool:
+    return row.ok and row.step_p99_us is not None and math.isfinite(row.step_p99_us)
 
 
 def status_notes(rows: Sequence[CompareRow]) -> tuple[list[str], list[str]]:
@@ -227,7 +302,7 @@ def format_table(rows: Sequence[CompareRow]) -> str:
         body.append(cells)
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(header)]
-    left = {0, len(header) - 1, len(header) - 3}  # scenario, status, solver status
+    left = {i for i, c in enumerate(TABLE_COLUMNS) if c.field in _TEXT_FIELDS}
 
     def line(cells: list[str]) -> str:
         parts = [c.ljust(w) if i in left else c.rjust(w)
@@ -236,9 +311,8 @@ def format_table(rows: Sequence[CompareRow]) -> str:
 
     sep = "  ".join("-" * w for w in widths)
     lines = [line(header), sep, *(line(b) for b in body)]
-    if any(r.verdict == BASELINE_NOTE for r in rows):
-        lines += ["", "vs base: step p99 against the first scenario that ran on the same"
-                      " topology (base); negative is faster"]
+    if any(r.outcome == BASELINE_NOTE for r in rows):
+        lines += ["", BASELINE_RULE]
     if notes:
         lines.append("")
         lines.extend(f"[{i}] {reason}" for i, reason in enumerate(notes, 1))

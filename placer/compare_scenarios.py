@@ -6,6 +6,7 @@ itself is :mod:`placer.compare`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,9 @@ from placer.evaluate import MODES, POLICIES, EvalParams
 from placer.problem import SolveParams
 from placer.workload import Workload
 
+#: Default :attr:`CompareSettings.p99_slack_pct`.
+DEFAULT_P99_SLACK_PCT = 10.0
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -26,7 +30,7 @@ class Scenario:
     ----------
     topology: a topology preset name or a YAML path (``placer.topology.load_topology``).
     redundant: ``R``, redundant experts per layer (slots beyond one per expert).
-    solver: a registered solver name (``placer.problem.solver_names()``).
+    solver: a registered solver name (``placer.solvers.solver_names()``).
     name: label in tables and pictures; default ``"<topology> R=<R> <solver>"``.
     """
 
@@ -102,6 +106,11 @@ class CompareSettings:
         (``tokens_per_gpu x G`` of each scenario), and the solvers plan for it
         (``SolveParams.workload``); None for all three: ``policy``, ``mode`` and
         ``batch_tokens`` as given, solvers with their default workload.
+    p99_target_us: the recommendation's latency target: the fewest GPUs whose estimated
+        step p99 is at most this many µs (:func:`placer.compare_recommend.recommend`);
+        None = the highest throughput per GPU within ``p99_slack_pct`` of the lowest p99.
+    p99_slack_pct: without a target, how far (percent) above the lowest step p99 a
+        scenario may be and still be recommended.
     """
 
     model: str
@@ -118,6 +127,8 @@ class CompareSettings:
     engine: str | None = None
     workload: str | None = None
     tokens_per_gpu: int | None = None
+    p99_target_us: float | None = None
+    p99_slack_pct: float = DEFAULT_P99_SLACK_PCT
 
     @property
     def target(self) -> Workload | None:
@@ -165,6 +176,19 @@ class CompareSettings:
                             (self.layer_time_limit_s, "--layer-time-limit")):
             if value is not None and not value > 0:
                 raise UsageError(f"time limit must be positive, got {value}", where=flag)
+        if self.batch_tokens is not None and self.batch_tokens < 1:
+            raise UsageError(f"batch tokens must be at least 1, got {self.batch_tokens}",
+                             where="--batch-tokens")
+        if self.num_batches is not None and self.num_batches < 1:
+            raise UsageError(f"number of batches must be at least 1, got {self.num_batches}",
+                             where="--num-batches")
+        if self.p99_target_us is not None and not 0 < self.p99_target_us < math.inf:
+            raise UsageError(f"expected a positive step p99 target in µs, got"
+                             f" {self.p99_target_us}", where="--p99-target-us",
+                             hint="for example --p99-target-us 5000")
+        if not 0 <= self.p99_slack_pct < math.inf:
+            raise UsageError(f"expected a slack of 0 percent or more, got {self.p99_slack_pct}",
+                             where="--p99-slack", hint="for example --p99-slack 10 (percent)")
 
     def solve_params(self) -> SolveParams:
         """The solver parameters every scenario shares."""
@@ -176,9 +200,3 @@ class CompareSettings:
         if self.target is not None:
             kwargs["workload"] = self.target
         return SolveParams(**kwargs)
-        if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise UsageError(f"batch tokens must be at least 1, got {self.batch_tokens}",
-                             where="--batch-tokens")
-        if self.num_batches is not None and self.num_batches < 1:
-            raise UsageError(f"number of batches must be at least 1, got {self.num_batches}",
-                             where="--num-batches")

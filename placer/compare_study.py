@@ -10,9 +10,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from placer.compare_scenarios import CompareSettings, Scenario, expand_scenarios
-from placer.errors import UsageError
+from placer.compare_scenarios import CompareSettings, Scenario
+from placer.compare_sweep import Sweep, parse_counts, sweep_scenarios
+from placer.errors import PlacerError, UsageError
 from placer.evaluate import MODES, POLICIES
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The product of topologies, redundancies and solvers a study sweeps.
+
+    Which redundancies a topology runs depends on its GPUs (and, for ``auto``, its
+    memory), so the grid becomes scenarios once the model is known (:func:`resolve_study`).
+
+    Attributes
+    ----------
+    topologies: preset names or YAML paths.
+    sweep: the redundancies to try (:class:`placer.compare_sweep.Sweep`).
+    solvers: solver names.
+    """
+
+    topologies: tuple[str, ...]
+    sweep: Sweep
+    solvers: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -21,22 +41,63 @@ class Study:
 
     Attributes
     ----------
-    scenarios: in order.
+    scenarios: in order: the grid's (once resolved), then the listed ones.
     settings: shared settings.
     trace: the routing trace path(s), when the study names them.
     extras: free-form values kept for the report (source file name).
+    grid: the product still to expand into scenarios (:func:`resolve_study`), placed
+        before ``scenarios``; None once resolved or when there is none.
+    notes: what the grid's expansion skipped on which topology, and why.
     """
 
     scenarios: tuple[Scenario, ...]
     settings: CompareSettings
     trace: tuple[str, ...] = ()
     extras: dict[str, Any] = field(default_factory=dict)
+    grid: Grid | None = None
+    notes: tuple[str, ...] = ()
+
+
+def resolve_study(study: Study) -> Study:
+    """``study`` with its grid expanded for its model
+    (:func:`placer.compare_sweep.sweep_scenarios`): the grid's scenarios first, then the
+    listed ones; ``notes`` say what was skipped.
+
+    Raises
+    ------
+    UsageError: no model named; or every value of the sweep was skipped on every topology
+        and no scenario is listed.
+    """
+    from dataclasses import replace
+
+    from placer.models import load_model
+
+    grid = study.grid
+    if grid is None:
+        return study
+    if not study.settings.model:
+        raise UsageError("no model to plan for", where="--model",
+                         hint="give --model NAME (see `placer model list`) or 'model:' in the"
+                              " scenario file")
+    settings = study.settings
+    scenarios, notes = sweep_scenarios(
+        grid.topologies, grid.sweep, grid.solvers, load_model(settings.model),
+        dtype=settings.dtype, kv_reserve_gb=settings.kv_reserve_gb)
+    if not scenarios and not study.scenarios:
+        raise UsageError(
+            f"no scenario left to compare: {grid.sweep.option} gives no valid value on any"
+            " topology", where=grid.sweep.option,
+            hint="see the notes above; --slots-per-gpu or --redundant auto give each"
+                 " topology values it can run")
+    return replace(study, scenarios=scenarios + study.scenarios, grid=None,
+                   notes=study.notes + notes)
 
 
 #: Keys of a scenario file, in the order docs/compare.md documents them.
-STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "solvers", "scenarios",
-              "policy", "mode", "kv_reserve_gb", "time_limit_s", "layer_time_limit_s", "seed",
-              "batch_tokens", "num_batches", "holdout", "engine", "workload", "tokens_per_gpu")
+STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "slots_per_gpu",
+              "solvers", "scenarios", "policy", "mode", "kv_reserve_gb", "time_limit_s",
+              "layer_time_limit_s", "seed", "batch_tokens", "num_batches", "holdout", "engine",
+              "workload", "tokens_per_gpu", "p99_target_us", "p99_slack_pct")
 
 
 _PATH_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".gz", ".npz", ".csv", ".npy")
@@ -52,7 +113,8 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         model: deepseek-v3               # preset name or YAML path
         dtype: fp8
         topologies: [2x-dgx-h100, 1x-dgx-h200]   # x redundant x solvers
-        redundant: [0, 16, 32]           # default [0]
+        redundant: [0, 16, 32]           # or "0..64", or auto; default: the fewest
+        slots_per_gpu: [8, 9, 10]        # or "8..12"; instead of redundant
         solvers: [eplb, cpsat]           # default [eplb]
         scenarios:                       # extra scenarios, after the product
           - {name: NVL72, topology: gb200-nvl72, redundant: 32, solver: cpsat}
@@ -68,10 +130,14 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         engine: sglang                   # or workload / tokens_per_gpu, instead of
         workload: decode                 #   policy, mode and batch_tokens
         tokens_per_gpu: 128
+        p99_target_us: 5000              # the recommendation's latency target
+        p99_slack_pct: 10                # without a target: within 10% of the lowest p99
 
-    Unknown keys, wrong types and unknown choices raise UsageError with
-    ``where="<file>:<line>: <yaml path>"``. Paths (``trace``, topology and model
-    files) are resolved against ``base_dir`` when they exist there.
+    The product (``topologies`` x ``redundant`` or ``slots_per_gpu`` x ``solvers``) is
+    :attr:`Study.grid`: each topology runs the values valid on its GPUs once
+    :func:`resolve_study` knows the model.  Unknown keys, wrong types and unknown choices
+    raise UsageError with ``where="<file>:<line>: <yaml path>"``. Paths (``trace``,
+    topology and model files) are resolved against ``base_dir`` when they exist there.
     """
     from placer.yaml_schema import parse_yaml
 
@@ -123,12 +189,19 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
     if tokens is not None:
         settings_kwargs["tokens_per_gpu"] = tokens
 
-    topologies = [resolve(_yaml_string(root, p, v, "topology"))
-                  for p, v in root.items("topologies", [])]
-    redundant = [_yaml_int(root, p, v) for p, v in root.items("redundant", [])] or [0]
-    solvers = [_yaml_string(root, p, v, "solver") for p, v in root.items("solvers", [])]
-    scenarios = list(expand_scenarios(topologies, redundant, solvers or ["eplb"])
-                     if topologies else ())
+    target = root.number("p99_target_us", None)
+    if target is not None:
+        settings_kwargs["p99_target_us"] = target
+    slack = root.number("p99_slack_pct", None, strict=False)
+    if slack is not None:
+        settings_kwargs["p99_slack_pct"] = slack
+
+    topologies = tuple(resolve(_yaml_string(root, p, v, "topology"))
+                       for p, v in root.items("topologies", []))
+    sweep = _yaml_sweep(root)
+    solvers = tuple(_yaml_string(root, p, v, "solver") for p, v in root.items("solvers", []))
+    grid = Grid(topologies, sweep, solvers or ("eplb",)) if topologies else None
+    scenarios: list[Scenario] = []
     for path, value in root.items("scenarios", []):
         from placer.yaml_schema import Section
 
@@ -141,11 +214,11 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         ))
         item.done()
     root.done()
-    if not scenarios:
+    if not scenarios and grid is None:
         raise doc.fail("", "the scenario file names no scenario",
                        hint="give 'topologies' (with 'redundant' and 'solvers') or 'scenarios'")
     return Study(tuple(scenarios), CompareSettings(**settings_kwargs), trace,
-                 {"source": source})
+                 {"source": source}, grid=grid)
 
 
 def read_study(path: str | Path) -> Study:
@@ -166,7 +239,32 @@ def _yaml_string(section: Any, path: str, value: Any, what: str) -> str:
     return str(value)
 
 
-def _yaml_int(section: Any, path: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise section.doc.fail(path, f"expected a number of redundant experts >= 0, got {value!r}")
-    return int(value)
+def _yaml_sweep(root: Any) -> Sweep:
+    """``redundant`` (a list, a ``"A..B"`` string or ``auto``) or ``slots_per_gpu`` (a list
+    or a ``"A..B"`` string); at most one of them."""
+    given = [k for k in ("redundant", "slots_per_gpu") if root.raw(k, None) is not None]
+    if len(given) == 2:
+        raise root.fail("slots_per_gpu", "'redundant' and 'slots_per_gpu' exclude each other",
+                        hint="give one: S slots per GPU means R = S x GPUs - experts")
+    if not given:
+        return Sweep()
+    key = given[0]
+    kind = "redundant" if key == "redundant" else "slots"
+    what = "redundant experts" if kind == "redundant" else "slots per GPU"
+    raw = root.raw(key)
+    if isinstance(raw, str) and kind == "redundant" and raw.strip().lower() == "auto":
+        return Sweep("auto")
+    if isinstance(raw, str | int) and not isinstance(raw, bool):
+        example = "auto, [0, 16, 32] or '0..64'" if kind == "redundant" else "[8, 9] or '8..12'"
+        try:
+            return Sweep(kind, parse_counts(str(raw), key, example))
+        except PlacerError as e:
+            raise root.fail(key, e.message, hint=e.hint) from None
+    if not isinstance(raw, list) or not raw:
+        raise root.fail(key, f"expected a list of {what}, got {raw!r}")
+    values = []
+    for path, value in root.items(key):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise root.doc.fail(path, f"expected a number of {what} >= 0, got {value!r}")
+        values.append(int(value))
+    return Sweep(kind, tuple(values))

@@ -14,7 +14,14 @@ import pytest
 from typer.testing import CliRunner
 
 from placer.cli.main import app
-from placer.compare import CompareRow, format_table, row_fields, table_cells
+from placer.compare import (
+    TABLE_COLUMNS,
+    CompareRow,
+    format_table,
+    recommend,
+    row_fields,
+    table_cells,
+)
 
 runner = CliRunner()
 
@@ -71,8 +78,10 @@ def test_table_agrees_with_json(json_rows):
     rows = [CompareRow(**{**r, "solve_seconds": None}) for r in json_rows]
     expected = format_table(rows).splitlines()
     got = result.stdout.splitlines()
-    assert len(got) == len(expected)
-    solve_col = 17  # "solve s" differs between runs: compare every other cell
+    assert len(got) == len(expected) + 2
+    assert got[len(expected):] == ["", recommend(rows).line]
+    # "solve s" differs between runs: compare every other cell
+    solve_col = [c.header for c in TABLE_COLUMNS].index("solve s")
     for line_got, row in zip(got[2:6], rows, strict=True):
         cells = table_cells(row)
         parts = re.split(r"\s{2,}", line_got.strip())
@@ -82,7 +91,8 @@ def test_table_agrees_with_json(json_rows):
             assert parts[-1] == "ok"
         else:
             assert parts[-1] == "does not fit [1]"
-    assert got[-1].startswith("[1] 6 slots per GPU need 1.9 GB of expert weights per GPU")
+    assert got[len(expected) - 1].startswith(
+        "[1] 6 slots per GPU need 1.9 GB of expert weights per GPU")
     assert "4 scenario(s), fitted on windows 0:24" in result.stderr
     assert "[2/4] dgx-h100 R=16 eplb: does not fit: 6 slots" in result.stderr
 
@@ -133,13 +143,13 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--json", "--csv"],
          "error: --csv: --json and --csv are two answers to one question"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-r", "0,x"],
-         "error: --redundant: expected integers separated by commas, got '0,x'"),
+         "error: --redundant: expected integers or ranges A..B separated by commas, got '0,x'"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-s", "eplb,nope"],
          "error: --solver: unknown solver 'nope'"),
         ([str(BUNDLED), "-t", "dgx-h100"], "error: --model: no model to plan for"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "--scenarios", "s.yaml", "-t", "dgx-h100"],
          "error: --scenarios: scenarios come either from --scenarios or from"
-         " --topology/--redundant/--solver"),
+         " --topology/--redundant/--slots-per-gpu/--solver"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--engine", "sglang",
           "--policy", "round_robin"],
          "error: --engine: --engine sets the dispatch policy, the all-to-all mode and the"

@@ -20,9 +20,13 @@ from placer.compare import (
     format_table,
     read_study,
     split_routing,
+    Grid,
+    Sweep,
+    resolve_study,
     study_from_yaml,
     table_cells,
 )
+from placer.compare import TABLE_COLUMNS
 from placer.errors import PlacerError, UsageError
 from placer.evaluate import EvalParams, evaluate
 from placer.models import load_model
@@ -222,9 +226,15 @@ def test_scenario_file_gives_product_then_listed_scenarios(tmp_path):
     path = tmp_path / "study.yaml"
     path.write_text(STUDY)
     study = read_study(path)
-    assert len(study.scenarios) == 2 * 2 * 2 + 1
-    assert study.scenarios[0] == Scenario("dgx-h100", 0, "eplb")
-    assert study.scenarios[-1] == Scenario("gb200-nvl72", 40, "eplb", name="NVL72")
+    assert study.grid == Grid(("dgx-h100", "2x-dgx-h100"), Sweep("redundant", (0, 16)),
+                              ("eplb", "linear"))
+    assert study.scenarios == (Scenario("gb200-nvl72", 40, "eplb", name="NVL72"),)
+    resolved = resolve_study(study)
+    assert resolved.grid is None and resolved.notes == ()
+    assert len(resolved.scenarios) == 2 * 2 * 2 + 1
+    assert resolved.scenarios[:2] == (Scenario("dgx-h100", 0, "eplb"),
+                                      Scenario("dgx-h100", 0, "linear"))
+    assert resolved.scenarios[-1] == Scenario("gb200-nvl72", 40, "eplb", name="NVL72")
     assert study.trace == (str(tmp_path / "trace.jsonl"),)
     assert study.settings == CompareSettings(
         model="gpt-oss-20b", policy="local_first", mode="low_latency", kv_reserve_gb=20.0,
@@ -288,22 +298,29 @@ def test_outcome_row_as_dict_has_every_field():
 # -- verdicts against the baseline, and the workload ------------------------------------------
 
 
+def _cell(row: CompareRow, header: str) -> str:
+    return table_cells(row)[[c.header for c in TABLE_COLUMNS].index(header)]
+
+
 def test_rows_carry_a_verdict_against_the_first_scenario_of_their_topology(four_rows):
     rows = [o.row for o in four_rows]
     assert [r.verdict for r in rows[:3]] == ["baseline", None, "baseline"]  # 1: did not fit
+    assert [r.outcome for r in rows[:3]] == ["baseline", None, "baseline"]
     assert [r.versus_baseline for r in rows[:3]] == [None, None, None]
     base, row = rows[2], rows[3]
     change = row.step_p99_us / base.step_p99_us - 1
     assert row.versus_baseline == pytest.approx(change)
+    assert row.versus_baseline_mean == pytest.approx(row.step_mean_us / base.step_mean_us - 1)
+    assert row.baseline == "2x-dgx-h100 R=0 eplb"
     word = "faster" if change < 0 else "slower"
+    assert row.outcome == word
     assert row.verdict == (f"verdict: 2x-dgx-h100 R=16 eplb is {abs(change):.1%} {word} than"
                            f" 2x-dgx-h100 R=0 eplb on held-out step p99")
-    cells = table_cells(base)
-    assert cells[14] == format(base.step_p99_us, ".1f") and cells[15] == "base"
-    assert table_cells(row)[15] == format(change, "+.1%")
-    assert format_table(rows).splitlines()[7] == (
-        "vs base: step p99 against the first scenario that ran on the same topology (base);"
-        " negative is faster")
+    assert _cell(base, "step p99 µs") == format(base.step_p99_us, ".1f")
+    assert [_cell(base, h) for h in ("Δ p99", "Δ mean", "verdict")] == ["base"] * 3
+    assert _cell(row, "Δ p99") == format(change, "+.1%")
+    assert _cell(row, "verdict") == word
+    assert format_table(rows).splitlines()[7] == compare_mod.BASELINE_RULE
 
 
 def test_verdicts_by_hand():
@@ -316,8 +333,11 @@ def test_verdicts_by_hand():
         None, "baseline", "verdict: c is 5.0% faster than b on step p99",
         "verdict: d and b are equal (within 0.1%) on step p99", None, "baseline",
         "verdict: g is 10.0% slower than f on step p99"]
-    assert [table_cells(r)[15] for r in rows] == [
+    assert [_cell(r, "Δ p99") for r in rows] == [
         "-", "base", "-5.0%", "=", "-", "base", "+10.0%"]
+    assert [r.outcome for r in rows] == [
+        None, "baseline", "faster", "equal", None, "baseline", "slower"]
+    assert [r.baseline for r in rows] == [None, None, "b", "b", None, None, "f"]
 
 
 def test_workload_sets_policy_mode_batch_and_the_solvers_workload(bundled, monkeypatch):

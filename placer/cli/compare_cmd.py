@@ -32,13 +32,18 @@ from placer.cli.common import (
     to_jsonable,
 )
 from placer.compare import (
+    DEFAULT_P99_SLACK_PCT,
     CompareSettings,
+    Grid,
+    Recommendation,
     ScenarioOutcome,
     Study,
     check_names,
-    expand_scenarios,
     format_table,
+    parse_sweep,
     read_study,
+    recommend,
+    resolve_study,
     row_fields,
     split_routing,
 )
@@ -58,22 +63,6 @@ EXAMPLES = examples(
 COMPARE_FORMAT, COMPARE_VERSION = "placer-compare", 1
 
 
-def parse_int_list(text: str, option: str) -> list[int]:
-    """``"0,16,32"`` -> ``[0, 16, 32]``; UsageError naming ``option`` otherwise."""
-    values = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            value = int(part)
-        except ValueError:
-            raise UsageError(f"expected integers separated by commas, got {text!r}",
-                             where=option, hint="for example --redundant 0,16,32") from None
-        if value < 0:
-            raise UsageError(f"expected numbers >= 0, got {value}", where=option)
-        values.append(value)
-    return values
-
-
 def parse_name_list(texts: list[str]) -> list[str]:
     """Repeated and comma-separated names (``--solver eplb,cpsat --solver linear``), in order."""
     out: list[str] = []
@@ -89,32 +78,40 @@ def build_study(
     redundant: str | None,
     solvers: list[str],
     overrides: dict[str, Any],
+    slots_per_gpu: str | None = None,
 ) -> Study:
-    """The study from a scenario file or flags; settings flags override the file's values."""
+    """The study from a scenario file or flags; settings flags override the file's values.
+
+    The topologies x redundancies x solvers product stays a :class:`placer.compare.Grid`
+    until :func:`placer.compare.resolve_study` gives each topology its valid values.
+    """
     from dataclasses import replace
 
     if scenario_file is not None:
-        if topologies or redundant is not None or solvers:
+        if topologies or redundant is not None or slots_per_gpu is not None or solvers:
             raise UsageError(
-                "scenarios come either from --scenarios or from --topology/--redundant/--solver",
+                "scenarios come either from --scenarios or from --topology/--redundant/"
+                "--slots-per-gpu/--solver",
                 where="--scenarios", hint="put every scenario in the file, or drop --scenarios",
             )
         study = read_study(scenario_file)
         settings = replace(study.settings, **{k: v for k, v in overrides.items() if v is not None})
         traces = tuple(str(t) for t in trace) or study.trace
         return replace(study, settings=settings, trace=traces)
-    scenarios = expand_scenarios(
-        topologies,
-        parse_int_list(redundant, "--redundant") if redundant is not None else [0],
-        parse_name_list(solvers) or ["eplb"],
-    )
+    if not topologies:
+        raise UsageError("no topology to compare", where="--topology",
+                         hint="give --topology at least once (a preset name or a YAML file)")
+    grid = Grid(tuple(topologies), parse_sweep(redundant, slots_per_gpu),
+                tuple(parse_name_list(solvers) or ["eplb"]))
     kwargs = {k: v for k, v in overrides.items() if v is not None}
     kwargs.setdefault("model", "")
-    return Study(scenarios, CompareSettings(**kwargs), tuple(str(t) for t in trace))
+    return Study((), CompareSettings(**kwargs), tuple(str(t) for t in trace), grid=grid)
 
 
-def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str) -> dict[str, Any]:
-    """The ``--json`` document: inputs, how the data was split, and one object per row."""
+def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str,
+                 recommendation: Recommendation | None = None) -> dict[str, Any]:
+    """The ``--json`` document: inputs, how the data was split, what the sweep skipped,
+    one object per row and the recommendation."""
     s = study.settings
     return {
         "format": COMPARE_FORMAT,
@@ -128,8 +125,11 @@ def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str
                      "seed": s.seed, "batch_tokens": s.batch_tokens,
                      "num_batches": s.num_batches, "holdout": s.holdout,
                      "engine": s.engine, "workload": s.workload,
-                     "tokens_per_gpu": s.tokens_per_gpu},
+                     "tokens_per_gpu": s.tokens_per_gpu, "p99_target_us": s.p99_target_us,
+                     "p99_slack_pct": s.p99_slack_pct},
+        "notes": list(study.notes),
         "rows": [o.row.as_dict() for o in outcomes],
+        "recommendation": None if recommendation is None else recommendation.to_dict(),
     }
 
 
@@ -216,9 +216,16 @@ def compare(
         show_default=False,
     ),
     redundant: str | None = typer.Option(
-        None, "--redundant", "-r", metavar="R[,R...]",
-        help="Redundant experts per layer, comma-separated"
-        " (e.g. 0,16,32). Default 0.", show_default=False,
+        None, "--redundant", "-r", metavar="R[,R...]|A..B|auto",
+        help="Redundant experts per layer: a list or ranges (0,16,32 or 0..64; values that"
+        " do not split evenly over a topology's GPUs are skipped there), or auto (the slot"
+        " counts placer plan --redundant auto tries, as far as memory holds). Default: the"
+        " fewest that split evenly.", show_default=False,
+    ),
+    slots_per_gpu: str | None = typer.Option(
+        None, "--slots-per-gpu", metavar="S[,S...]|A..B",
+        help="Slots per GPU instead of --redundant (e.g. 8..12): R = S x GPUs - experts on"
+        " each topology.", show_default=False,
     ),
     solver: list[str] = typer.Option(
         [], "--solver", "-s", metavar="NAME[,NAME...]",
@@ -292,6 +299,17 @@ def compare(
         help="Tokens each EP rank dispatches per step"
         " (default 128 decode, 4096 prefill).", show_default=False,
     ),
+    p99_target_us: float | None = typer.Option(
+        None, "--p99-target-us", metavar="US",
+        help="Recommend the fewest GPUs whose estimated step p99 is at most this (µs)."
+        " Default: no target, see --p99-slack.", show_default=False,
+    ),
+    p99_slack: float | None = typer.Option(
+        None, "--p99-slack", metavar="PCT",
+        help="Without a target, recommend the most tokens/s per GPU among the scenarios"
+        f" within PCT% of the lowest step p99 (default {DEFAULT_P99_SLACK_PCT:g}).",
+        show_default=False,
+    ),
     trace_format: str | None = typer.Option(
         None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
     ),
@@ -335,6 +353,8 @@ def compare(
         topology = [] if from_config("--topology") else topology
         solver = [] if from_config("--solver") else solver
         model = None if from_config("--model") else model
+        redundant = None if from_config("--redundant") else redundant
+        slots_per_gpu = None if from_config("--slots-per-gpu") else slots_per_gpu
         dtype = None if from_config("--dtype") else dtype
         kv_reserve_gb = None if from_config("--kv-reserve-gb") else kv_reserve_gb
         seed = None if from_config("--seed") else seed
@@ -352,11 +372,16 @@ def compare(
                  "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit,
                  "layer_time_limit_s": layer_time_limit, "seed": seed,
                  "batch_tokens": batch_tokens, "num_batches": num_batches, "holdout": holdout,
-                 "engine": engine, "workload": workload, "tokens_per_gpu": tokens_per_gpu}
-    study = build_study(scenarios, list(trace or []), topology, redundant, solver, overrides)
+                 "engine": engine, "workload": workload, "tokens_per_gpu": tokens_per_gpu,
+                 "p99_target_us": p99_target_us, "p99_slack_pct": p99_slack}
+    study = build_study(scenarios, list(trace or []), topology, redundant, solver, overrides,
+                        slots_per_gpu)
     if not study.trace:
         raise UsageError("no trace to compare on", where="TRACE",
                          hint="give the trace file, or 'trace:' in the scenario file")
+    study = resolve_study(study)
+    for note in study.notes:  # why rows are missing: shown even with --quiet
+        sys.stderr.write(f"note: {note}\n")
     check_names(study.scenarios, study.settings)
     check_dpi(dpi)
     if report is not None or png_dir is not None:
@@ -379,12 +404,18 @@ def compare(
         outcomes = compare_lib.compare(routing, study.scenarios, study.settings, jobs=jobs,
                                        ray=ray, on_done=progress,
                                        keep_details=report is not None or png_dir is not None)
+    rows = [o.row for o in outcomes]
+    choice = recommend(rows, p99_target_us=study.settings.p99_target_us,
+                       p99_slack_pct=study.settings.p99_slack_pct)
     if json_out:
-        print_json(compare_json(study, outcomes, description))
+        print_json(compare_json(study, outcomes, description, choice))
     elif csv_out:
         sys.stdout.write(compare_csv(outcomes))
+        if not quiet:  # stdout stays one CSV table
+            sys.stderr.write(choice.line + "\n")
     else:
-        sys.stdout.write(format_table([o.row for o in outcomes]))
+        sys.stdout.write(format_table(rows))
+        sys.stdout.write(f"\n{choice.line}\n")
     if report is not None or png_dir is not None:
         _write_report(study, outcomes, routing, description, report, png_dir, dpi, quiet)
 
