@@ -11,22 +11,22 @@ import pytest
 from placer import compare as compare_mod
 from placer import constants
 from placer.compare import (
+    TABLE_COLUMNS,
     CompareRow,
     CompareSettings,
+    Grid,
     Scenario,
     ScenarioOutcome,
+    Sweep,
     compare,
     expand_scenarios,
     format_table,
     read_study,
-    split_routing,
-    Grid,
-    Sweep,
     resolve_study,
+    split_routing,
     study_from_yaml,
     table_cells,
 )
-from placer.compare import TABLE_COLUMNS
 from placer.errors import PlacerError, UsageError
 from placer.evaluate import EvalParams, evaluate
 from placer.models import load_model
