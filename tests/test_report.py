@@ -73,11 +73,28 @@ def test_expert_load_heatmap_axes_and_units():
     image_ax, bar_ax = fig.axes
     assert (image_ax.get_xlabel(), image_ax.get_ylabel()) == (
         "logical expert (id)", "layer (absolute index)")
-    assert bar_ax.get_ylabel() == "load / layer mean"
+    assert bar_ax.get_ylabel() == "load / layer mean (log scale)"
     assert [t.get_text() for t in image_ax.get_yticklabels()] == ["3", "4", "5", "6"]
-    shown = image_ax.images[0].get_array()
+    image = image_ax.images[0]
+    shown = image.get_array()
     np.testing.assert_allclose(shown.mean(axis=1), 1.0)  # each layer relative to its mean
+    assert image.norm(1.0) == pytest.approx(
+        np.log(1.0 / image.norm.vmin) / np.log(image.norm.vmax / image.norm.vmin))  # log scale
     _renders(fig)
+
+
+def test_expert_load_heatmap_log_scale_spreads_a_heavy_tailed_layer():
+    """Log-normal load (a few hot experts, most a little under the mean): on a linear
+    scale the median cell sits at the dark end; here it sits mid-scale, and
+    never-routed experts take the darkest colour."""
+    rng = np.random.default_rng(3)
+    load = rng.lognormal(mean=5.0, sigma=1.0, size=(12, 64))
+    load[:, :2] = 0.0
+    image = expert_load_heatmap(load).axes[0].images[0]
+    rel = load / load.mean(axis=1, keepdims=True)
+    assert np.median(rel) / rel.max() < 0.1  # what a linear scale would show
+    assert 0.3 < float(image.norm(np.median(rel))) < 0.7
+    assert float(image.norm(0.0)) == 0.0
 
 
 def test_gpu_load_bars_one_panel_per_layer_two_series():
@@ -88,17 +105,39 @@ def test_gpu_load_bars_one_panel_per_layer_two_series():
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(visible) == 2
     assert all(_ == ("GPU (rank)", "load / mean") for _ in _labels(fig) if _[0])
-    titles = [ax.get_title() for ax in visible]
-    assert titles[1] == "layer 5: max/mean 4.00 | 1.00"  # worst layer of the first series kept
+    assert visible[1].get_title() == "layer 5"  # worst layer of the first series kept
+    # each panel's legend says whose max / mean is whose
+    assert [t.get_text() for t in visible[1].get_legend().get_texts()] == [
+        "linear: max/mean 4.00", "eplb: max/mean 1.00"]
     assert len(visible[0].patches) == 2 * 4  # two bars per GPU
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["linear", "eplb"]
+    assert fig.get_suptitle() == "Per-GPU load in the layers where the hot shard of linear is worst"
+    _renders(fig)
+
+
+def test_gpu_load_bars_different_gpu_counts_get_their_own_axes():
+    """8 GPUs next to 72: never one rank axis; one column per placement, titles say which."""
+    rng = np.random.default_rng(1)
+    small = rng.uniform(9, 11, size=(4, 8))
+    large = rng.uniform(5, 15, size=(4, 72))
+    fig = gpu_load_bars([small, large], ["eplb on dgx-h100", "cpsat on gb200-nvl72"],
+                        layer_ids=[10, 11, 12, 13], max_panels=4)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 2 * 2  # half as many layers, one column per GPU count
+    left, right = axes[0], axes[1]
+    assert len(left.patches) == 8 and len(right.patches) == 72
+    assert left.get_xlim()[1] < 8 and right.get_xlim()[1] > 71
+    assert left.get_title().startswith("layer ") and "eplb on dgx-h100" in left.get_title()
+    assert "8 GPUs, max/mean" in left.get_title()
+    assert "cpsat on gb200-nvl72" in right.get_title() and "72 GPUs" in right.get_title()
+    assert left.get_shared_y_axes().joined(left, right)
     _renders(fig)
 
 
 def test_gpu_load_bars_explicit_layers_and_bad_row():
     g = np.ones((3, 2))
     fig = gpu_load_bars([g], ["only"], layers=[2])
-    assert fig.axes[0].get_title() == "layer 2: max/mean 1.00"
+    assert fig.axes[0].get_title() == "layer 2"
+    assert fig.get_suptitle() == "Per-GPU load by layer"
     with pytest.raises(UsageError, match=r"layer row 3 is outside \[0, 3\)$"):
         gpu_load_bars([g], ["only"], layers=[3])
     with pytest.raises(UsageError, match=r"2 labels for 1 series$"):

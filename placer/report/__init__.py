@@ -6,11 +6,14 @@
 - :mod:`placer.report.html`: :func:`render_html` builds one HTML file with the
   pictures embedded as base64 PNG (no network needed).
 - :mod:`placer.report.sections`: the report's sections built from placer's
-  objects (statistics, placements, evaluations, comparison rows).
+  objects (statistics, placements, evaluations, comparison rows);
+  :mod:`placer.report.settings` (what was run, the command line) and
+  :mod:`placer.report.verdicts` (each row against its baseline, in one line) are
+  two of them.
 """
 
-from placer.report._mpl import figure_png, require_matplotlib
-from placer.report.html import Picture, Section, SideBySide, Table, Text, render_html
+from placer.report._mpl import figure_png, require_matplotlib, smallest_text_px, text_sizes_px
+from placer.report.html import Code, Picture, Section, SideBySide, Table, Text, render_html
 from placer.report.plots import (
     coactivation_heatmap,
     expert_load_heatmap,
@@ -22,6 +25,7 @@ from placer.report.plots import (
 )
 
 __all__ = [
+    "Code",
     "Picture",
     "Section",
     "SideBySide",
@@ -36,5 +40,7 @@ __all__ = [
     "render_html",
     "require_matplotlib",
     "same_gpu_share",
+    "smallest_text_px",
+    "text_sizes_px",
     "whatif_chart",
 ]

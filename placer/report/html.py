@@ -63,15 +63,31 @@ class Picture:
     png: the PNG file's bytes.
     caption: shown under the image; also its ``alt`` text unless ``alt`` is given.
     alt: text for screen readers.
+    min_text_px: height in pixels of the smallest text drawn in the image, when known
+        (written as ``data-min-text-px`` so a browser check can scale it by the
+        displayed size).
     """
 
     png: bytes
     caption: str
     alt: str = ""
+    min_text_px: float | None = None
 
     def __post_init__(self) -> None:
         if not self.png.startswith(b"\x89PNG\r\n\x1a\n"):
             raise ValueError("Picture.png must hold PNG bytes")
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(width, height)`` in pixels, from the PNG header."""
+        return int.from_bytes(self.png[16:20], "big"), int.from_bytes(self.png[20:24], "big")
+
+
+@dataclass(frozen=True)
+class Code:
+    """A line of code or a command, shown in a monospace font and wrapped when long."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -87,7 +103,7 @@ class SideBySide:
     stack: bool = False
 
 
-Block = Text | Table | Picture | SideBySide
+Block = Text | Code | Table | Picture | SideBySide
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,8 @@ figcaption { color: #444; font-size: 0.9em; margin-top: 0.3em; }
 .side.stack > div { flex-basis: 100%; }
 .scroll { overflow-x: auto; }
 footer { color: #777; font-size: 0.85em; margin-top: 3em; }
+pre { background: #f6f6f6; border: 1px solid #e0e0e0; padding: 0.5em 0.7em; font-size: 0.85em;
+      white-space: pre-wrap; overflow-wrap: anywhere; }
 """
 
 
@@ -188,11 +206,17 @@ def _block(block: Block) -> str:
         return f"<p>{_esc(block.text)}</p>"
     if isinstance(block, Table):
         return _table(block)
+    if isinstance(block, Code):
+        return f"<pre><code>{_esc(block.text)}</code></pre>"
     if isinstance(block, Picture):
         data = base64.b64encode(block.png).decode("ascii")
         alt = block.alt or block.caption
+        width, height = block.size
+        smallest = ("" if block.min_text_px is None
+                    else f' data-min-text-px="{block.min_text_px:.1f}"')
         return (
-            f'<figure><img src="data:image/png;base64,{data}" alt="{_esc(alt)}">'
+            f'<figure><img src="data:image/png;base64,{data}" alt="{_esc(alt)}"'
+            f' width="{width}" height="{height}"{smallest}>'
             f"<figcaption>{_esc(block.caption)}</figcaption></figure>"
         )
     if isinstance(block, SideBySide):
