@@ -63,7 +63,7 @@ def sampling_only(stats: ExpertStats, params: EvalParams) -> dict[str, float]:
     for row in range(stats.num_layers):
         for w, n in zip(windows.tolist(), batches.tolist(), strict=True):
             rng = np.random.default_rng((params.seed, row, w))
-            coact = None if stats.coact is None else stats.coact[row]
+            coact = stats.coact_dense(row)
             t0 = time.perf_counter()
             sampler = build_sampler(stats.load[w, row], stats.top_k, rng, coact=coact,
                                     load_all=load_all[row])

@@ -39,7 +39,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import UsageError
-from placer.stats import ExpertStats
+from placer.stats import ExpertStats, PairCounts
 
 __all__ = [
     "affinity_lift",
@@ -189,16 +189,21 @@ def top_pairs(counts: np.ndarray, n: int, *, symmetric: bool = True) -> list[tup
         i, j = np.triu_indices(c.shape[0], k=1)
     else:
         i, j = np.indices(c.shape).reshape(2, -1)
-    vals = c[i, j]
-    keep = vals > 0
-    i, j, vals = i[keep], j[keep], vals[keep]
-    if vals.size > n:
+    best = _top_of(i, j, c[i, j], n)
+    return [(int(i[o]), int(j[o])) for o in best]
+
+
+def _top_of(i: np.ndarray, j: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the ``n`` pairs ``(i, j)`` with the highest positive ``vals``, ties
+    broken by lower ids (see :func:`top_pairs`)."""
+    keep = np.flatnonzero(vals > 0)
+    if keep.size > n:
         # Cut to candidates first: the n-th largest value and everything tied with it.
-        cut = np.partition(vals, vals.size - n)[vals.size - n]
-        keep = vals >= cut
-        i, j, vals = i[keep], j[keep], vals[keep]
-    order = np.lexsort((j, i, -vals.astype(np.float64)))[:n]
-    return [(int(i[o]), int(j[o])) for o in order]
+        cut = np.partition(vals[keep], keep.size - n)[keep.size - n]
+        keep = keep[vals[keep] >= cut]
+    order = np.lexsort((j[keep], i[keep], -vals[keep].astype(np.float64)))[:n]
+    out: np.ndarray = keep[order]
+    return out
 
 
 # -- the summary --------------------------------------------------------------------------
@@ -257,7 +262,7 @@ def summarize(
         warnings.append("one window only: drift needs at least two (try --window-tokens)")
 
     affinity = None
-    if stats.layer_affinity is not None and stats.layer_affinity.shape[0] > 0:
+    if stats.layer_affinity is not None and stats.layer_affinity.num_rows > 0:
         affinity = _affinity(stats.layer_affinity, stats, total_load, top)
     return {
         "format": SUMMARY_FORMAT,
@@ -308,14 +313,17 @@ def _layer_entry(
     pairs = None
     coverage = None
     if stats.coact is not None:
-        c = stats.coact[row]
-        lift = pair_lift(c, x, k)
+        # from the sparse pairs, as pair_lift and top_pairs of the dense matrix would
+        i, j, c = stats.coact.pairs(row)
+        xf = np.asarray(x, dtype=np.float64)
+        tokens = xf.sum() / k
         pairs = [
-            {"experts": [i, j], "count": int(c[i, j]), "lift": _nan_to_none(lift[i, j])}
-            for i, j in top_pairs(c, top)
+            {"experts": [int(i[o]), int(j[o])], "count": int(c[o]),
+             "lift": _ratio(float(c[o]) * tokens, float(xf[i[o]] * xf[j[o]]))}
+            for o in _top_of(i, j, c, top)
         ]
         if selections and k > 1:
-            coverage = float(np.triu(c, 1).sum() * 2 / ((k - 1) * selections))
+            coverage = float(c.sum() * 2 / ((k - 1) * selections))
     return {
         "layer": int(stats.layer_ids[row]),
         "selections": selections,
@@ -350,24 +358,37 @@ def _drift(load_by_window: np.ndarray, n_hot: int) -> dict[str, Any] | None:
 
 
 def _affinity(
-    layer_affinity: np.ndarray, stats: ExpertStats, total_load: np.ndarray, top: int
+    layer_affinity: PairCounts, stats: ExpertStats, total_load: np.ndarray, top: int
 ) -> list[dict[str, Any]]:
-    """Strongest cross-layer pairs for each pair of consecutive layer rows."""
+    """Strongest cross-layer pairs for each pair of consecutive layer rows (from the
+    sparse pairs, as :func:`affinity_lift` and :func:`top_pairs` of the dense matrix)."""
     out = []
-    for row in range(layer_affinity.shape[0]):
-        a = layer_affinity[row]
-        lift = affinity_lift(a, total_load[row], total_load[row + 1], stats.top_k)
+    k = stats.top_k
+    for row in range(layer_affinity.num_rows):
+        i, j, c = layer_affinity.pairs(row)
+        a = np.asarray(total_load[row], dtype=np.float64)
+        b = np.asarray(total_load[row + 1], dtype=np.float64)
+        t_pair = float(c.sum()) / k**2
+        t_a, t_b = a.sum() / k, b.sum() / k
         out.append(
             {
                 "layer": int(stats.layer_ids[row]),
                 "next_layer": int(stats.layer_ids[row + 1]),
                 "pairs": [
-                    {"experts": [i, j], "count": int(a[i, j]), "lift": _nan_to_none(lift[i, j])}
-                    for i, j in top_pairs(a, top, symmetric=False)
+                    {"experts": [int(i[o]), int(j[o])], "count": int(c[o]),
+                     "lift": _ratio(float(c[o]) * t_a * t_b,
+                                    float(a[i[o]] * b[j[o]]) * t_pair)}
+                    for o in _top_of(i, j, c, top)
                 ],
             }
         )
     return out
+
+
+def _ratio(num: float, denom: float) -> float | None:
+    """``num / denom``, None where ``denom <= 0`` or the ratio is not finite (as the
+    NaN cells of :func:`pair_lift` and :func:`affinity_lift`)."""
+    return _nan_to_none(num / denom) if denom > 0 else None
 
 
 def _stat(values: list[float | None], layer_ids: list[int]) -> dict[str, Any]:

@@ -130,10 +130,17 @@ MAX_LINE_BYTES = 1 << 20
 #: Bytes of the load statistics ``[windows, layers, experts]`` int64 a read may build.
 MAX_LOAD_BYTES = 256 << 20
 
-#: Bytes of the dense co-activation and layer-affinity counts (``[layers, E, E]`` int64
-#: each) a per-token read may build; past it co-activation is left out with a warning
-#: (``coact=False``), the load is still read.  An aggregated file's coact must fit it.
+#: Bytes of dense co-activation and layer-affinity counts (``[layers, E, E]`` int64).  A
+#: per-token read counts pairs in dense matrices while they fit (the fast way), then in
+#: sparse pair lists whose memory follows the distinct pairs seen (MAX_COACT_PAIRS).  A
+#: figure that needs a dense ``[E, E]`` matrix (the sampler, the static evaluator, the
+#: report's heat map) builds it up to this size, and an aggregated file's coact fits it.
 MAX_COACT_BYTES = 256 << 20
+
+#: Distinct expert pairs (co-activation and layer affinity together, 16 bytes each) a
+#: per-token read counts sparsely; past it co-activation is left out with a warning
+#: (``coact=False``), the load is still read.
+MAX_COACT_PAIRS = 1 << 25
 
 #: Largest sum of the counts of one aggregated input ((token, expert) selections): 2^53
 #: keeps every total exact in int64 and float64.

@@ -3,6 +3,8 @@
 :class:`ExpertStats` is built by the trace readers (``placer.traces``) from
 per-token traces or from aggregated load files.  It is frozen and holds numpy
 arrays; derived figures (skew, drift, pairs) live in ``placer.analysis``.
+Pair counts (co-activation, layer affinity) are :class:`PairCounts`: sparse, so
+their memory follows the pairs seen, not the square of the expert count.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from placer.errors import UsageError
+from placer import constants
+from placer.errors import DataError, UsageError
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,157 @@ class Provenance:
         return sum(n for _, n in self.rows_skipped)
 
 
+@dataclass(frozen=True, eq=False)
+class PairCounts:
+    """Sparse pair counts of expert pairs, one set per row (a layer, or a layer pair).
+
+    Row ``r`` holds the pairs ``keys[indptr[r]:indptr[r + 1]]`` with the counts at the
+    same places; a key is ``i * num_experts + j``, keys rise within a row and every
+    count is positive.  ``symmetric``: unordered same-token pairs, stored once with
+    ``i < j`` (the dense form is symmetric with a zero diagonal); otherwise ordered
+    pairs (``i`` in one layer, ``j`` in the next).  Memory is 16 bytes a pair held.
+
+    Attributes
+    ----------
+    num_experts: ``E``, the side of the dense ``[E, E]`` form of a row.
+    indptr: ``[rows + 1]`` int64, where each row's pairs start.
+    keys: ``[pairs]`` int64 pair keys.
+    counts: ``[pairs]`` int64 counts.
+    symmetric: unordered pairs (co-activation) or ordered ones (layer affinity).
+    """
+
+    num_experts: int
+    indptr: np.ndarray
+    keys: np.ndarray
+    counts: np.ndarray
+    symmetric: bool = True
+
+    def __post_init__(self) -> None:
+        if self.indptr.ndim != 1 or self.indptr.size < 1 or int(self.indptr[0]) != 0:
+            raise ValueError("indptr must be [rows + 1] starting at 0")
+        if self.keys.shape != (int(self.indptr[-1]),) or self.counts.shape != self.keys.shape:
+            raise ValueError(
+                f"keys and counts must be [{int(self.indptr[-1])}], got {self.keys.shape}"
+                f" and {self.counts.shape}"
+            )
+
+    @classmethod
+    def from_dense(cls, dense: np.ndarray, *, symmetric: bool = True) -> PairCounts:
+        """Pair counts of ``dense [rows, E, E]``; ``symmetric``: the upper triangle is
+        kept (the diagonal and the lower triangle are taken as its mirror and dropped)."""
+        arr = np.asarray(dense)
+        if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
+            raise ValueError(f"pair counts must be [rows, E, E], got shape {arr.shape}")
+        rows, e, _ = arr.shape
+        keys, counts = [], []
+        upper = np.triu(np.ones((e, e), dtype=bool), k=1).reshape(-1) if symmetric else None
+        for r in range(rows):
+            flat = arr[r].reshape(-1)
+            hit = flat != 0 if upper is None else (flat != 0) & upper
+            idx = np.flatnonzero(hit)
+            keys.append(idx.astype(np.int64))
+            counts.append(flat[idx].astype(np.int64))
+        return cls.from_rows(e, keys, counts, symmetric=symmetric)
+
+    @classmethod
+    def from_rows(
+        cls, num_experts: int, keys: list[np.ndarray], counts: list[np.ndarray], *,
+        symmetric: bool = True,
+    ) -> PairCounts:
+        """Pair counts from each row's sorted unique ``keys`` and positive ``counts``."""
+        sizes = np.array([k.size for k in keys], dtype=np.int64)
+        indptr = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        return cls(int(num_experts), indptr, _cat(keys), _cat(counts), symmetric)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.indptr.size - 1)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(rows, E, E)``: the shape of the dense form (:meth:`to_dense`)."""
+        return (self.num_rows, self.num_experts, self.num_experts)
+
+    @property
+    def num_pairs(self) -> int:
+        """Pairs held, all rows together."""
+        return int(self.keys.size)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.indptr.nbytes + self.keys.nbytes + self.counts.nbytes)
+
+    def pairs(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(i, j, count)`` of row ``row``, int64, in rising ``(i, j)`` order."""
+        lo, hi = int(self.indptr[row]), int(self.indptr[row + 1])
+        keys = self.keys[lo:hi]
+        return keys // self.num_experts, keys % self.num_experts, self.counts[lo:hi]
+
+    def totals(self) -> np.ndarray:
+        """``[rows]`` int64: the sum of each row's counts (each unordered pair once)."""
+        sums = np.zeros(self.num_rows, dtype=np.int64)
+        nonempty = self.indptr[1:] > self.indptr[:-1]
+        if self.keys.size:
+            sums[nonempty] = np.add.reduceat(self.counts, self.indptr[:-1][nonempty])
+        return sums
+
+    def partner_sums(self) -> np.ndarray:
+        """``[rows, E]`` int64: the sums of the dense form's rows (``dense(r).sum(axis=1)``
+        for every row ``r``), without making it."""
+        e = self.num_experts
+        row_of = np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.indptr))
+        sums = np.zeros(self.num_rows * e, dtype=np.int64)
+        np.add.at(sums, row_of * e + self.keys // e, self.counts)
+        if self.symmetric:
+            np.add.at(sums, row_of * e + self.keys % e, self.counts)
+        return sums.reshape(self.num_rows, e)
+
+    def take(self, rows: list[int] | np.ndarray) -> PairCounts:
+        """The rows ``rows``, in that order."""
+        idx = [int(r) for r in rows]
+        keys = [self.keys[self.indptr[r]:self.indptr[r + 1]] for r in idx]
+        counts = [self.counts[self.indptr[r]:self.indptr[r + 1]] for r in idx]
+        return PairCounts.from_rows(self.num_experts, keys, counts, symmetric=self.symmetric)
+
+    def dense(self, row: int) -> np.ndarray:
+        """``[E, E]`` int64 dense counts of row ``row`` (symmetric: both halves filled).
+
+        Raises DataError when the matrix would pass ``constants.MAX_COACT_BYTES``."""
+        self._check_dense(1)
+        return self._fill(np.zeros((self.num_experts, self.num_experts), dtype=np.int64), row)
+
+    def to_dense(self) -> np.ndarray:
+        """``[rows, E, E]`` int64 dense counts of every row (see :meth:`dense`)."""
+        self._check_dense(self.num_rows)
+        e = self.num_experts
+        out = np.zeros((self.num_rows, e, e), dtype=np.int64)
+        for r in range(self.num_rows):
+            self._fill(out[r], r)
+        return out
+
+    def _fill(self, out: np.ndarray, row: int) -> np.ndarray:
+        i, j, c = self.pairs(row)
+        out[i, j] = c
+        if self.symmetric:
+            out[j, i] = c
+        return out
+
+    def _check_dense(self, rows: int) -> None:
+        need = rows * self.num_experts * self.num_experts * 8
+        if need > constants.MAX_COACT_BYTES:
+            mib = 1 << 20
+            raise DataError(
+                f"dense pair counts of {rows} layer{'s' * (rows != 1)} x"
+                f" {self.num_experts:,} experts would take {need / mib:,.0f} MiB, more than"
+                f" placer's {constants.MAX_COACT_BYTES / mib:,.0f} MiB",
+                where="co-activation",
+                hint="this figure needs dense [experts, experts] pair counts; declare the"
+                " expert count (--num-experts) if a stray id raised it, or select fewer"
+                " layers (limits: docs/limits.md)",
+            )
+
+
 @dataclass(frozen=True)
 class ExpertStats:
     """Per-layer expert load and co-activation, by window.
@@ -53,11 +207,13 @@ class ExpertStats:
         ``load[w].sum() / (top_k * layers)`` rounded).
     layer_ids: ``[layers]`` int64, the model's absolute layer index of each layer row.
     top_k: experts selected per token per layer.
-    coact: ``[layers, experts, experts]`` int64 or None; symmetric same-token pair
-        counts within a layer over all windows, zero diagonal.
-    layer_affinity: ``[layers - 1, experts, experts]`` int64 or None; tokens that
-        selected expert i in layer row l and expert j in layer row l + 1 (only
-        for per-token traces that span consecutive layers).
+    coact: :class:`PairCounts` (symmetric, one row per layer) or None; same-token pair
+        counts within a layer over all windows.  A dense ``[layers, experts, experts]``
+        array given here is converted (its upper triangle is kept).
+    layer_affinity: :class:`PairCounts` (ordered, ``layers - 1`` rows) or None; tokens
+        that selected expert i in layer row l and expert j in layer row l + 1 (only
+        for per-token traces that span consecutive layers).  A dense ``[layers - 1,
+        experts, experts]`` array given here is converted.
     window_starts: ``[windows]`` int64, the first step (or token) of each window.
     provenance: what was read.
     warnings: messages about suspicious data (synthetic, warm-up passes, ...).
@@ -67,8 +223,8 @@ class ExpertStats:
     tokens: np.ndarray
     layer_ids: np.ndarray
     top_k: int
-    coact: np.ndarray | None = None
-    layer_affinity: np.ndarray | None = None
+    coact: PairCounts | None = None
+    layer_affinity: PairCounts | None = None
     window_starts: np.ndarray | None = None
     provenance: Provenance = field(default_factory=Provenance)
     warnings: tuple[str, ...] = ()
@@ -83,8 +239,16 @@ class ExpertStats:
             raise ValueError(f"tokens must be [windows]={w}, got shape {self.tokens.shape}")
         if self.layer_ids.shape != (l,):
             raise ValueError(f"layer_ids must be [layers]={l}, got shape {self.layer_ids.shape}")
-        if self.coact is not None and self.coact.shape != (l, e, e):
-            raise ValueError(f"coact must be [{l}, {e}, {e}], got shape {self.coact.shape}")
+        for name, symmetric in (("coact", True), ("layer_affinity", False)):
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                if value.ndim != 3 or value.shape[1:] != (e, e):
+                    raise ValueError(f"{name} must be [rows, {e}, {e}], got shape {value.shape}")
+                object.__setattr__(self, name, PairCounts.from_dense(value, symmetric=symmetric))
+            elif value is not None and value.num_experts != e:
+                raise ValueError(f"{name} counts pairs of {value.num_experts} experts, not {e}")
+        if self.coact is not None and self.coact.num_rows != l:
+            raise ValueError(f"coact must have {l} layer rows, got {self.coact.num_rows}")
         if self.window_starts is not None and self.window_starts.shape != (w,):
             raise ValueError(f"window_starts must be [{w}], got shape {self.window_starts.shape}")
 
@@ -109,6 +273,13 @@ class ExpertStats:
     def total_tokens(self) -> int:
         return int(self.tokens.sum())
 
+    def coact_dense(self, row: int) -> np.ndarray | None:
+        """``[experts, experts]`` int64 co-activation of layer row ``row`` (symmetric, zero
+        diagonal), or None without co-activation.  Raises DataError past
+        ``constants.MAX_COACT_BYTES``; figures that only need the pairs read
+        :meth:`PairCounts.pairs` instead."""
+        return None if self.coact is None else self.coact.dense(row)
+
     def layer_index(self, layer_id: int) -> int:
         """Row of absolute layer ``layer_id``; raises UsageError when absent."""
         hits = np.flatnonzero(self.layer_ids == layer_id)
@@ -124,13 +295,14 @@ class ExpertStats:
         rows = [self.layer_index(int(i)) for i in layer_ids]
         aff = None
         if self.layer_affinity is not None:
-            pairs = [r for r in rows[:-1] if r + 1 in rows and r < self.layer_affinity.shape[0]]
-            aff = self.layer_affinity[pairs] if len(pairs) == len(rows) - 1 else None
+            pairs = [r for r in rows[:-1]
+                     if r + 1 in rows and r < self.layer_affinity.num_rows]
+            aff = self.layer_affinity.take(pairs) if len(pairs) == len(rows) - 1 else None
         return replace(
             self,
             load=self.load[:, rows],
             layer_ids=self.layer_ids[rows],
-            coact=None if self.coact is None else self.coact[rows],
+            coact=None if self.coact is None else self.coact.take(rows),
             layer_affinity=aff,
         )
 
@@ -210,6 +382,12 @@ class RoutingData:
 
     stats: ExpertStats
     trace: RoutingTrace | None = None
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(parts).astype(np.int64, copy=False)
 
 
 def format_ranges(ids: Iterable[int] | np.ndarray) -> str:

@@ -92,7 +92,7 @@ def test_normalized_entropy_by_hand():
 
 def test_pair_lift_by_hand(four_tokens):
     # P(0,1) = 2/4, P(0) = 3/4, P(1) = 3/4 -> lift = 0.5 / 0.5625 = 8/9.
-    lift = pair_lift(four_tokens.coact[0], four_tokens.load[0, 0], 2)
+    lift = pair_lift(four_tokens.coact_dense(0), four_tokens.load[0, 0], 2)
     assert lift[0, 1] == pytest.approx(8 / 9)
     # P(0,2) = 1/4, P(0) = 3/4, P(2) = 1/4 -> 4/3.
     assert lift[0, 2] == pytest.approx(4 / 3)
@@ -193,7 +193,7 @@ def test_summary_totals_carry_provenance(four_tokens):
 def test_summary_warns_on_partial_coactivation(four_tokens):
     from dataclasses import replace
 
-    partial = four_tokens.coact.copy()
+    partial = four_tokens.coact.to_dense()
     partial[0, 1, 3] = partial[0, 3, 1] = 0
     s = summarize(replace(four_tokens, coact=partial))
     assert s["layers"][0]["coact_coverage"] == pytest.approx(0.75)

@@ -78,7 +78,7 @@ def test_qwen3_converted_by_the_bundled_script(real, tmp_path):
     assert routing is not None
     assert (tmp_path / "qwen3-30b-a3b.npz").exists()
     assert routing.stats.top_k == 8 and routing.stats.num_experts == 128
-    assert routing.stats.coact[0, 0, 1] == 5
+    assert routing.stats.coact_dense(0)[0, 1] == 5
 
 
 def test_mixtral_logs_read_in_windows_of_16_tokens(real):

@@ -188,12 +188,12 @@ def test_remote_copy_bounds_bracket_the_exact_figure_for_top4(seed):
                          np.full(40, -1), num_experts=8)
     stats = routing.stats
     if seed == 3:  # thresholded counts, as published statistics often are: drop light pairs
-        coact = stats.coact.copy()
+        coact = stats.coact.to_dense()
         coact[coact < 4] = 0
         from dataclasses import replace
 
         stats = replace(stats, coact=coact)
-        assert coact.sum() < routing.stats.coact.sum()
+        assert coact.sum() < routing.stats.coact.to_dense().sum()
     bounds = remote_copy_bounds(pl, stats, topo)[0]  # [gpu|node, lower|upper]
     node = topo.node_of_gpu
     replicas = {e: [s // 3 for s in range(12) if pl.physical_to_logical[0, s] == e]

@@ -83,7 +83,7 @@ def test_minus_one_entries_are_no_selection(tmp_path):
     assert s.total_tokens == 2 and s.provenance.rows_read == 3
     assert dict(s.provenance.rows_skipped) == {"token with no expert in any layer": 1}
     np.testing.assert_array_equal(s.mean_load, [[1, 1, 0], [0, 1, 2]])
-    assert s.layer_affinity[0].sum() == 2  # token 0 only: {0, 1} -> {2}
+    assert s.layer_affinity.dense(0).sum() == 2  # token 0 only: {0, 1} -> {2}
 
 
 def save_npz(path: Path, **arrays: object) -> Path:

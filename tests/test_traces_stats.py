@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pair_helpers import dense
 
 from placer import constants
 from placer.errors import UsageError
@@ -72,8 +73,8 @@ def brute(ids: np.ndarray, steps: np.ndarray | None, window_tokens: int | None,
 def check(stats, ref) -> None:
     np.testing.assert_array_equal(stats.load, ref["load"])
     np.testing.assert_array_equal(stats.tokens, ref["tokens"])
-    np.testing.assert_array_equal(stats.coact, ref["coact"])
-    np.testing.assert_array_equal(stats.layer_affinity, ref["aff"])
+    np.testing.assert_array_equal(dense(stats.coact), ref["coact"])
+    np.testing.assert_array_equal(dense(stats.layer_affinity), ref["aff"])
     np.testing.assert_array_equal(stats.window_starts, ref["starts"])
 
 
@@ -138,8 +139,9 @@ def test_streaming_in_small_chunks_equals_all_at_once(trace_3x8, tmp_path, monke
         for ref in (whole, whole_jl):
             np.testing.assert_array_equal(small.load, ref.load)
             np.testing.assert_array_equal(small.tokens, ref.tokens)
-            np.testing.assert_array_equal(small.coact, ref.coact)
-            np.testing.assert_array_equal(small.layer_affinity, ref.layer_affinity)
+            np.testing.assert_array_equal(dense(small.coact), dense(ref.coact))
+            np.testing.assert_array_equal(dense(small.layer_affinity),
+                                          dense(ref.layer_affinity))
             np.testing.assert_array_equal(small.window_starts, ref.window_starts)
 
 
@@ -218,7 +220,7 @@ def test_coact_symmetric_with_zero_diagonal_and_row_sums(trace_3x8):
     """Complete pair counts: each row sums to (k - 1) x load."""
     path, _, _ = trace_3x8
     stats = read_routing(path).stats
-    c = stats.coact
+    c = stats.coact.to_dense()
     np.testing.assert_array_equal(c, c.transpose(0, 2, 1))
     assert not np.einsum("lii->li", c).any()
     np.testing.assert_array_equal(c.sum(axis=2), (stats.top_k - 1) * stats.mean_load)
@@ -283,8 +285,8 @@ def test_padding_and_growing_experts_in_small_chunks_equal_brute_force(
         for name in ("t.npz", "t.jsonl"):
             s = read_routing(folder / name).stats
             np.testing.assert_array_equal(s.load, ref["load"][:, :, :used])
-            np.testing.assert_array_equal(s.coact, ref["coact"][:, :used, :used])
-            np.testing.assert_array_equal(s.layer_affinity, ref["aff"][:, :used, :used])
+            np.testing.assert_array_equal(dense(s.coact), ref["coact"][:, :used, :used])
+            np.testing.assert_array_equal(dense(s.layer_affinity), ref["aff"][:, :used, :used])
 
 
 @pytest.mark.parametrize("coact", [True, False])

@@ -474,7 +474,7 @@ def _sampled_source(
 
     def draw(row: int, layer_id: int) -> np.ndarray:
         srow = int(stats_rows[row])
-        coact = None if stats.coact is None else stats.coact[srow]
+        coact = stats.coact_dense(srow)  # the sampler's anchor mixture is dense
         chunks = []
         for (lo, hi), n in zip(plan.groups, plan.group_batches, strict=True):
             if hi - lo == 1:  # a window on its own: the same draws as ever

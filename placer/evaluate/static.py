@@ -12,7 +12,7 @@ import numpy as np
 
 from placer.errors import DataError, PlacementError
 from placer.placement import Placement, gpu_loads
-from placer.stats import ExpertStats, format_ranges
+from placer.stats import ExpertStats, PairCounts, format_ranges
 
 if TYPE_CHECKING:
     from placer.topology import Topology
@@ -101,9 +101,8 @@ def missing_pairs(stats: ExpertStats) -> np.ndarray:
     counts left out (thresholded lists) or tokens that selected fewer experts.  Zero when
     every pair is counted.  Raises DataError without co-activation counts.
     """
-    coact = _coact_of(stats)
     k = max(int(stats.top_k), 1)
-    counted = np.triu(coact, k=1).sum(axis=(1, 2)).astype(np.float64)
+    counted = _pairs_of(stats).totals().astype(np.float64)
     possible = stats.mean_load.sum(axis=1).astype(np.float64) * (k - 1) / 2
     out: np.ndarray = np.maximum(possible - counted, 0.0)
     return out
@@ -236,7 +235,7 @@ def _dispatch_shares(placement: Placement, stats: ExpertStats, topology: Topolog
     counted more often than either expert is selected, or an expert's pairs exceed
     ``top_k - 1`` per selection (loads and pairs not over the same tokens)."""
     rows = stats_rows(placement, stats)  # a placement that does not fit is reported first
-    coact = _coact_of(stats)[rows]
+    coact = _coact_of(stats, rows)
     load = stats.mean_load[rows].astype(np.float64)
     _check_pairs(load, coact, stats, rows)
     tokens = np.maximum(float(max(stats.total_tokens, 1)), load.max(axis=1))
@@ -247,17 +246,20 @@ def _dispatch_shares(placement: Placement, stats: ExpertStats, topology: Topolog
     return _Shares(load, coact, f, f @ onehot, w, tokens)
 
 
-def _coact_of(stats: ExpertStats) -> np.ndarray:
-    """``[layers, E, E]`` float64 pair counts with a zero diagonal; DataError without."""
+def _pairs_of(stats: ExpertStats) -> PairCounts:
+    """The co-activation pair counts; DataError without."""
     if stats.coact is None:
         raise DataError(
             "the routing data has no co-activation counts",
             hint="read a per-token trace (co-activation is counted by default)",
         )
-    coact = stats.coact.astype(np.float64)
-    idx = np.arange(coact.shape[1])
-    coact[:, idx, idx] = 0.0
-    return coact
+    return stats.coact
+
+
+def _coact_of(stats: ExpertStats, rows: np.ndarray) -> np.ndarray:
+    """``[len(rows), E, E]`` float64 dense pair counts of layer rows ``rows`` (symmetric,
+    zero diagonal); DataError without, or past ``constants.MAX_COACT_BYTES``."""
+    return _pairs_of(stats).take(rows).to_dense().astype(np.float64)
 
 
 def _check_pairs(load: np.ndarray, coact: np.ndarray, stats: ExpertStats,

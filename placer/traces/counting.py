@@ -14,6 +14,7 @@ from placer.traces.chunks import RowChunk
 from placer.traces.kernels import _BLOCK_CODES, _has_duplicate, _load_into, _pairs_into, _sorted_by
 from placer.traces.limits import _coact_bytes
 from placer.traces.occurrences import _OCC_BITS, _WORD_BITS, _grow
+from placer.traces.pairs import _pair_keys
 from placer.traces.validation import _Validation
 from placer.traces.windows import WindowGrid
 
@@ -170,16 +171,14 @@ class _Counting(_Validation):
         load = self._load_flat()
         coact = self.options.coact and xt.shape[0] > 1
         if coact:
-            ew = self._coact.shape[1]
-            xs = np.where(xt < 0, ew - 1, xt) if has_none else xt
+            xs = self._pair_columns(xt, has_none)
         scratch = self._scratch()
         for a, b in itertools.pairwise(bounds):
             _load_into(load, base[a:b], xt[:, a:b], has_none, scratch)
             if coact:
-                self._add_pair_counts(self._coact[int(rows[a])], xs[:, a:b], xs[:, a:b],
-                                      triangle=True)
-        if coact and has_none:
-            self._clear_trash()
+                self._count_pairs(False, int(rows[a]), xs[:, a:b], xs[:, a:b], triangle=True)
+        if coact:
+            self._end_pairs(has_none)
 
     def _count_tokens(
         self, xt: np.ndarray, rows: np.ndarray, lid: np.ndarray, tok_win: np.ndarray,
@@ -199,27 +198,27 @@ class _Counting(_Validation):
         if coact:
             pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
             coact = self.options.coact  # pairs past MAX_COACT_BYTES leave co-activation out
-            if not coact and xt.shape[1] > 1 and _has_duplicate(xt.transpose(1, 0, 2)):
+            # sparse counts leave out self-pairs: look for an expert twice in one row first
+            if ((not coact or self._sparse) and xt.shape[1] > 1
+                    and _has_duplicate(xt.transpose(1, 0, 2))):
                 self._raise_duplicate(flat, where)
         if coact:
-            ew = self._coact.shape[1]
-            xs = np.where(xt < 0, ew - 1, xt) if has_none else xt
+            xs = self._pair_columns(xt, has_none)
         scratch = self._scratch()
         for c in range(lid.size):
             _load_into(load, tok_base + int(rows[c]) * e, xt[c], has_none, scratch)
             if coact:
                 if xt.shape[1] > 1:
-                    self._add_pair_counts(self._coact[int(rows[c])], xs[c], xs[c],
-                                          triangle=True)
+                    self._count_pairs(False, int(rows[c]), xs[c], xs[c], triangle=True)
                 if c + 1 < lid.size:
-                    self._add_pair_counts(self._aff[pidx[c]], xs[c], xs[c + 1],
-                                          triangle=False)
+                    self._count_pairs(True, pidx[c], xs[c], xs[c + 1], triangle=False)
         if coact:
-            if has_none:
-                self._clear_trash()
-            diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
-            if diag.any():  # an expert twice in one row
-                self._raise_duplicate(flat, where)
+            self._end_pairs(has_none)
+            if not self._sparse:
+                ew = self._coact.shape[1]
+                diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
+                if diag.any():  # an expert twice in one row
+                    self._raise_duplicate(flat, where)
 
     def _columns_buffer(self, size: int) -> np.ndarray:
         """``[size]`` int32 (expert ids and the -1 column fit), reused from chunk to chunk
@@ -227,6 +226,33 @@ class _Counting(_Validation):
         if self._columns is None or self._columns.size < size:
             self._columns = np.empty(size, dtype=np.int32)
         return self._columns[:size]
+
+    def _pair_columns(self, xt: np.ndarray, has_none: bool) -> np.ndarray:
+        """Expert ids for :meth:`_count_pairs`: dense counts take -1 (no expert) as the
+        extra last expert (cleared by :meth:`_end_pairs`), sparse ones leave it out."""
+        if self._sparse or not has_none:
+            return xt
+        return np.where(xt < 0, self._coact.shape[1] - 1, xt)
+
+    def _count_pairs(
+        self, affinity: bool, index: int, a: np.ndarray, b: np.ndarray, *, triangle: bool
+    ) -> None:
+        """Pairs of ``a [ka, n]`` and ``b [kb, n]`` (see :func:`_pairs_into`) into
+        co-activation row ``index`` or, ``affinity``, layer pair ``index``."""
+        if self._sparse:
+            store = self._sp_aff if affinity else self._sp_coact
+            store.add(index, _pair_keys(a, b, triangle=triangle))
+        else:
+            self._add_pair_counts((self._aff if affinity else self._coact)[index], a, b,
+                                  triangle=triangle)
+
+    def _end_pairs(self, has_none: bool) -> None:
+        """After a chunk's pairs: clear the -1 expert of dense counts, or bound the
+        sparse ones (``constants.MAX_COACT_PAIRS``)."""
+        if self._sparse:
+            self._check_sparse_size()
+        elif has_none:
+            self._clear_trash()
 
     def _add_pair_counts(
         self, counts: np.ndarray, a: np.ndarray, b: np.ndarray, *, triangle: bool
@@ -277,16 +303,16 @@ class _Counting(_Validation):
         if p is None:
             p = len(self._aff_pairs)
             self._aff_pairs[(a, b)] = p
-            if p >= self._aff.shape[0]:
+            if p >= self._aff.shape[0] and not self._sparse:
                 ew = self._num_e + 1
                 nl = len(self._layer_ids)
                 rows = p + 1 + nl
                 if _coact_bytes(nl, rows, ew) > constants.MAX_COACT_BYTES:
                     rows = p + 1  # no room to spare: grow by one
                 if _coact_bytes(nl, rows, ew) > constants.MAX_COACT_BYTES:
-                    self._drop_coact(nl, self._num_e)
-                    return -1
-                self._aff = _grow(self._aff, (rows, ew, ew))
+                    self._go_sparse()
+                else:
+                    self._aff = _grow(self._aff, (rows, ew, ew))
         return p
 
     def _pair_indices(self, row_a: np.ndarray, row_b: np.ndarray) -> np.ndarray:
@@ -310,16 +336,17 @@ class _Counting(_Validation):
         ``pidx`` sorted."""
         if pidx.size == 0:
             return
-        ew = self._aff.shape[1]
         xa, xb = np.ascontiguousarray(ea.T), np.ascontiguousarray(eb.T)
         none = bool(xa.min() < 0 or xb.min() < 0)
-        if none:
+        if none and not self._sparse:
+            ew = self._aff.shape[1]
             xa, xb = np.where(xa < 0, ew - 1, xa), np.where(xb < 0, ew - 1, xb)
         cuts = np.flatnonzero(pidx[1:] != pidx[:-1]) + 1
         bounds = np.concatenate([[0], cuts, [pidx.size]]).tolist()
         for a, b in itertools.pairwise(bounds):
-            self._add_pair_counts(self._aff[int(pidx[a])], xa[:, a:b], xb[:, a:b],
-                                  triangle=False)
+            self._count_pairs(True, int(pidx[a]), xa[:, a:b], xb[:, a:b], triangle=False)
+        if self._sparse:
+            self._check_sparse_size()
         if none:
             self._clear_trash()
 

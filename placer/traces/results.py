@@ -4,12 +4,20 @@ provenance, warnings and the kept-token trace."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 
 from placer import constants
 from placer.errors import TraceError, TraceWarning, UsageError
-from placer.stats import ExpertStats, Provenance, RoutingData, RoutingTrace, format_ranges
+from placer.stats import (
+    ExpertStats,
+    PairCounts,
+    Provenance,
+    RoutingData,
+    RoutingTrace,
+    format_ranges,
+)
 from placer.traces.limits import _SPARSE_TRACE_RATIO, _mib
 from placer.traces.warmup import _WarmUp
 
@@ -106,25 +114,12 @@ class _Results(_WarmUp):
         load = self._load[:, order, :num_e]
         coact = aff = None
         if self.options.coact:
-            # pairs were counted in either order (positions i < j of a row): the
-            # co-activation is the counts plus their transpose, made in place, layer by
-            # layer (the accumulation ends here), without new [L, E, E] arrays
-            full = self._coact if same else self._coact[order]
-            for r in range(full.shape[0]):
-                full[r] += full[r].T
-            coact = full[:, :num_e, :num_e]
-            if layer_ids.size > 1:
-                pairs = [
-                    self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
-                    for r in range(layer_ids.size - 1)
-                ]
-                if pairs == list(range(len(pairs))):
-                    aff = self._aff[: len(pairs), :num_e, :num_e]
-                else:
-                    aff = np.zeros((layer_ids.size - 1, num_e, num_e), dtype=np.int64)
-                    for r, p in enumerate(pairs):
-                        if p is not None:
-                            aff[r] = self._aff[p, :num_e, :num_e]
+            pairs = [
+                self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
+                for r in range(layer_ids.size - 1)
+            ]
+            coact, aff = (self._sparse_result if self._sparse else self._dense_result)(
+                order, same, pairs, num_e)
         if self._keep is not None:
             self._check_trace_size(layer_ids.size)
         starts = self._grid.starts()
@@ -143,6 +138,34 @@ class _Results(_WarmUp):
         _emit(warn)
         trace = self._build_trace(layer_ids) if self._keep is not None else None
         return RoutingData(stats=stats, trace=trace)
+
+    def _dense_result(
+        self, order: np.ndarray, same: bool, pairs: list[int | None], num_e: int
+    ) -> tuple[PairCounts, PairCounts | None]:
+        """Co-activation and layer affinity of dense counts (rows in ``order``; ``pairs``
+        the affinity index of each consecutive layer pair, None when never seen)."""
+        # pairs were counted in either order (positions i < j of a row): the counts
+        # plus their transpose, made in place layer by layer (the accumulation ends here)
+        full = self._coact if same else self._coact[order]
+        for r in range(full.shape[0]):
+            full[r] += full[r].T
+        coact = _nonzero_rows(full, list(range(full.shape[0])), num_e, symmetric=True)
+        aff = _nonzero_rows(self._aff, pairs, num_e, symmetric=False) if pairs else None
+        return coact, aff
+
+    def _sparse_result(
+        self, order: np.ndarray, same: bool, pairs: list[int | None], num_e: int
+    ) -> tuple[PairCounts, PairCounts | None]:
+        """As :meth:`_dense_result`, from the sparse counts."""
+        rows = [self._sp_coact.row(int(r), num_e) for r in order]
+        coact = PairCounts.from_rows(num_e, [k for k, _ in rows], [c for _, c in rows])
+        aff = None
+        if pairs:
+            empty = (np.zeros(0, dtype=np.int64),) * 2
+            rows = [self._sp_aff.row(p, num_e) if p is not None else empty for p in pairs]
+            aff = PairCounts.from_rows(num_e, [k for k, _ in rows], [c for _, c in rows],
+                                       symmetric=False)
+        return coact, aff
 
     def _check_trace_size(self, num_layers: int) -> None:
         """Refuse a per-token trace whose dense ``[tokens, layers, k]`` array would dwarf
@@ -226,7 +249,7 @@ class _Results(_WarmUp):
             tokens=tokens,
             layer_ids=lid,
             top_k=top_k,
-            coact=coact,
+            coact=None if coact is None else PairCounts.from_dense(coact),
             layer_affinity=None,
             window_starts=starts,
             provenance=self._provenance(),
@@ -234,6 +257,52 @@ class _Results(_WarmUp):
         )
         _emit(warn)
         return RoutingData(stats=stats, trace=None)
+
+
+def _nonzero_rows(
+    dense: np.ndarray, rows: Sequence[int | None], num_e: int, *, symmetric: bool
+) -> PairCounts:
+    """Pair counts of the rows ``rows`` (None: no pairs) of dense ``[R, W, W]`` counts
+    (``W >= num_e``; cells of experts ``>= num_e`` are left out); ``symmetric``: only
+    ``i < j``."""
+    width = dense.shape[1] if dense.ndim == 3 else 0
+    keys: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    sizes = np.zeros(len(rows), dtype=np.int64)
+    if num_e * num_e <= _CELL_TABLE_MAX:
+        # one gather per row through a table of the cells that hold pairs, in key order
+        if symmetric:
+            i, j = np.triu_indices(num_e, k=1)
+        else:
+            i, j = np.divmod(np.arange(num_e * num_e, dtype=np.int64), num_e)
+        cells, cell_keys = i * width + j, i * num_e + j
+        for n, r in enumerate(rows):
+            if r is not None:
+                vals = dense[r].reshape(-1)[cells]
+                nz = np.flatnonzero(vals)
+                keys.append(cell_keys[nz])
+                counts.append(vals[nz])
+                sizes[n] = nz.size
+    else:  # many experts (few layers, or dense counts would not fit): expert by expert
+        for n, r in enumerate(rows):
+            if r is None:
+                continue
+            for e in range(num_e):
+                lo = e + 1 if symmetric else 0
+                vals = dense[r, e, lo:num_e]
+                nz = np.flatnonzero(vals)
+                keys.append(e * num_e + lo + nz)
+                counts.append(vals[nz])
+                sizes[n] += nz.size
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=indptr[1:])
+    empty = np.zeros(0, dtype=np.int64)
+    return PairCounts(num_e, indptr, np.concatenate(keys) if keys else empty,
+                      np.concatenate(counts) if counts else empty, symmetric)
+
+
+#: Most cells of the table :func:`_nonzero_rows` gathers through (2 x 8 bytes each).
+_CELL_TABLE_MAX = 1 << 22
 
 
 def _top_k_from_coact(load: np.ndarray, coact: np.ndarray | None) -> int | None:

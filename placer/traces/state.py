@@ -17,6 +17,7 @@ from placer.stats import RoutingData
 from placer.traces.chunks import ReadOptions, RowChunk, _HeldTokens
 from placer.traces.limits import _coact_bytes, _mib
 from placer.traces.occurrences import _WORD_BITS, _grow, _TokenTable
+from placer.traces.pairs import _KEY_BITS, _SparsePairs
 from placer.traces.windows import WindowGrid
 
 #: How messages name figures the caller declared (read_routing's arguments, which the
@@ -77,6 +78,10 @@ class _AccumulatorState:
         self._aff = np.zeros((0, 0, 0), dtype=np.int64)  # [pairs, E, E]
         self._aff_pairs: dict[tuple[int, int], int] = {}  # (layer id a, layer id b) -> index
         self._pair_of_rows = np.zeros((0, 0), dtype=np.int64)  # same, by accumulator rows
+        # past MAX_COACT_BYTES of dense counts, pairs are counted sparsely (_go_sparse)
+        self._sparse = False
+        self._sp_coact = _SparsePairs()  # by accumulator row
+        self._sp_aff = _SparsePairs()  # by affinity index
         self._agg_coact: np.ndarray | None = None
         self._agg_has_coact = True
         self._agg_window_starts: np.ndarray | None = None
@@ -205,9 +210,9 @@ class _AccumulatorState:
         self._num_e = e
         w = self._grid.count
         self._load = _grow(self._load, (w, nl, e))
-        if self.options.coact:
+        if self.options.coact and not self._sparse:
             if _coact_bytes(nl, self._aff.shape[0], e + 1) > constants.MAX_COACT_BYTES:
-                self._drop_coact(nl, e)
+                self._go_sparse()
             else:
                 # one more expert than the accumulators' width: -1 (no expert) counts
                 # there and is cleared after each chunk (see _clear_trash)
@@ -218,19 +223,46 @@ class _AccumulatorState:
         self._run_req = _grow(self._run_req, (nl,), -1)
         self._run_len = _grow(self._run_len, (nl,))
 
-    def _drop_coact(self, nl: int, e: int) -> None:
-        """Stop counting co-activation and layer affinity: they would pass
-        ``constants.MAX_COACT_BYTES`` (the load is still counted)."""
-        nl = max(nl, 1)
-        need = _coact_bytes(nl, max(self._aff.shape[0], nl - 1), e + 1)
+    def _go_sparse(self) -> None:
+        """Count pairs sparsely from now on: dense ``[E, E]`` counts would pass
+        ``constants.MAX_COACT_BYTES``.  The counts so far move to the sparse stores."""
+        for dense, store, triangle in ((self._coact, self._sp_coact, True),
+                                       (self._aff, self._sp_aff, False)):
+            ew = dense.shape[1] if dense.ndim == 3 else 0
+            for row in range(dense.shape[0]):
+                flat = dense[row].reshape(-1)
+                idx = np.flatnonzero(flat)
+                i, j = idx // ew, idx % ew
+                if triangle:  # counted in either order: key them unordered
+                    i, j = np.minimum(i, j), np.maximum(i, j)
+                keep = (j < ew - 1) & (i < ew - 1) & ((i != j) | (not triangle))
+                store.add(row, ((i << _KEY_BITS) | j)[keep], flat[idx][keep])
+        self._sparse = True
+        self._coact = np.zeros((0, 0, 0), dtype=np.int64)
+        self._aff = np.zeros((0, 0, 0), dtype=np.int64)
+        self._hot = None
+
+    def _check_sparse_size(self) -> None:
+        """Leave co-activation out once the sparse counts hold more than
+        ``constants.MAX_COACT_PAIRS`` distinct pairs."""
+        held = self._sp_coact.size + self._sp_aff.size
+        if self._sparse and held > constants.MAX_COACT_PAIRS:
+            self._drop_coact(
+                f"counting it holds {held:,} distinct expert pairs, more than placer's"
+                f" {constants.MAX_COACT_PAIRS:,}"
+            )
+
+    def _drop_coact(self, why: str) -> None:
+        """Stop counting co-activation and layer affinity (the load is still counted)."""
         self.notes.append(
-            f"co-activation was left out: counting it for {nl} layer{'s' * (nl > 1)} of"
-            f" {e:,} experts needs {_mib(need)} MiB, more than placer's"
-            f" {_mib(constants.MAX_COACT_BYTES)} MiB"
-            " (docs/limits.md); the load was read.  Declare the expert count"
-            " (num_experts=, --num-experts) if a stray id raised it, or read fewer layers"
+            f"co-activation was left out: {why} (docs/limits.md); the load was read."
+            "  Declare the expert count (num_experts=, --num-experts) if a stray id raised"
+            " it, or read fewer layers"
         )
         self.options = replace(self.options, coact=False)
+        self._sparse = False
+        self._sp_coact = _SparsePairs()
+        self._sp_aff = _SparsePairs()
         self._coact = np.zeros((0, 0, 0), dtype=np.int64)
         self._aff = np.zeros((0, 0, 0), dtype=np.int64)
         self._aff_pairs = {}

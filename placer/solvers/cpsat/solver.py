@@ -39,7 +39,12 @@ from placer.solvers.cpsat.layer import (
 from placer.solvers.cpsat.replicas import replica_range
 from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
 from placer.solvers.cpsat.spread import spread_replicas
-from placer.solvers.cpsat.traffic import identical_gpus, link_costs, select_pairs
+from placer.solvers.cpsat.traffic import (
+    identical_gpus,
+    link_costs,
+    select_pair_list,
+    select_pairs,
+)
 from placer.solvers.registry import solve
 from placer.workload import Workload
 
@@ -205,8 +210,11 @@ def layer_data(
     mean_share = mean / max(float(mean.sum()), 1.0)
     # tokens as the evaluator counts them (each token once per window), for the same rates
     tokens = float(stats.total_tokens) or float(mean.sum()) / max(stats.top_k, 1)
-    coact = None if stats.coact is None else stats.coact[row]
-    pairs, rate = select_pairs(coact, tokens, options.pair_mass, options.pairs_per_expert)
+    if stats.coact is None:
+        pairs, rate = select_pairs(None, tokens, options.pair_mass, options.pairs_per_expert)
+    else:  # the sparse pairs: no [E, E] matrix
+        pairs, rate = select_pair_list(*stats.coact.pairs(row), stats.num_experts, tokens,
+                                       options.pair_mass, options.pairs_per_expert)
     gpu_cost, node_cost = link_costs(problem.topology, problem.node_of_gpu)
     if batch_tokens:
         per_batch = batch_variance(shares, problem.num_gpus, max(stats.top_k, 1), batch_tokens)

@@ -41,9 +41,27 @@ def select_pairs(
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0)
     num_experts = coact.shape[0]
     i, j = np.triu_indices(num_experts, k=1)
-    counts = np.asarray(coact, dtype=np.float64)[i, j]
+    return select_pair_list(i, j, np.asarray(coact)[i, j], num_experts, tokens, mass,
+                            per_expert)
+
+
+def select_pair_list(
+    i: np.ndarray,
+    j: np.ndarray,
+    counts: np.ndarray,
+    num_experts: int,
+    tokens: float,
+    mass: float = constants.CPSAT_PAIR_MASS,
+    per_expert: int = constants.CPSAT_PAIRS_PER_EXPERT,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`select_pairs` of the pairs ``(i, j)`` (``i < j``, in rising ``(i, j)``
+    order, as :meth:`placer.stats.PairCounts.pairs` gives them) with ``counts``: the
+    co-activation of a layer without its dense ``[E, E]`` matrix."""
+    if tokens <= 0:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0)
+    counts = np.asarray(counts, dtype=np.float64)
     keep = counts > 0
-    i, j, counts = i[keep], j[keep], counts[keep]
+    i, j, counts = np.asarray(i)[keep], np.asarray(j)[keep], counts[keep]
     if counts.size == 0:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0)
     order = np.lexsort((j, i, -counts))  # heaviest first, ties by index: deterministic
