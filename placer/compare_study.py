@@ -85,10 +85,9 @@ def resolve_study(study: Study) -> Study:
         dtype=settings.dtype, kv_reserve_gb=settings.kv_reserve_gb)
     if not scenarios and not study.scenarios:
         raise UsageError(
-            f"no scenario left to compare: {grid.sweep.option} gives no valid value on any"
-            " topology", where=grid.sweep.option,
-            hint="see the notes above; --slots-per-gpu or --redundant auto give each"
-                 " topology values it can run")
+            f"no scenario left to compare: {'; '.join(notes)}", where=grid.sweep.option,
+            hint="give values valid on the GPUs, or let --slots-per-gpu or --redundant auto"
+                 " give each topology values it can run")
     return replace(study, scenarios=scenarios + study.scenarios, grid=None,
                    notes=study.notes + notes)
 

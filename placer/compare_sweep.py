@@ -194,7 +194,7 @@ def _redundant(values: tuple[int, ...], name: str, experts: int, gpus: int,
     every = " (every value)" if not kept else ""
     note = (f"{name}: skipped --redundant {_join(skipped)}{every}: {experts} experts + R do not"
             f" split evenly over {gpus} GPUs (engines need equal slots per GPU; valid near"
-            f" them: {_join(sorted(nearest - set(kept)) or sorted(nearest))})")
+            f" them: {_join(sorted(nearest))})")
     return TopologySweep(kept, note)
 
 

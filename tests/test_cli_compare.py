@@ -193,3 +193,95 @@ def test_workload_flags_reach_the_rows_and_the_settings():
     assert verdicts[0] == verdicts[2] == "baseline"
     assert verdicts[1].startswith("verdict: dgx-h100 R=0 linear ")
     assert verdicts[3].endswith(" than 2x-dgx-h100 R=0 eplb on held-out step p99")
+
+
+QWEN3 = Path(__file__).resolve().parent.parent / "traces" / "qwen3-30b-a3b.npz"
+
+
+def test_qwen3_on_mi300x_vs_nvl72_skips_uneven_values_and_recommends(tmp_path):
+    """The user story: how many redundant experts, and on which cluster?  One -r list over
+    16 and 72 GPUs: 128 experts + R split evenly over 72 GPUs only for R = 16 of these."""
+    result = _compare(str(QWEN3), "-m", "qwen3-30b-a3b", "-t", "2x8-mi300x-roce",
+                      "-t", "gb200-nvl72", "-r", "0,16,32,64", "--engine", "sglang", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert ("note: gb200-nvl72: skipped --redundant 0, 32, 64: 128 experts + R do not split"
+            " evenly over 72 GPUs" in result.stderr)
+    doc = json.loads(result.stdout)
+    rows = doc["rows"]
+    assert [(r["topology"], r["redundant"]) for r in rows] == [
+        ("2x8-mi300x-roce", 0), ("2x8-mi300x-roce", 16), ("2x8-mi300x-roce", 32),
+        ("2x8-mi300x-roce", 64), ("gb200-nvl72", 16)]
+    assert {r["status"] for r in rows} == {"ok"}  # no error rows for uneven splits
+    assert doc["notes"] == [line[len("note: "):] for line in result.stderr.splitlines()
+                            if line.startswith("note: ")]
+    assert [(r["num_gpus"], r["num_nodes"]) for r in rows] == [(16, 2)] * 4 + [(72, 1)]
+    for r in rows:
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(
+            r["tokens_per_step"] * 1e6 / r["step_mean_us"] / r["num_gpus"])
+    # the recommendation follows its stated rule
+    choice = doc["recommendation"]
+    lowest = min(r["step_p99_us"] for r in rows)
+    near = [r for r in rows if r["step_p99_us"] <= lowest * 1.10]
+    assert choice["candidates"] == [r["scenario"] for r in near]
+    best = max(near, key=lambda r: r["tokens_per_s_per_gpu"])
+    assert choice["scenario"] == best["scenario"]
+    assert choice["rule"].startswith("highest throughput per GPU")
+
+
+def test_slots_per_gpu_sweep_and_a_target_nobody_meets():
+    result = _compare(str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-t", "2x-dgx-h100",
+                      "--slots-per-gpu", "3..4", "--p99-target-us", "1", "--num-batches", "2")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "note: dgx-h100: skipped --slots-per-gpu 3 (below 4: 8 GPUs x 3 slots cannot hold the 32"
+        " experts, R would be negative)")
+    table = result.stdout.splitlines()
+    assert [line.split()[0:2] for line in table[2:5]] == [
+        ["dgx-h100", "R=0"], ["2x-dgx-h100", "R=16"], ["2x-dgx-h100", "R=32"]]
+    assert table[-1].startswith("recommended: none — no scenario meets step p99 <= 1.0 µs;"
+                                " the lowest is ")
+
+
+def test_redundant_auto_runs_what_fits_in_memory():
+    from placer.capacity import plan_capacity
+    from placer.models import load_model
+    from placer.redundancy import slot_candidates
+    from placer.topology import load_topology
+
+    result = _compare(str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-r", "auto",
+                      "--kv-reserve-gb", "70", "--csv", "-q")
+    assert result.exit_code == 0, result.stderr
+    records = list(csv.DictReader(io.StringIO(result.stdout)))
+    bound = plan_capacity(load_model("gpt-oss-20b"), load_topology("dgx-h100"),
+                          kv_reserve_gb=70.0).slots_per_gpu
+    assert [int(r["slots_per_gpu"]) for r in records] == slot_candidates(32, 8, bound)
+    assert {r["status"] for r in records} == {"ok"}
+    assert "--redundant auto tries R = 0, 8" in result.stderr
+    said = [line for line in result.stderr.splitlines() if line.startswith("recommended: ")]
+    assert len(said) == 1 and said[0].startswith("recommended: dgx-h100 R=")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-r", "0", "--slots-per-gpu", "8"],
+         "error: --slots-per-gpu: --redundant and --slots-per-gpu exclude each other"),
+        (["--slots-per-gpu", "12..8"], "error: --slots-per-gpu: range 12..8 is reversed"),
+        (["-t", "gb200-nvl72", "-r", "0"],
+         "note: gb200-nvl72: skipped --redundant 0 (every value): 32 experts + R do not split"
+         " evenly over 72 GPUs (engines need equal slots per GPU; valid near them: 40)"),
+        (["--p99-target-us", "-5"],
+         "error: --p99-target-us: expected a positive step p99 target in µs, got -5.0"),
+    ],
+)
+def test_sweep_usage_errors_exit_2(args, message):
+    result = _compare(str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", *args)
+    if "gb200-nvl72" in args:  # every value skipped on the only other topology is fine ...
+        assert result.exit_code == 0, result.stderr
+        assert result.stderr.splitlines()[0] == message
+        result = _compare(str(BUNDLED), "-m", "gpt-oss-20b", *args)  # ... alone it is not
+        message = ("error: --redundant: no scenario left to compare: "
+                   + message[len("note: "):])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == message
+    assert result.stdout == ""

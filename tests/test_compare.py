@@ -377,3 +377,18 @@ def test_scenario_file_takes_the_workload():
     with pytest.raises(UsageError) as info:
         study_from_yaml("model: m\ntopologies: [a]\nengine: deepspeed\n", "study.yaml")
     assert info.value.where == "study.yaml:3: engine"
+
+
+def test_rows_carry_the_step_figures_and_the_throughput_per_gpu(four_rows):
+    for outcome in four_rows:
+        row = outcome.row
+        if not row.ok:
+            assert (row.step_mean_us, row.tokens_per_s_per_gpu) == (None, None)
+            continue
+        metrics = outcome.evaluation.metrics
+        assert (row.step_p50_us, row.step_mean_us) == (
+            pytest.approx(metrics["step_p50_us"]), pytest.approx(metrics["step_mean_us"]))
+        assert row.step_p50_us <= row.step_p99_us
+        assert row.tokens_per_step == metrics["num_tokens"] / metrics["num_batches"]
+        assert row.tokens_per_s_per_gpu == pytest.approx(
+            row.tokens_per_step * 1e6 / row.step_mean_us / row.num_gpus)

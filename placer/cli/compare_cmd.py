@@ -411,8 +411,7 @@ def compare(
         print_json(compare_json(study, outcomes, description, choice))
     elif csv_out:
         sys.stdout.write(compare_csv(outcomes))
-        if not quiet:  # stdout stays one CSV table
-            sys.stderr.write(choice.line + "\n")
+        sys.stderr.write(choice.line + "\n")  # an answer, not progress; stdout stays CSV
     else:
         sys.stdout.write(format_table(rows))
         sys.stdout.write(f"\n{choice.line}\n")
@@ -434,6 +433,7 @@ def _write_report(
     from placer.analysis import summarize
     from placer.cli.common import write_text_atomic
     from placer.report.sections import compare_report
+    from placer.report.settings import command_line
     from placer.topology import load_topology
 
     split = split_routing(routing, study.settings.holdout)
@@ -444,7 +444,8 @@ def _write_report(
     subtitle = f"{', '.join(study.trace)} · model {study.settings.model}"
     built = compare_report(outcomes, split.judge_stats, summarize(routing.stats),
                            description=description, node_of_gpu=nodes, subtitle=subtitle,
-                           dpi=dpi)
+                           dpi=dpi, settings=study.settings, scenarios=study.scenarios,
+                           command=command_line())
     if report is not None:
         write_text_atomic(report, built.html(footer=f"placer {__version__}"))
         if not quiet:
