@@ -325,11 +325,12 @@ def test_placer_report_writes_every_section(two_plans, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert f"wrote {out}" in result.stderr
     page = out.read_text()
-    for title in ("Trace summary", "Placements", "Placement maps",
+    for title in ("Verdict", "Settings", "Trace summary", "Placements", "Placement maps",
                   "Co-activation and GPU boundaries", "Per-GPU load", "Per-batch hot shard"):
         assert f"<h2>{title}</h2>" in page, title
     assert "<th>eplb</th><th>linear</th>" in page
-    assert "Layer 2 (the hottest layer of eplb unless --layer is given)." in page
+    assert "<p>Layer 2, as asked.</p>" in page
+    assert "<h2>Verdict</h2>" in page and "<h2>Settings</h2>" in page
     assert "<td>redundant experts per layer</td><td class=\"num\">8</td>" in page
     without_images = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)
     assert not re.search(r"(https?:)?//[a-z0-9]", without_images, re.IGNORECASE)
@@ -376,8 +377,10 @@ def test_compare_report_with_no_scenario_that_ran_keeps_table_and_notes():
                        num_gpus=8),
             CompareRow("a R=4 eplb", "a", 4, "eplb", "error: 12 slots do not split")]
     built = compare_report([ScenarioOutcome(r) for r in rows], stats, summarize(stats), dpi=30)
-    assert [s.title for s in built.sections] == ["Scenarios", "Trace summary"]
+    assert [s.title for s in built.sections] == ["Verdict", "Scenarios", "Settings",
+                                                 "Trace summary"]
     assert [name for name, _ in built.pictures] == ["what-if", "expert-load"]
     page = built.html()
     assert "<td>does not fit [1]</td>" in page and "<td>error [2]</td>" in page
     assert "<p>[1] 9 slots need 90 GB</p>" in page and "<p>[2] 12 slots do not split</p>" in page
+    assert "<p>a R=0 eplb: no verdict (does not fit, no figures)</p>" in page

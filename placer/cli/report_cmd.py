@@ -130,6 +130,7 @@ def report(
     from placer.models import load_model
     from placer.placement_io import read_placement
     from placer.report.sections import placement_report
+    from placer.report.settings import command_line, evaluation_settings_rows
     from placer.topology import load_topology
 
     params = EvalParams(policy=policy, mode=mode, dtype=dtype, batch_tokens=batch_tokens,
@@ -149,7 +150,12 @@ def report(
                 f" {topo.name} · {policy} dispatch, {mode} mode")
     built = placement_report(routing.stats, summarize(routing.stats), labels, placements,
                              evaluations, node_of_gpu=topo.node_of_gpu, layer=layer,
-                             subtitle=subtitle, dpi=dpi)
+                             subtitle=subtitle, dpi=dpi,
+                             settings=[("trace", ", ".join(str(t) for t in trace)),
+                                       *evaluation_settings_rows(
+                                           params, model=model_spec.name, topology=topo.name,
+                                           default_dtype=model_spec.default_dtype)],
+                             command=command_line())
     write_text_atomic(output, built.html(footer=f"placer {__version__}"))
     if not quiet:
         sys.stderr.write(f"wrote {output}\n")

@@ -203,8 +203,6 @@ def _rank_panel_columns(rel: list[np.ndarray], labels: Sequence[str], ids: list[
             _even_line_and_labels(ax, num_gpus)
             ax.set_title(f"layer {layer} · {labels[s]}\n{num_gpus} GPUs, max/mean {ratio:.2f}",
                          fontsize="medium")
-            if s:
-                ax.set_ylabel("")
     return fig
 
 

@@ -2,11 +2,13 @@
 
 Two reports share these pieces:
 
-- :func:`placement_report` (``placer report``): the trace's statistics, then the
-  placements side by side (metrics, placement maps, co-activation with GPU
+- :func:`placement_report` (``placer report``): the verdict of each placement
+  against the first, the settings and command line, the trace's statistics, then
+  the placements side by side (metrics, placement maps, co-activation with GPU
   blocks, per-GPU load, the per-batch hot-shard tail);
-- :func:`compare_report` (``placer compare --report``): the scenario table and
-  the what-if chart, then the baseline and the best scenario side by side.
+- :func:`compare_report` (``placer compare --report``): the verdict of each
+  scenario against its baseline, the scenario table and the what-if chart, the
+  settings and command line, then the baseline and the best scenario side by side.
 
 Each returns a :class:`Report` whose pictures are also available as PNG bytes
 (for ``--png-dir``).
@@ -25,8 +27,10 @@ from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.report import plots
-from placer.report._mpl import figure_png
+from placer.report._mpl import figure_png, smallest_text_px
 from placer.report.html import Block, Picture, Section, SideBySide, Table, Text, render_html
+from placer.report.settings import compare_settings_rows, settings_section
+from placer.report.verdicts import compare_judgements, placement_judgements, verdict_section
 from placer.stats import ExpertStats
 from placer.summary import TIME_FIGURES
 
@@ -81,12 +85,13 @@ class _Gallery:
 
     def add(self, stem: str, fig: Any, caption: str) -> Picture:
         png = figure_png(fig, self.dpi)
+        smallest = smallest_text_px(fig, self.dpi)
         used = {s for s, _ in self.pictures}
         name, n = _file_stem(stem), 2
         while name in used:
             name, n = f"{_file_stem(stem)}-{n}", n + 1
         self.pictures.append((name, png))
-        return Picture(png, caption)
+        return Picture(png, caption, min_text_px=smallest if math.isfinite(smallest) else None)
 
 
 # -- the trace ------------------------------------------------------------------------------
@@ -126,8 +131,8 @@ def trace_section(stats: ExpertStats, summary: dict[str, Any], gallery: _Gallery
     fig = plots.expert_load_heatmap(stats.mean_load, layer_ids=stats.layer_ids,
                                     title="Expert load (all windows)")
     blocks.append(gallery.add("expert-load", fig,
-                              "Expert load per layer relative to the layer's mean: bright cells"
-                              " are hot experts."))
+                              "Expert load per layer relative to the layer's mean, on a log"
+                              " colour scale: bright cells are hot experts, dark ones cold."))
     return Section("Trace summary", tuple(blocks))
 
 
@@ -152,7 +157,8 @@ def placements_sections(
     stats: the statistics the loads and co-activation come from (placement layers must exist).
     gallery: collects the rendered pictures.
     node_of_gpu: per placement, ``[G]`` node of each GPU (node boundaries drawn), or None.
-    layer: absolute layer id drawn in the maps; default the first placement's hottest layer.
+    layer: absolute layer id drawn in the maps (``placer report --layer``); default the
+        first placement's hottest layer.
     """
     if not placements:
         raise UsageError("no placement to report", where="--placement")
@@ -168,6 +174,9 @@ def placements_sections(
     if layer is None:
         layer_row = int(np.argmax(hot_shard_ratio(loads[0][1])))
         layer = int(first.layer_ids[layer_row])
+        which = f"Layer {layer}, the layer where the hot shard of {names[0]} is worst."
+    else:
+        which = f"Layer {layer}, as asked."
     sections = [_metrics_section(names, placements, evaluations)]
 
     maps = []
@@ -181,22 +190,27 @@ def placements_sections(
                                 f"{name}: experts on each GPU in layer {layer}, coloured by the"
                                 " slot's load (* = replicated expert)."))
     sections.append(Section(
-        "Placement maps", (SideBySide(tuple(maps), tuple(names), stack=wide),),
-        intro=f"Layer {layer} (the hottest layer of {names[0]} unless --layer is given)."))
+        "Placement maps", (SideBySide(tuple(maps), tuple(names), stack=wide),), intro=which))
 
     if stats.coact is not None:
         heat = []
         for p, name, (layer_stats, _), node in zip(placements, names, loads, nodes, strict=True):
             row = p.layer_row(layer)
-            coact = layer_stats.coact
+            coact = _layer_coact(layer_stats, row)
             if coact is None:
                 continue
             fig = plots.coactivation_heatmap(
-                coact[row], p.physical_to_logical[row], p.num_gpus,
+                coact, p.physical_to_logical[row], p.num_gpus,
                 load=layer_stats.mean_load[row], node_of_gpu=node, layer_id=layer)
+            blocks = ("GPUs are the squares outlined on the diagonal"
+                      if p.num_gpus > plots.COACT_FULL_GRID_MAX_GPUS
+                      else "red lines separate the GPUs (the squares on the diagonal)")
+            nodes_drawn = node is not None and len(set(np.asarray(node).tolist())) > 1
             heat.append(gallery.add(f"coactivation-{name}-layer{layer}", fig,
-                                    f"{name}: co-activation in layer {layer}; squares on the"
-                                    " diagonal are GPUs (white lines: nodes)."))
+                                    f"{name}: co-activation in layer {layer} over {p.num_gpus}"
+                                    f" GPUs; {blocks}"
+                                    + ("; white lines separate the nodes." if nodes_drawn
+                                       else ".")))
         sections.append(Section("Co-activation and GPU boundaries",
                                 (SideBySide(tuple(heat), tuple(names)),)))
 
@@ -210,9 +224,12 @@ def placements_sections(
         what = "Expected tokens per GPU (each expert's load split evenly over its replicas)"
     if all(b.shape[0] == bars[0].shape[0] for b in bars):
         fig = plots.gpu_load_bars(bars, list(names), layer_ids=ids)
+        split = len({b.shape[1] for b in bars}) > 1
         sections.append(Section("Per-GPU load", (gallery.add(
             "gpu-load", fig, f"{what}, over the mean, in the layers where the hot shard of"
-            f" {names[0]} is worst."),)))
+            f" {names[0]} is worst"
+            + ("; one column per placement, since their GPU counts differ." if split
+               else "."),),)))
 
     tails = [(n, e.batch_hot_shard) for n, e in zip(names, evaluations, strict=True)
              if e is not None and np.size(getattr(e, "batch_hot_shard", [])) > 0]
@@ -222,6 +239,15 @@ def placements_sections(
             "hot-shard-tail", fig, "Hottest GPU over the mean GPU in each (batch, layer): the"
             " right-hand tail sets p99 latency."),)))
     return sections
+
+
+def _layer_coact(stats: ExpertStats, row: int) -> np.ndarray | None:
+    """``[E, E]`` co-activation of layer row ``row``, dense, or None when not collected."""
+    dense = getattr(stats, "coact_dense", None)
+    if callable(dense):  # sparse pair counts expand one layer at a time
+        return dense(row)
+    coact: Any = stats.coact
+    return None if coact is None else np.asarray(coact[row])
 
 
 def _evaluated_gpu_load(evaluation: Any, placement: Placement) -> np.ndarray | None:
@@ -282,21 +308,37 @@ def placement_report(
     layer: int | None = None,
     subtitle: str = "",
     dpi: int | None = None,
+    settings: Sequence[tuple[str, str]] = (),
+    command: str = "",
 ) -> Report:
-    """``placer report``: statistics, then the placements side by side.
+    """``placer report``: verdicts, settings, statistics, then the placements side by side.
 
     Parameters
     ----------
     stats: the routing statistics the placements were evaluated on.
     summary: ``placer.analysis.summarize(stats)``.
-    names, placements, evaluations: one entry per placement (up to 4).
+    names, placements, evaluations: one entry per placement (up to 4); the first is
+        the baseline of the verdicts (put the deployed or EPLB placement first).
     node_of_gpu: ``[G]`` node of each GPU of the topology (all placements share it).
     layer: absolute layer id for the maps (default: the hottest).
     subtitle: line under the title.
     dpi: picture resolution (default ``constants.REPORT_DPI``).
+    settings: ``(setting, value)`` rows of the evaluation
+        (:func:`placer.report.settings.evaluation_settings_rows`).
+    command: the command line that wrote the report
+        (:func:`placer.report.settings.command_line`).
     """
+    from placer import __version__
+
     gallery = _Gallery(dpi or constants.REPORT_DPI)
-    sections = [trace_section(stats, summary, gallery)]
+    judged = placement_judgements(names, evaluations)
+    sections = []
+    if len(names) > 1:
+        sections.append(verdict_section(judged, intro=f"Each placement against {names[0]} (the"
+                                        " first given), on the estimated step p99 of the"
+                                        " evaluated batches."))
+    sections.append(settings_section(settings, command=command, version=__version__))
+    sections.append(trace_section(stats, summary, gallery))
     sections += placements_sections(names, placements, evaluations, stats, gallery,
                                     node_of_gpu=[node_of_gpu] * len(placements), layer=layer)
     return Report("placer report", tuple(sections), tuple(gallery.pictures), subtitle)
@@ -311,8 +353,12 @@ def compare_report(
     node_of_gpu: dict[str, np.ndarray] | None = None,
     subtitle: str = "",
     dpi: int | None = None,
+    settings: Any = None,
+    scenarios: Sequence[Any] = (),
+    command: str = "",
 ) -> Report:
-    """``placer compare --report``: the table and what-if chart, then baseline vs best.
+    """``placer compare --report``: verdicts, the table and what-if chart, settings, then
+    baseline vs best.
 
     Parameters
     ----------
@@ -323,9 +369,16 @@ def compare_report(
     node_of_gpu: topology argument -> ``[G]`` node of each GPU, for node boundaries.
     subtitle: line under the title.
     dpi: picture resolution (default ``constants.REPORT_DPI``).
+    settings: the study's ``placer.compare.CompareSettings``; None leaves the settings
+        table to the version and command line.
+    scenarios: the study's ``placer.compare.Scenario`` (topologies, redundancy, solvers).
+    command: the command line that wrote the report
+        (:func:`placer.report.settings.command_line`).
 
-    The *baseline* is the first scenario that ran; the *best* is the one with the
-    lowest estimated MoE-layer p99 (ties: the earlier). When they are the same,
+    Each scenario's verdict is against its row's baseline (``CompareRow.baseline``,
+    else the first scenario that ran on its topology).  The pictures compare the
+    *baseline*, the first scenario that ran, with the *best*, the one with the
+    lowest estimated MoE-layer p99 (ties: the earlier); when they are the same,
     only it is drawn.
     """
     from placer.compare import TABLE_COLUMNS, status_notes, table_cells
@@ -348,8 +401,20 @@ def compare_report(
     blocks: list[Block] = [table]
     blocks += [Text(f"[{i}] {reason}") for i, reason in enumerate(notes, 1)]
     blocks.append(whatif)
-    sections = [Section("Scenarios", tuple(blocks), intro=intro)]
-    sections.append(trace_section(stats, summary, gallery))
+    from placer import __version__
+
+    rows_of_settings = compare_settings_rows(settings, scenarios) if settings is not None else []
+    if description:
+        rows_of_settings.append(("windows", description))
+    sections = [
+        verdict_section(compare_judgements(rows), intro="Each scenario against its baseline"
+                        " (the EPLB scenario at the same redundancy on the same topology, else"
+                        " that topology's first EPLB scenario; the table names it), on the"
+                        " estimated step p99 of the judged batches."),
+        Section("Scenarios", tuple(blocks), intro=intro),
+        settings_section(rows_of_settings, command=command, version=__version__),
+        trace_section(stats, summary, gallery),
+    ]
 
     ran = [i for i, o in enumerate(outcomes) if o.row.ok and o.placement is not None]
     if ran:
