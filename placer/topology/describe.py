@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -43,34 +44,81 @@ def node_rows(topology: Topology) -> list[dict[str, Any]]:
     return rows
 
 
+#: Pair entries looked at by one array operation in link_rows.
+_CHUNK_ENTRIES = 1 << 18
+
+_link_rows_cache: weakref.WeakKeyDictionary[Topology, list[dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct sorted values, index of each value in them)``.
+
+    Pair figures take few distinct values, so they are found in a sample and every value
+    is looked up among them; values the sample missed are added and looked up again.
+    """
+    distinct = np.unique(values[:: max(1, values.size // 4096)])
+    codes = np.minimum(np.searchsorted(distinct, values), len(distinct) - 1)
+    missed = distinct[codes] != values
+    if missed.any():
+        distinct = np.union1d(distinct, values[missed])
+        codes = np.searchsorted(distinct, values)
+    return distinct, codes
+
+
+def _pair_counts(topology: Topology) -> dict[tuple[int, float, float], int]:
+    """Unordered GPU pairs by (link class, bandwidth, latency), a block of rows at a time
+    (a 10,000-GPU topology has 50 million pairs)."""
+    g = topology.num_gpus
+    counts: dict[tuple[int, float, float], int] = {}
+    step = max(1, _CHUNK_ENTRIES // max(1, g))
+    columns = np.arange(g)
+    for first in range(0, g, step):
+        rows = slice(first, min(g, first + step))
+        upper = columns[None, :] > columns[rows, None]
+        link_class = topology.link_class[rows][upper].astype(np.int64)
+        if not link_class.size:
+            continue
+        bandwidths, bw_codes = _factorize(topology.bandwidth_gbps[rows][upper])
+        latencies, lat_codes = _factorize(topology.latency_us[rows][upper])
+        keys = (link_class * len(bandwidths) + bw_codes) * len(latencies) + lat_codes
+        if len(bandwidths) * len(latencies) * (len(LinkClass) + 1) <= keys.size:
+            found = np.bincount(keys)
+            present = np.flatnonzero(found)
+            numbers = found[present]
+        else:
+            present, numbers = np.unique(keys, return_counts=True)
+        bw_index, lat_index = np.divmod(present % (len(bandwidths) * len(latencies)),
+                                        len(latencies))
+        for key, c, bw, lat in zip(
+            (present // (len(bandwidths) * len(latencies))).tolist(),
+            numbers.tolist(),
+            bandwidths[bw_index].tolist(),
+            latencies[lat_index].tolist(),
+            strict=True,
+        ):
+            counts[(key, bw, lat)] = counts.get((key, bw, lat), 0) + c
+    return counts
+
+
 def link_rows(topology: Topology) -> list[dict[str, Any]]:
     """Unordered GPU pairs grouped by (link class, bandwidth, latency), fastest first."""
-    g = topology.num_gpus
-    upper = np.triu_indices(g, k=1)
-    keys = np.stack(
-        [
-            topology.link_class[upper].astype(np.float64),
-            topology.bandwidth_gbps[upper],
-            topology.latency_us[upper],
-        ],
-        axis=1,
-    )
-    if keys.size == 0:
-        return []
-    unique, counts = np.unique(keys, axis=0, return_counts=True)
-    rows: list[dict[str, Any]] = [
-        {
-            "link_class": LinkClass(int(c)).name.lower().replace("_", "-"),
-            "bandwidth_gbps": float(bw),
-            "latency_us": float(lat),
-            "pairs": int(n),
-        }
-        for (c, bw, lat), n in zip(unique, counts, strict=True)
-    ]
-    rows.sort(
-        key=lambda r: (r["link_class"] != "intra-node", -r["bandwidth_gbps"], r["latency_us"])
-    )
-    return rows
+    if topology not in _link_rows_cache:
+        rows: list[dict[str, Any]] = [
+            {
+                "link_class": LinkClass(c).name.lower().replace("_", "-"),
+                "bandwidth_gbps": float(bw),
+                "latency_us": float(lat),
+                "pairs": int(n),
+            }
+            for (c, bw, lat), n in _pair_counts(topology).items()
+        ]
+        rows.sort(
+            key=lambda r: (r["link_class"] != "intra-node", -r["bandwidth_gbps"], r["latency_us"])
+        )
+        _link_rows_cache[topology] = rows
+    return [dict(row) for row in _link_rows_cache[topology]]
 
 
 def calibration_rows(topology: Topology) -> list[dict[str, Any]]:

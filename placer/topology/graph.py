@@ -8,11 +8,15 @@ Paths: a message from GPU a to GPU b takes the lowest-latency path that does not
 through a third GPU (GPUs do not forward); among equally fast paths the widest.  The
 pair's bandwidth is the narrowest link on that path (GB/s per direction) and its latency
 the sum of the links' latencies (microseconds).
+
+The matrices are not found by a search from every GPU (a 10,000-GPU cluster would need
+10,000 searches over 30,000 vertices): the hub-to-hub part of the paths is computed
+once for the few hubs GPUs attach to, and the ``[G, G]`` matrices are filled with array
+operations, a hub at a time (see path_matrices).
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from dataclasses import replace
@@ -114,49 +118,226 @@ def build_graph(spec: TopologySpec) -> nx.Graph:
     return graph
 
 
-def _paths_from(graph: nx.Graph, source: str) -> dict[str, tuple[float, float]]:
-    """Lowest-latency, then widest, paths from ``source``: vertex -> (latency, bandwidth).
+def _lexmin_into(
+    lat: np.ndarray, bw: np.ndarray, new_lat: np.ndarray, new_bw: np.ndarray
+) -> None:
+    """Replace ``(lat, bw)`` in place where ``(new_lat, new_bw)`` is faster, or as fast
+    and wider."""
+    better = (new_lat < lat) | ((new_lat == lat) & (new_bw > bw))
+    np.copyto(lat, new_lat, where=better)
+    np.copyto(bw, new_bw, where=better)
 
-    Dijkstra on the lexicographic cost (latency up, bandwidth down) is exact because
-    extending two paths by the same edge keeps their order; other GPUs are reached but
-    never expanded.
+
+def _round(latency: np.ndarray) -> np.ndarray:
+    return np.round(latency, _LATENCY_DECIMALS)
+
+
+#: Pair entries updated at once by one array operation (bounds temporary memory).
+_BLOCK_ENTRIES = 1 << 18
+
+
+class _Ports:
+    """The GPUs' ways into the switching part of the graph.
+
+    A *hub* is any vertex that is not a GPU (switches, NICs, the network): hubs forward,
+    GPUs do not, so a path between two GPUs is either a direct GPU-GPU edge or GPU ->
+    hubs -> GPU.  A *port* is a GPU's first step onto a hub, with its latency and
+    bandwidth.  A hub that only joins one GPU to one other hub (a NIC) is folded into
+    the GPU's port on that other hub, and hubs that lead nowhere are dropped, so the
+    hub graph keeps only the vertices that can carry traffic between GPUs.
     """
-    best: dict[str, tuple[float, float]] = {source: (0.0, math.inf)}
-    counter = itertools.count()
-    heap: list[tuple[float, float, int, str]] = [(0.0, -math.inf, next(counter), source)]
-    done: set[str] = set()
-    roles = graph.nodes
-    while heap:
-        latency, neg_bw, _, vertex = heapq.heappop(heap)
-        if vertex in done:
-            continue
-        done.add(vertex)
-        if vertex != source and roles[vertex]["role"] == "gpu":
-            continue
-        for other, edge in graph[vertex].items():
-            if other in done:
+
+    def __init__(self, graph: nx.Graph, gpus: list[str]) -> None:
+        rank = {vertex: i for i, vertex in enumerate(gpus)}
+        #: hub -> {gpu rank: (latency, bandwidth)}
+        self.ports: dict[str, dict[int, tuple[float, float]]] = {}
+        #: hub -> {hub: (latency, bandwidth)}
+        self.links: dict[str, dict[str, tuple[float, float]]] = {}
+        #: direct GPU-GPU edges (rank, rank, latency, bandwidth)
+        self.direct: list[tuple[int, int, float, float]] = []
+        for vertex in graph.nodes:
+            if vertex not in rank:
+                self.ports[vertex] = {}
+                self.links[vertex] = {}
+        for u, v, edge in graph.edges(data=True):
+            cost = (float(edge["latency_us"]), float(edge["gbps"]))
+            if u in rank and v in rank:
+                self.direct.append((rank[u], rank[v], *cost))
+            elif u in rank:
+                self.ports[v][rank[u]] = cost
+            elif v in rank:
+                self.ports[u][rank[v]] = cost
+            else:
+                self.links[u][v] = cost
+                self.links[v][u] = cost
+        self._fold()
+
+    def _fold(self) -> None:
+        """Drop every hub with at most one GPU and at most one other hub: no path between
+        two GPUs passes through it, except as its GPU's way onto that other hub."""
+        pending = list(self.links)
+        while pending:
+            hub = pending.pop()
+            if hub not in self.links:
                 continue
-            new = (
-                round(latency + edge["latency_us"], _LATENCY_DECIMALS),
-                min(-neg_bw, edge["gbps"]),
-            )
-            old = best.get(other)
-            if old is None or (new[0], -new[1]) < (old[0], -old[1]):
-                best[other] = new
-                heapq.heappush(heap, (new[0], -new[1], next(counter), other))
-    return best
+            ports, links = self.ports[hub], self.links[hub]
+            if len(ports) > 1 or len(links) > 1:
+                continue
+            for other, (hop_lat, hop_bw) in links.items():
+                for gpu, (lat, bw) in ports.items():
+                    folded = (round(lat + hop_lat, _LATENCY_DECIMALS), min(bw, hop_bw))
+                    old = self.ports[other].get(gpu)
+                    if old is None or (folded[0], -folded[1]) < (old[0], -old[1]):
+                        self.ports[other][gpu] = folded
+                del self.links[other][hub]
+                pending.append(other)
+            del self.ports[hub], self.links[hub]
+
+    def hub_paths(self, sources: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(latency, bandwidth)`` ``[len(sources), len(sources)]`` of the best hub-only
+        paths between the ``sources`` hubs (inf latency where none).
+
+        Many sources at once, Bellman-Ford style: every round extends every path by one
+        hub-to-hub link, until no path improves (at most as many rounds as hops on the
+        longest best path).
+        """
+        hubs = list(self.links)
+        index = {hub: i for i, hub in enumerate(hubs)}
+        columns = np.array([index[hub] for hub in sources], dtype=np.int64)
+        # directed links (tail -> head) grouped by head, for reduceat
+        arcs = sorted(
+            (index[other], index[hub], hop_lat, hop_bw)
+            for hub, links in self.links.items()
+            for other, (hop_lat, hop_bw) in links.items()
+        )
+        heads = np.array([a[0] for a in arcs], dtype=np.int64)
+        tails = np.array([a[1] for a in arcs], dtype=np.int64)
+        hop_lat = np.array([a[2] for a in arcs])
+        hop_bw = np.array([a[3] for a in arcs])
+        starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]) if arcs else heads
+        sizes = np.diff(np.r_[starts, len(heads)])
+        targets = heads[starts]
+        out_lat = np.empty((len(sources), len(sources)))
+        out_bw = np.empty((len(sources), len(sources)))
+        step = max(1, _BLOCK_ENTRIES // max(1, len(arcs), len(hubs)))
+        for first in range(0, len(sources), step):
+            rows = np.arange(min(step, len(sources) - first))
+            lat = np.full((len(rows), len(hubs)), np.inf)
+            bw = np.zeros((len(rows), len(hubs)))
+            lat[rows, columns[first + rows]] = 0.0
+            bw[rows, columns[first + rows]] = np.inf
+            for _ in range(len(hubs) if arcs else 0):
+                via_lat = _round(lat[:, tails] + hop_lat)
+                via_bw = np.minimum(bw[:, tails], hop_bw)
+                best_lat = np.minimum.reduceat(via_lat, starts, axis=1)
+                tied = via_lat == np.repeat(best_lat, sizes, axis=1)
+                best_bw = np.maximum.reduceat(np.where(tied, via_bw, -np.inf), starts, axis=1)
+                old_lat, old_bw = lat[:, targets], bw[:, targets]
+                better = (best_lat < old_lat) | ((best_lat == old_lat) & (best_bw > old_bw))
+                if not better.any():
+                    break
+                _lexmin_into(old_lat, old_bw, best_lat, best_bw)
+                lat[:, targets], bw[:, targets] = old_lat, old_bw
+            out_lat[first + rows] = lat[:, columns]
+            out_bw[first + rows] = bw[:, columns]
+        return out_lat, out_bw
+
+
+def _as_index(ranks: np.ndarray) -> slice | np.ndarray:
+    """A slice when ``ranks`` (ascending) is one contiguous run, else the array."""
+    if len(ranks) and int(ranks[-1]) - int(ranks[0]) + 1 == len(ranks):
+        return slice(int(ranks[0]), int(ranks[-1]) + 1)
+    return ranks
+
+
+def _update_block(
+    latency: np.ndarray, bandwidth: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+    row_lat: np.ndarray, row_bw: np.ndarray, col_lat: np.ndarray, col_bw: np.ndarray,
+    *, fresh: bool = False,
+) -> None:
+    """Offer the pairs ``rows x cols`` the paths ``row_lat + col_lat`` (bandwidth the
+    narrower of the two); ``fresh``: those pairs have no path yet, take these."""
+    col_index = _as_index(cols)
+    step = max(1, _BLOCK_ENTRIES // max(1, len(cols)))
+    for start in range(0, len(rows), step):
+        part = rows[start : start + step]
+        new_lat = _round(row_lat[start : start + step, None] + col_lat[None, :])
+        new_bw = np.minimum(row_bw[start : start + step, None], col_bw[None, :])
+        row_index = _as_index(part)
+        if fresh and isinstance(row_index, slice) and isinstance(col_index, slice):
+            latency[row_index, col_index] = new_lat
+            bandwidth[row_index, col_index] = new_bw
+        elif isinstance(row_index, slice) and isinstance(col_index, slice):
+            _lexmin_into(latency[row_index, col_index], bandwidth[row_index, col_index],
+                         new_lat, new_bw)
+        else:
+            where = np.ix_(np.arange(latency.shape[0])[row_index],
+                           np.arange(latency.shape[1])[col_index])
+            old_lat, old_bw = latency[where], bandwidth[where]
+            _lexmin_into(old_lat, old_bw, new_lat, new_bw)
+            latency[where] = old_lat
+            bandwidth[where] = old_bw
 
 
 def path_matrices(graph: nx.Graph, gpus: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``(bandwidth_gbps [G, G], latency_us [G, G])``; unreachable pairs are nan."""
+    """``(bandwidth_gbps [G, G], latency_us [G, G])``; unreachable pairs are nan.
+
+    Each pair's path is its direct edge or GPU -> port -> hubs -> port -> GPU
+    (see _Ports); the hub-to-hub part is computed once per pair of hubs with ports, and
+    the ``[G, G]`` matrices are filled a hub and a port slot at a time, so the work
+    grows with the pairs and the hubs, not with a search from every GPU.
+    """
     g = len(gpus)
-    bandwidth = np.full((g, g), np.nan)
-    latency = np.full((g, g), np.nan)
-    for i, source in enumerate(gpus):
-        best = _paths_from(graph, source)
-        for j, target in enumerate(gpus):
-            if target in best:
-                latency[i, j], bandwidth[i, j] = best[target]
+    latency = np.full((g, g), np.inf)
+    bandwidth = np.zeros((g, g))
+    ports = _Ports(graph, gpus)
+    # the hub with the most ports first: its block lands on pairs with no path yet
+    hubs = sorted((hub for hub, attached in ports.ports.items() if attached),
+                  key=lambda hub: -len(ports.ports[hub]))
+    if hubs:
+        hub_lat, hub_bw = ports.hub_paths(hubs)
+        # slot j of GPU r: its j-th port (hub index, latency, bandwidth); -1 when none
+        per_gpu: list[list[tuple[int, float, float]]] = [[] for _ in range(g)]
+        for h, hub in enumerate(hubs):
+            for rank, (lat, bw) in ports.ports[hub].items():
+                per_gpu[rank].append((h, lat, bw))
+        slots = max(len(p) for p in per_gpu)
+        slot_hub = np.full((g, slots), -1, dtype=np.int64)
+        slot_lat = np.zeros((g, slots))
+        slot_bw = np.zeros((g, slots))
+        for rank, entries in enumerate(per_gpu):
+            for j, (h, lat, bw) in enumerate(entries):
+                slot_hub[rank, j], slot_lat[rank, j], slot_bw[rank, j] = h, lat, bw
+        fresh = True
+        for h, hub in enumerate(hubs):
+            attached = sorted(ports.ports[hub].items())
+            rows = np.array([rank for rank, _ in attached], dtype=np.int64)
+            row_lat = np.array([cost[0] for _, cost in attached])
+            row_bw = np.array([cost[1] for _, cost in attached])
+            for j in range(slots):
+                targets = slot_hub[:, j]
+                far_lat = np.where(targets >= 0, hub_lat[h, targets], np.inf)
+                cols = np.flatnonzero(np.isfinite(far_lat))
+                if not len(cols):
+                    continue
+                # the far side first: hub h -> hub of the port -> GPU
+                col_lat = _round(far_lat[cols] + slot_lat[cols, j])
+                col_bw = np.minimum(hub_bw[h, targets[cols]], slot_bw[cols, j])
+                _update_block(latency, bandwidth, rows, cols, row_lat, row_bw, col_lat, col_bw,
+                              fresh=fresh)
+                fresh = False
+    if ports.direct:
+        ends = np.array([(a, b) for a, b, _, _ in ports.direct], dtype=np.int64)
+        edge_lat = np.array([cost for _, _, cost, _ in ports.direct])
+        edge_bw = np.array([cost for _, _, _, cost in ports.direct])
+        for u, v in ((ends[:, 0], ends[:, 1]), (ends[:, 1], ends[:, 0])):
+            old_lat, old_bw = latency[u, v], bandwidth[u, v]
+            _lexmin_into(old_lat, old_bw, edge_lat, edge_bw)
+            latency[u, v], bandwidth[u, v] = old_lat, old_bw
+    unreachable = np.isinf(latency)
+    if unreachable.any():
+        latency[unreachable] = np.nan
+        bandwidth[unreachable] = np.nan
     np.fill_diagonal(bandwidth, np.inf)
     np.fill_diagonal(latency, 0.0)
     return bandwidth, latency
@@ -166,6 +347,7 @@ def injection(graph: nx.Graph, gpus: list[str], node_of_gpu: np.ndarray) -> np.n
     """``[G, 3]`` GB/s of each GPU's own links by traffic class (see Topology)."""
     g = len(gpus)
     result = np.full((g, 3), np.inf)
+    node_sizes = np.bincount(node_of_gpu)
     for rank, vertex in enumerate(gpus):
         intra = inter = 0.0
         for other, edge in graph[vertex].items():
@@ -173,7 +355,7 @@ def injection(graph: nx.Graph, gpus: list[str], node_of_gpu: np.ndarray) -> np.n
                 inter += edge["gbps"]
             else:
                 intra += edge["gbps"]
-        shares_node = np.count_nonzero(node_of_gpu == node_of_gpu[rank]) > 1
+        shares_node = node_sizes[node_of_gpu[rank]] > 1
         if intra > 0:
             result[rank, LinkClass.INTRA_NODE] = intra
         elif shares_node and inter > 0:
@@ -225,9 +407,10 @@ def build_topology(spec: TopologySpec, source: str) -> Topology:
         np.arange(len(spec.nodes), dtype=np.int64), [n.num_gpus for n in spec.nodes]
     )
     bandwidth, latency = path_matrices(graph, gpus)
-    unreachable = np.argwhere(np.isnan(bandwidth))
-    if unreachable.size:
-        a, b = (int(x) for x in unreachable[0])
+    unreachable = np.isnan(bandwidth)
+    count = int(np.count_nonzero(unreachable))
+    if count:
+        a, b = divmod(int(np.argmax(unreachable)), len(gpus))
         hint = (
             "give the node a fabric, or add links: between them"
             if node_of_gpu[a] == node_of_gpu[b]
@@ -236,12 +419,16 @@ def build_topology(spec: TopologySpec, source: str) -> Topology:
         raise spec.doc.fail(
             spec.nodes[int(node_of_gpu[b])].path,
             f"GPUs {gpus[a]} and {gpus[b]} cannot reach each other"
-            f" ({len(unreachable)} ordered pairs unreachable)",
+            f" ({count} ordered pairs unreachable)",
             hint=hint,
         )
-    link_class = np.where(
-        node_of_gpu[:, None] == node_of_gpu[None, :], LinkClass.INTRA_NODE, LinkClass.INTER_NODE
-    ).astype(np.int8)
+    link_class = np.full((len(gpus), len(gpus)), LinkClass.INTER_NODE, dtype=np.int8)
+    first = 0
+    for node in spec.nodes:  # a node's GPUs are consecutive ranks
+        link_class[first : first + node.num_gpus, first : first + node.num_gpus] = (
+            LinkClass.INTRA_NODE
+        )
+        first += node.num_gpus
     np.fill_diagonal(link_class, LinkClass.SAME_GPU)
     injection_gbps = injection(graph, gpus, node_of_gpu)
     calibration = DEFAULT_CALIBRATION
