@@ -91,7 +91,7 @@ def _replan() -> list[str]:
             placement, details = result.placement, None
         else:
             result, seconds = plan((8, 12), current, **kwargs)
-            placement, details = result.placement, result.details.get("replan")
+            placement, details = result.placement, result.replan
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ev = evaluate(placement, routing, topology, model, EvalParams(

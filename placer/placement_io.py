@@ -192,7 +192,10 @@ def _solver_dict(solver: Any) -> dict[str, Any] | None:
         "name": solver.solver,
         "status": solver.status,
         "objective": solver.objective,
+        "objective_unit": solver.objective_unit or None,
         "bound": solver.bound,
+        "hot_shard": solver.hot_shard,
+        "baseline": solver.baseline,
         "seconds": round(float(solver.seconds), 4),
     }
     for key, value in solver.details.items():

@@ -176,25 +176,46 @@ class SolveResult:
     Attributes
     ----------
     placement: always a valid placement (a time limit still yields one).
-    solver: registry name of the solver that ran.
-    status: ``OPTIMAL``, ``FEASIBLE``, ``FALLBACK`` (the hint/baseline was kept) or
+    solver: name of the solver that ran (:func:`placer.solvers.solver_names`).
+    status: ``OPTIMAL``, ``FEASIBLE``, ``FALLBACK`` (the baseline was kept) or
         ``HEURISTIC`` (a greedy method with no bound).
-    objective: the solver's objective value, or None.
-    bound: best proven bound on it, or None.
+    hot_shard: the mean over layers of the hot-shard ratio (the busiest GPU's load over
+        the mean GPU load, dimensionless) of ``placement`` on the fitted windows' load
+        summed over windows; the same figure for every solver, filled in by
+        :func:`placer.solvers.solve`.
+    objective: the solver's own objective value, in ``objective_unit``; None when it
+        has none.
+    objective_unit: what ``objective`` measures (for example ``"tokens, busiest GPU of
+        the worst layer"``); required with ``objective``.
+    bound: a proven lower bound on ``objective``, or None.
+    baseline: what the solver compared its plan against and would have kept (``"eplb"``,
+        ``"current"`` for the deployed placement), or None when it compares with nothing.
+    replan: with a deployed placement, the move budget and the latency-versus-moves
+        frontier (:mod:`placer.migration`); None otherwise.
     seconds: wall time.
-    details: per-layer reports and anything else worth showing.
+    details: per-layer reports and anything else worth showing (JSON-able values;
+        each solver documents its keys).
     """
 
     placement: Placement
     solver: str
     status: str
     objective: float | None = None
+    objective_unit: str = ""
     bound: float | None = None
     seconds: float = 0.0
+    hot_shard: float | None = None
+    baseline: str | None = None
+    replan: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.objective is not None and not self.objective_unit:
+            raise ValueError(f"solver {self.solver!r} gave an objective without its unit")
 
     @property
     def gap(self) -> float | None:
+        """``(objective - bound) / objective``; None without both."""
         if self.objective is None or self.bound is None:
             return None
         denom = max(abs(self.objective), 1e-12)

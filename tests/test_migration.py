@@ -128,13 +128,13 @@ def test_replan_respects_the_move_budget_exactly() -> None:
     fast = {"time_limit_s": 2.0, "options": {"patience": 2, "balance_iterations": 4}}
     free = solve(problem, "cpsat", SolveParams(**fast, move_tolerance=0.0))
     full = int(layer_moves(free.placement, current).sum())
-    assert full > 0 and free.details["replan"]["moves"] == full
+    assert full > 0 and free.replan["moves"] == full
     for budget in (0, full // 2, full - 1):
         result = solve(problem, "cpsat", SolveParams(**fast, max_moves=budget))
         used = int(layer_moves(result.placement, current).sum())
         assert used <= budget
-        assert result.details["replan"]["budget"] == budget
-        assert result.details["replan"]["moves"] == used
+        assert result.replan["budget"] == budget
+        assert result.replan["moves"] == used
 
 
 def test_replan_from_a_placement_with_duplicates() -> None:

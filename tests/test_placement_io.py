@@ -53,7 +53,8 @@ def _write(tmp_path: Path, doc) -> Path:
 
 def test_written_file_reads_back_equal_with_meta(tmp_path, two_layers):
     result = SolveResult(
-        placement=two_layers, solver="eplb", status="HEURISTIC", objective=13.0, seconds=0.5,
+        placement=two_layers, solver="eplb", status="HEURISTIC", objective=13.0,
+        objective_unit="tokens", seconds=0.5, hot_shard=1.25,
         details={"policy": "global", "hottest_gpu_load": np.array([13.0, 12.0])},
     )
     path = write_placement(
@@ -66,8 +67,8 @@ def test_written_file_reads_back_equal_with_meta(tmp_path, two_layers):
     assert back.meta["model"] == {"name": "toy", "num_experts": 4, "top_k": 2}
     assert back.meta["topology"] == {"name": "pair", "num_gpus": 2, "num_nodes": 1}
     assert back.meta["solver"] == {
-        "name": "eplb", "status": "HEURISTIC", "objective": 13.0, "bound": None,
-        "seconds": 0.5, "policy": "global",
+        "name": "eplb", "status": "HEURISTIC", "objective": 13.0, "objective_unit": "tokens",
+        "bound": None, "hot_shard": 1.25, "baseline": None, "seconds": 0.5, "policy": "global",
     }
     assert back.meta["metrics"] == {"hot_shard_ratio_median": 1.25, "nan": None}
     assert back.meta["source"] == str(path)

@@ -72,3 +72,24 @@ def test_listing_solvers_does_not_import_ortools():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+def test_every_result_carries_the_same_hot_shard_and_units():
+    problem = _problem()
+    for name in ("eplb", "linear", "round_robin"):
+        result = solve(problem, name)
+        # 2 GPUs: the busiest holds expert 0 (load 5) plus one of load 1 -> 6 of a mean 4
+        assert result.hot_shard == pytest.approx(
+            {"eplb": 6 / 4, "linear": 6 / 4, "round_robin": 6 / 4}[name])
+        assert result.objective is not None and result.objective_unit
+        assert result.baseline is None
+    with pytest.raises(ValueError, match="without its unit"):
+        SolveResult(placement=solve(problem, "eplb").placement, solver="x", status="HEURISTIC",
+                    objective=1.0)
+
+
+def test_cpsat_names_its_baseline_and_objective():
+    result = solve(_problem(), "cpsat", SolveParams(time_limit_s=5))
+    assert result.baseline == "eplb-valid"  # no model or topology: no judge, the hint is kept
+    assert "hot-shard ratio" in result.objective_unit
+    assert result.hot_shard is not None and result.hot_shard >= 1.0

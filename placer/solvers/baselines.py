@@ -73,6 +73,10 @@ def round_robin_layout(num_experts: int, num_gpus: int, slots_per_gpu: int) -> n
     return np.array([e for gpu in held for e in gpu], dtype=np.int64)
 
 
+#: What the greedy solvers' objective measures.
+OBJECTIVE_UNIT = "tokens on the busiest GPU of the worst layer (fitted load summed over windows)"
+
+
 def heuristic_result(
     problem: PlacementProblem,
     name: str,
@@ -93,6 +97,7 @@ def heuristic_result(
         solver=name,
         status="HEURISTIC",
         objective=float(hottest.max()) if hottest.size else 0.0,
+        objective_unit=OBJECTIVE_UNIT,
         seconds=time.perf_counter() - started,
         details={
             **(details or {}),

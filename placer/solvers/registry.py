@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
 
 from placer.errors import UsageError
+from placer.placement import gpu_loads, hot_shard_ratio
 from placer.problem import PlacementProblem, SolveParams, SolveResult
 
 SolverFn = Callable[[PlacementProblem, SolveParams], SolveResult]
@@ -61,5 +65,13 @@ def get_solver(name: str) -> SolverFn:
 def solve(
     problem: PlacementProblem, solver: str = "eplb", params: SolveParams | None = None
 ) -> SolveResult:
-    """Plan a placement with the named solver."""
-    return get_solver(solver)(problem, params or SolveParams())
+    """Plan a placement with the named solver; the result's ``hot_shard`` is filled in."""
+    result = get_solver(solver)(problem, params or SolveParams())
+    return replace(result, hot_shard=mean_hot_shard(problem, result))
+
+
+def mean_hot_shard(problem: PlacementProblem, result: SolveResult) -> float:
+    """:attr:`SolveResult.hot_shard` of ``result`` on ``problem``'s fitted load."""
+    loads = gpu_loads(result.placement, problem.stats.mean_load)  # [L, G]
+    ratios = hot_shard_ratio(loads)
+    return float(np.mean(ratios)) if ratios.size else 1.0

@@ -243,8 +243,11 @@ def summarize_plan(
         "name": result.solver,
         "status": result.status,
         "objective": result.objective,
+        "objective_unit": result.objective_unit or None,
         "bound": result.bound,
         "gap": result.gap,
+        "hot_shard": result.hot_shard,
+        "baseline": result.baseline,
         "seconds": round(result.seconds, 3),
     }
     results = [result] if baseline is None else [result, baseline]

@@ -13,7 +13,7 @@ def replan_doc(problem: PlacementProblem, result: SolveResult,
     """What re-planning from ``problem.current`` costs and gains (None without one).
 
     Keys: ``moves``, ``slots``, ``gb``, ``copy_s`` (:func:`placer.migration.move_cost`),
-    and from the solver's ``details["replan"]`` when it has one (``cpsat``): ``budget``,
+    and from the solver's ``replan`` report when it has one (``cpsat``): ``budget``,
     ``tolerance``, ``best_moves``, ``cost`` (what the figures are), ``current_cost``,
     ``cost_after``, ``best_cost`` and the ``frontier`` rows.
     """
@@ -29,7 +29,7 @@ def replan_doc(problem: PlacementProblem, result: SolveResult,
         "describe": cost.describe(int(result.placement.num_physical
                                       * result.placement.num_layers)),
     }
-    doc.update(result.details.get("replan", {}) or {})
+    doc.update(result.replan or {})
     return doc
 
 

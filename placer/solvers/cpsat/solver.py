@@ -252,6 +252,14 @@ def _solve_one(task: tuple[LayerData, np.ndarray, SearchParams]) -> LayerOutcome
     return solve_layer(*task)
 
 
+#: What cpsat's objective measures, by ``SolveParams.robust``.
+OBJECTIVE_UNIT = {
+    "max": "hot-shard ratio of the worst fitted window, mean over layers",
+    "cvar": "hot-shard ratio, mean of the worst fitted windows, mean over layers",
+    "std": "hot-shard ratio of the mean load plus its spread over windows, mean over layers",
+    "mean": "hot-shard ratio of the fitted load summed over windows, mean over layers",
+}
+
 #: Share of a whole-plan time limit (``SolveParams.total_time_limit_s``) the layer search
 #: may use; the rest is for the hint, the judge and the summary.
 SEARCH_SHARE = 0.7
@@ -368,8 +376,14 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
             placement, outcomes, layers, problem, params, chosen_cost, current_cost)
         if times is not None:
             times = (chosen_cost, times[1])
+    # what the plan had to beat and would have kept: the judge's last candidate, or the
+    # hint layer by layer when there is no judge
+    if times is None:
+        baseline = hint_result.solver
+    else:
+        baseline = "current" if problem.current is not None else "eplb"
     return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
-                   times, budget)
+                   baseline, times, budget)
 
 
 def _within_budget(
@@ -505,7 +519,7 @@ def _keep_faster(
 
 def _result(
     placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
-    seconds: float, params: SolveParams,
+    seconds: float, params: SolveParams, baseline: str,
     times: tuple[np.ndarray, np.ndarray] | None = None,
     budget: dict[str, Any] | None = None,
 ) -> SolveResult:
@@ -539,8 +553,6 @@ def _result(
         for lid, o in zip(placement.layer_ids.tolist(), outcomes, strict=True)
     ]
     details: dict[str, Any] = {
-        "objective": "mean over layers of the robust hot-shard ratio"
-        f" ({'worst window' if params.robust == 'max' else 'summed load'})",
         "hint": hint_result.solver,
         "winners": {name: winners.count(name) for name in sorted({"cpsat", *winners})},
         "eplb_objective": float(np.mean([o.hint_balance for o in outcomes])),
@@ -551,8 +563,6 @@ def _result(
         "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
         "layers": per_layer,
     }
-    if budget is not None:
-        details["replan"] = budget
     if times is not None:
         plan_times, hint_times = times
         details["judged_by"] = (
@@ -570,7 +580,10 @@ def _result(
         solver="cpsat",
         status=status,
         objective=float(np.mean([o.balance for o in outcomes])),
+        objective_unit=OBJECTIVE_UNIT[params.robust],
         bound=float(np.mean([o.bound for o in outcomes])),
         seconds=seconds,
+        baseline=baseline,
+        replan=budget,
         details=details,
     )
