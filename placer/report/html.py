@@ -119,6 +119,10 @@ class Section:
         return _slug(self.title)
 
 
+#: Tables with more columns than this use a smaller font (12 px) so that a comparison
+#: of 20-odd columns fits a 1400 px window instead of scrolling.
+WIDE_TABLE_COLUMNS = 12
+
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif;
        margin: 0 auto; max-width: 1320px; padding: 1.5em 2em; color: #1b1b1b;
@@ -135,6 +139,8 @@ td { white-space: nowrap; }
 td.wrap { white-space: normal; }
 th { background: #f2f2f2; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.wide { font-size: 0.75em; }
+table.wide th, table.wide td { padding: 0.2em 0.3em; }
 td:first-child { white-space: nowrap; }
 tr:nth-child(even) td { background: #fafafa; }
 figure { margin: 0.6em 0 1.4em; }
@@ -236,7 +242,8 @@ def _table(table: Table) -> str:
             j for j in range(len(table.columns))
             if table.rows and all(_looks_numeric(r[j]) for r in table.rows)
         )
-    out = ['<div class="scroll"><table>']
+    wide = len(table.columns) > WIDE_TABLE_COLUMNS
+    out = ['<div class="scroll"><table class="wide">' if wide else '<div class="scroll"><table>']
     if table.caption:
         out.append(f"<caption>{_esc(table.caption)}</caption>")
     out.append("<thead><tr>" + "".join(f"<th>{_esc(c)}</th>" for c in table.columns)
