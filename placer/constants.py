@@ -138,9 +138,10 @@ MAX_LOAD_BYTES = 256 << 20
 MAX_COACT_BYTES = 256 << 20
 
 #: Distinct expert pairs (co-activation and layer affinity together, 16 bytes each) a
-#: per-token read counts sparsely; past it co-activation is left out with a warning
+#: per-token read counts sparsely (while counting it may hold twice as many, repeats from
+#: different chunks not yet merged); past it co-activation is left out with a warning
 #: (``coact=False``), the load is still read.
-MAX_COACT_PAIRS = 1 << 25
+MAX_COACT_PAIRS = 1 << 24
 
 #: Largest sum of the counts of one aggregated input ((token, expert) selections): 2^53
 #: keeps every total exact in int64 and float64.

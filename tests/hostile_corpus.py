@@ -438,12 +438,12 @@ def _unknown_format(d: Path) -> list[str]:
     return stats(write(d / "t.jsonl", jsonl([GOOD_ROW])), "--format", "nope")
 
 
-@case("jsonl-coact-past-budget", code=0, contains="co-activation was left out")
+@case("jsonl-coact-stray-id", code=0, contains="8190 of 8192 (layer, expert) pairs")
 def _coact_budget(d: Path) -> list[str]:
     return stats(write(d / "t.jsonl", jsonl([{"layer": 0, "experts": [8191, 1]}])))
 
 
-@case("jsonl-id-32767-accepted", code=0, contains="co-activation was left out", bomb=True)
+@case("jsonl-id-32767-accepted", code=0, contains="32766 of 32768 (layer, expert)", bomb=True)
 def _coact_budget_max(d: Path) -> list[str]:
     return stats(write(d / "t.jsonl", jsonl([{"layer": 0, "experts": [32767, 1]}] * 3)))
 

@@ -212,13 +212,15 @@ class _Counting(_Validation):
                     self._count_pairs(False, int(rows[c]), xs[c], xs[c], triangle=True)
                 if c + 1 < lid.size:
                     self._count_pairs(True, pidx[c], xs[c], xs[c + 1], triangle=False)
-        if coact:
-            self._end_pairs(has_none)
-            if not self._sparse:
-                ew = self._coact.shape[1]
-                diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
-                if diag.any():  # an expert twice in one row
-                    self._raise_duplicate(flat, where)
+        if coact and self._sparse:  # an expert twice in one row was looked for above
+            self._check_sparse_size()
+        elif coact:
+            if has_none:
+                self._clear_trash()
+            ew = self._coact.shape[1]
+            diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
+            if diag.any():  # an expert twice in one row
+                self._raise_duplicate(flat, where)
 
     def _columns_buffer(self, size: int) -> np.ndarray:
         """``[size]`` int32 (expert ids and the -1 column fit), reused from chunk to chunk

@@ -2,18 +2,22 @@
 pairs and layer affinity as sorted int64 keys with counts, when dense ``[E, E]``
 matrices would not fit ``constants.MAX_COACT_BYTES``.
 
-A key is ``i << 32 | j`` (expert ids are below 2^31, so keys rise with ``(i, j)``
-whatever the expert count, which may still grow while reading); each chunk's keys are
-counted with one sort (``np.unique``) and merged into the row's counts when the pending
-ones outgrow them, so memory follows the distinct pairs seen.
+A key is ``i << _KEY_BITS | j`` (expert ids are below ``constants.MAX_EXPERTS``, so
+keys rise with ``(i, j)`` whatever the expert count, which may still grow while
+reading), int32 while two ids fit in 31 bits; each chunk's keys are counted with one
+sort, and the rows' counts are merged when the keys added since outgrow them, so
+memory follows the distinct pairs seen.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-#: Bits of the second expert of a pair key.
-_KEY_BITS = 32
+from placer import constants
+
+#: Bits of the second expert of a pair key, and the keys' dtype.
+_KEY_BITS = max(1, (constants.MAX_EXPERTS - 1).bit_length())
+_KEY_DTYPE = np.int32 if 2 * _KEY_BITS <= 31 else np.int64
 
 #: Pending counted keys of a row that trigger a merge, at least (see _SparsePairs.add).
 _MERGE_MIN = 1 << 20
@@ -24,26 +28,32 @@ def _pair_keys(a: np.ndarray, b: np.ndarray, *, triangle: bool) -> np.ndarray:
     ids, -1 none; pairs with a -1 are left out).
 
     ``triangle``: ``a`` is ``b`` and the pairs are positions ``i < j`` of one row, keyed
-    unordered (``min << 32 | max``); pairs of an expert with itself are left out.
+    unordered (``min << _KEY_BITS | max``); pairs of an expert with itself are left out.
     Otherwise every ``(a[i], b[j])``, ordered.
     """
     parts = []
+    xa: np.ndarray = a.astype(_KEY_DTYPE)
+    xb: np.ndarray = b.astype(_KEY_DTYPE)
     if triangle:
-        for i in range(a.shape[0] - 1):
-            x = a[i].astype(np.int64)
-            y = b[i + 1 :].astype(np.int64)
-            lo, hi = np.minimum(x, y), np.maximum(x, y)
+        for i in range(xa.shape[0] - 1):
+            lo, hi = np.minimum(xa[i], xb[i + 1 :]), np.maximum(xa[i], xb[i + 1 :])
             keep = (lo >= 0) & (lo != hi)
             parts.append(((lo << _KEY_BITS) | hi)[keep])
     else:
-        y = b.astype(np.int64)
-        for i in range(a.shape[0]):
-            x = a[i].astype(np.int64)
-            keep = (x >= 0) & (y >= 0)
-            parts.append(((x << _KEY_BITS) | y)[keep])
+        for i in range(xa.shape[0]):
+            keep = (xa[i] >= 0) & (xb >= 0)
+            parts.append(((xa[i] << _KEY_BITS) | xb)[keep])
     if not parts:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=_KEY_DTYPE)
     return np.concatenate(parts)
+
+
+def _count_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``keys`` and how often each occurs (``keys`` is sorted in place)."""
+    keys.sort()
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    counts = np.diff(np.append(starts, keys.size))
+    return keys[starts], counts
 
 
 def _merge(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -58,14 +68,18 @@ def _merge(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray
 
 
 class _SparsePairs:
-    """Pair counts of rows (layers or layer pairs) as sorted keys and counts."""
+    """Pair counts of rows (layers or layer pairs) as sorted keys and counts.
+
+    Each chunk's keys are counted (sorted, unique) and kept apart; once the keys added
+    since the last merge outnumber those it left (and ``_MERGE_MIN``), every row is
+    merged, so merging costs ``O(n log n)`` in all and memory stays within about twice
+    the distinct pairs (plus ``_MERGE_MIN`` keys)."""
 
     def __init__(self) -> None:
-        self._keys: list[list[np.ndarray]] = []  # per row: merged first, then pending
+        self._keys: list[list[np.ndarray]] = []  # per row: sorted unique parts
         self._counts: list[list[np.ndarray]] = []
-        self._pending: list[int] = []  # keys pending per row
-        self._held: list[int] = []  # keys merged per row
-        self.size = 0  # keys held, all rows, merged and pending
+        self.size = 0  # keys held, all rows and parts (repeats across parts included)
+        self._merged = 0  # keys held after the last merge of every row
 
     def add(self, row: int, keys: np.ndarray, counts: np.ndarray | None = None) -> None:
         """Count ``keys`` (any order, repeats counted) into row ``row``, each once or
@@ -75,30 +89,45 @@ class _SparsePairs:
         while len(self._keys) <= row:
             self._keys.append([])
             self._counts.append([])
-            self._pending.append(0)
-            self._held.append(0)
         if counts is None:
-            uniq, counts = np.unique(keys, return_counts=True)
+            uniq, counts = _count_keys(keys)
         else:
             uniq, counts = _merge([keys, keys[:0]], [counts, counts[:0]])
         self._keys[row].append(uniq)
         self._counts[row].append(counts.astype(np.int64))
-        self._pending[row] += uniq.size
         self.size += uniq.size
-        if self._pending[row] > max(self._held[row], _MERGE_MIN):
+        if self.size - self._merged > max(self._merged, _MERGE_MIN):
+            self.merge()
+
+    def merge(self) -> int:
+        """Merge every row; returns the distinct pairs held."""
+        for row in range(len(self._keys)):
             self._compact(row)
+        self._merged = self.size
+        return self.size
 
     def _compact(self, row: int) -> None:
-        keys, counts = _merge(self._keys[row], self._counts[row])
-        self.size += keys.size - self._held[row] - self._pending[row]
+        parts = self._keys[row]
+        if len(parts) < 2:
+            return
+        before = sum(k.size for k in parts)
+        keys, counts = _merge(parts, self._counts[row])
         self._keys[row], self._counts[row] = [keys], [counts]
-        self._held[row], self._pending[row] = keys.size, 0
+        self.size += keys.size - before
 
-    def row(self, row: int, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted keys ``i * num_experts + j`` and counts of row ``row`` (every id is below
-        ``num_experts``)."""
+    def pop(self, row: int, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted int64 keys ``i * num_experts + j`` and counts of row ``row`` (every id
+        is below ``num_experts``); the row is emptied (its memory is handed over)."""
         if row >= len(self._keys) or not self._keys[row]:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         self._compact(row)
         keys, counts = self._keys[row][0], self._counts[row][0]
-        return (keys >> _KEY_BITS) * num_experts + (keys & ((1 << _KEY_BITS) - 1)), counts
+        self._keys[row], self._counts[row] = [], []
+        self.size -= keys.size
+        self._merged = min(self._merged, self.size)
+        wide = keys.astype(np.int64)
+        first = wide >> _KEY_BITS
+        wide &= (1 << _KEY_BITS) - 1
+        first *= num_experts
+        wide += first
+        return wide, counts

@@ -157,12 +157,12 @@ class _Results(_WarmUp):
         self, order: np.ndarray, same: bool, pairs: list[int | None], num_e: int
     ) -> tuple[PairCounts, PairCounts | None]:
         """As :meth:`_dense_result`, from the sparse counts."""
-        rows = [self._sp_coact.row(int(r), num_e) for r in order]
+        rows = [self._sp_coact.pop(int(r), num_e) for r in order]
         coact = PairCounts.from_rows(num_e, [k for k, _ in rows], [c for _, c in rows])
         aff = None
         if pairs:
             empty = (np.zeros(0, dtype=np.int64),) * 2
-            rows = [self._sp_aff.row(p, num_e) if p is not None else empty for p in pairs]
+            rows = [self._sp_aff.pop(p, num_e) if p is not None else empty for p in pairs]
             aff = PairCounts.from_rows(num_e, [k for k, _ in rows], [c for _, c in rows],
                                        symmetric=False)
         return coact, aff

@@ -17,7 +17,7 @@ from placer.stats import RoutingData
 from placer.traces.chunks import ReadOptions, RowChunk, _HeldTokens
 from placer.traces.limits import _coact_bytes, _mib
 from placer.traces.occurrences import _WORD_BITS, _grow, _TokenTable
-from placer.traces.pairs import _KEY_BITS, _SparsePairs
+from placer.traces.pairs import _KEY_BITS, _KEY_DTYPE, _SparsePairs
 from placer.traces.windows import WindowGrid
 
 #: How messages name figures the caller declared (read_routing's arguments, which the
@@ -236,7 +236,8 @@ class _AccumulatorState:
                 if triangle:  # counted in either order: key them unordered
                     i, j = np.minimum(i, j), np.maximum(i, j)
                 keep = (j < ew - 1) & (i < ew - 1) & ((i != j) | (not triangle))
-                store.add(row, ((i << _KEY_BITS) | j)[keep], flat[idx][keep])
+                store.add(row, ((i << _KEY_BITS) | j)[keep].astype(_KEY_DTYPE),
+                          flat[idx][keep])
         self._sparse = True
         self._coact = np.zeros((0, 0, 0), dtype=np.int64)
         self._aff = np.zeros((0, 0, 0), dtype=np.int64)
@@ -245,8 +246,14 @@ class _AccumulatorState:
     def _check_sparse_size(self) -> None:
         """Leave co-activation out once the sparse counts hold more than
         ``constants.MAX_COACT_PAIRS`` distinct pairs."""
-        held = self._sp_coact.size + self._sp_aff.size
-        if self._sparse and held > constants.MAX_COACT_PAIRS:
+        # the counts hold repeats of pairs across chunks until merged: merge (and look
+        # again) only past twice the limit, so merges stay rare near it
+        if not self._sparse or (
+            self._sp_coact.size + self._sp_aff.size <= 2 * constants.MAX_COACT_PAIRS
+        ):
+            return
+        held = self._sp_coact.merge() + self._sp_aff.merge()  # distinct pairs only
+        if held > constants.MAX_COACT_PAIRS:
             self._drop_coact(
                 f"counting it holds {held:,} distinct expert pairs, more than placer's"
                 f" {constants.MAX_COACT_PAIRS:,}"
