@@ -180,9 +180,13 @@ class PairCounts:
             out[j, i] = c
         return out
 
+    def dense_fits(self, rows: int = 1) -> bool:
+        """Whether the dense form of ``rows`` rows fits ``constants.MAX_COACT_BYTES``."""
+        return rows * self.num_experts * self.num_experts * 8 <= constants.MAX_COACT_BYTES
+
     def _check_dense(self, rows: int) -> None:
         need = rows * self.num_experts * self.num_experts * 8
-        if need > constants.MAX_COACT_BYTES:
+        if not self.dense_fits(rows):
             mib = 1 << 20
             raise DataError(
                 f"dense pair counts of {rows} layer{'s' * (rows != 1)} x"

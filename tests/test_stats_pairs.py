@@ -222,3 +222,33 @@ def test_summary_pairs_equal_the_dense_figures(seed, experts, top):
     got = summary["affinity"][0]["pairs"]
     assert [(p["experts"], p["count"]) for p in got] == [
         (list(p), int(aff[0][p])) for p in top_pairs(aff[0], top, symmetric=False)]
+
+
+# -- consumers of the dense form ----------------------------------------------------------
+
+
+def test_sampler_past_the_dense_limit_samples_from_the_loads_with_a_warning(monkeypatch):
+    """Too many experts for the anchor mixture's dense matrices: the evaluation runs
+    without co-activation (the same draws as without it) and says so."""
+    from evaluate_fixtures import cluster, placement, random_routing, tiny_model
+
+    from placer.errors import PlacerWarning
+    from placer.evaluate import EvalParams, evaluate
+
+    stats = random_routing(64, batch=16, seed=2).stats
+    assert stats.coact is not None
+    pl = placement([[0, 1, 2, 3], [0, 2, 1, 3]], 2)
+    args = (pl, cluster((2,)), tiny_model(), EvalParams(sample=True, seed=1, batch_tokens=16))
+    plain = evaluate(args[0], replace_coact(stats), *args[1:])
+    paired = evaluate(args[0], stats, *args[1:])
+    assert not np.array_equal(paired.gpu_load, plain.gpu_load)  # the pairs change the draws
+    monkeypatch.setattr(constants, "MAX_COACT_BYTES", 8 * 4 * 4 - 1)
+    with pytest.warns(PlacerWarning, match="co-activation of 4 experts is too large"):
+        capped = evaluate(args[0], stats, *args[1:])
+    np.testing.assert_array_equal(capped.gpu_load, plain.gpu_load)
+
+
+def replace_coact(stats: ExpertStats) -> ExpertStats:
+    from dataclasses import replace
+
+    return replace(stats, coact=None, layer_affinity=None)

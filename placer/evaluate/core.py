@@ -460,6 +460,14 @@ def _sampled_source(
     # sampled tokens are exchangeable: order them by (batch, source) like trace tokens
     batches = _reorder(batches, np.lexsort((batches.source, batches.batch_of_token)))
     load_all = stats.mean_load
+    pairs = stats.coact
+    if pairs is not None and not pairs.dense_fits():
+        warnings.warn(
+            f"co-activation of {stats.num_experts:,} experts is too large for the sampler's"
+            f" dense [experts, experts] matrices (more than {constants.MAX_COACT_BYTES >> 20}"
+            " MiB a layer, docs/limits.md): tokens are sampled from the loads alone",
+            PlacerWarning, stacklevel=3)
+        pairs = None
 
     def experts_of(row: int) -> np.ndarray:
         layer_id = int(layer_ids[row])
@@ -474,7 +482,7 @@ def _sampled_source(
 
     def draw(row: int, layer_id: int) -> np.ndarray:
         srow = int(stats_rows[row])
-        coact = stats.coact_dense(srow)  # the sampler's anchor mixture is dense
+        coact = None if pairs is None else pairs.dense(srow)  # the anchor mixture is dense
         chunks = []
         for (lo, hi), n in zip(plan.groups, plan.group_batches, strict=True):
             if hi - lo == 1:  # a window on its own: the same draws as ever
