@@ -119,13 +119,14 @@ class Section:
         return _slug(self.title)
 
 
-#: Tables with more columns than this use a smaller font (12 px) so that a comparison
-#: of 20-odd columns fits a 1400 px window instead of scrolling.
+#: Tables with more columns than this use a smaller font (11 px) and tighter cells, so
+#: that a comparison of 20-odd columns fits a 1400 px window (a wider one scrolls
+#: sideways inside its box; the page itself never does).
 WIDE_TABLE_COLUMNS = 12
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif;
-       margin: 0 auto; max-width: 1320px; padding: 1.5em 2em; color: #1b1b1b;
+       margin: 0 auto; max-width: 1400px; padding: 1.5em 1.5em; color: #1b1b1b;
        background: #ffffff; line-height: 1.45; }
 h1 { font-size: 1.7em; margin-bottom: 0.2em; }
 h2 { font-size: 1.3em; border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
@@ -139,7 +140,7 @@ td { white-space: nowrap; }
 td.wrap { white-space: normal; }
 th { background: #f2f2f2; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-table.wide { font-size: 0.75em; }
+table.wide { font-size: 0.7em; }
 table.wide th, table.wide td { padding: 0.2em 0.3em; }
 td:first-child { white-space: nowrap; }
 tr:nth-child(even) td { background: #fafafa; }
