@@ -7,6 +7,7 @@ compare page built from rows alone (no planning) and in ``placer report`` end to
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -203,4 +204,11 @@ def test_placer_report_states_settings_command_and_verdict(two_plans, tmp_path, 
     verdict = re.search(r"<p>(linear: step p99 [^<]*)</p>", page)
     assert verdict is not None
     assert verdict.group(1).endswith(("— better", "— worse", "— equal (within 0.1%)"))
+    assert result.stdout == verdict.group(1) + "\n"  # the answer on stdout too
+    result = runner.invoke(app, [*args, "--json", "-q"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [(v["name"], v["baseline"], v["line"]) for v in doc["verdicts"]] == [
+        ("linear", "eplb", verdict.group(1))]
+    assert doc["command"].startswith("placer report ")
     assert "the layer where the hot shard of eplb is worst" in page

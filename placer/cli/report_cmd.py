@@ -131,6 +131,7 @@ def report(
     from placer.placement_io import read_placement
     from placer.report.sections import placement_report
     from placer.report.settings import command_line, evaluation_settings_rows
+    from placer.report.verdicts import placement_judgements
     from placer.topology import load_topology
 
     params = EvalParams(policy=policy, mode=mode, dtype=dtype, batch_tokens=batch_tokens,
@@ -161,19 +162,26 @@ def report(
         sys.stderr.write(f"wrote {output}\n")
     if png_dir is not None:
         write_pictures(built.pictures, png_dir, quiet)
-    if json_out:
-        print_json({
-            "output": str(output),
-            "pictures": ([str(png_dir / f"{stem}.png") for stem, _ in built.pictures]
-                         if png_dir is not None else []),
-            "trace": [str(t) for t in trace], "model": model_spec.name, "topology": topo.name,
-            "params": {"policy": policy, "mode": mode, "dtype": dtype or model_spec.default_dtype,
-                       "batch_tokens": batch_tokens, "num_batches": params.num_batches,
-                       "seed": seed},
-            "placements": [{"name": label, "path": str(path), "metrics": e.metrics}
-                           for label, path, e in zip(labels, placement, evaluations,
-                                                     strict=True)],
-        })
+    judged = placement_judgements(labels, evaluations)[1:] if len(labels) > 1 else []
+    if not json_out:
+        for j in judged:  # the answer on stdout, one line per placement after the first
+            sys.stdout.write(j.line + "\n")
+        return
+    print_json({
+        "output": str(output),
+        "pictures": ([str(png_dir / f"{stem}.png") for stem, _ in built.pictures]
+                     if png_dir is not None else []),
+        "trace": [str(t) for t in trace], "model": model_spec.name, "topology": topo.name,
+        "params": {"policy": policy, "mode": mode, "dtype": dtype or model_spec.default_dtype,
+                   "batch_tokens": batch_tokens, "num_batches": params.num_batches,
+                   "seed": seed},
+        "placements": [{"name": label, "path": str(path), "metrics": e.metrics}
+                       for label, path, e in zip(labels, placement, evaluations,
+                                                 strict=True)],
+        "verdicts": [{"name": j.name, "baseline": j.baseline, "step_p99_change": j.change,
+                      "word": j.word, "line": j.line} for j in judged],
+        "command": command_line(),
+    })
 
 
 def register(app: typer.Typer) -> None:
