@@ -400,7 +400,7 @@ def placement_map(
     bar = fig.colorbar(image, ax=ax)
     bar.set_label("slot load / mean slot load")
     labels = [f"{int(e)}{'*' if counts[e] > 1 else ''}" for e in p2l]
-    size = _cell_font_size(fig, ax, slots, num_gpus, max(len(t) for t in labels))
+    size = _cell_font_size(fig, ax, slots, num_gpus, max((len(t) for t in labels), default=1))
     if p2l.size > constants.PLACEMENT_MAP_MAX_LABELS or size is None:
         ax.set_title(f"{ax.get_title()}\n(expert ids not printed: {p2l.size} slots are too"
                      f" many to label at {MIN_FONT_PT:g} pt)", fontsize="medium")
