@@ -155,7 +155,9 @@ def _auto(name: str, experts: int, gpus: int, fewest: int, max_slots: int | None
             f"{name}: --redundant auto: even {fewest} slots per GPU (R = {fewest * gpus - experts})"
             " do not fit in memory; its row says why")
     slots = slot_candidates(experts, gpus, max_slots)
-    bound = f"memory holds {max_slots}" if max_slots < experts else "no more than the experts"
+    bound = f"memory holds {max_slots}"
+    if max_slots > experts:
+        bound += f", a GPU at most the {experts} experts"
     return TopologySweep(
         tuple(s * gpus - experts for s in slots),
         f"{name}: --redundant auto tries R = {_join(s * gpus - experts for s in slots)}"

@@ -118,6 +118,9 @@ def test_auto_tries_plans_slot_counts_up_to_the_memory_bound():
     assert got.redundant == (0, 16, 32, 64)
     assert got.note == ("2x8: --redundant auto tries R = 0, 16, 32, 64 (8, 9, 10, 12 slots per"
                         " GPU; memory holds 12)")
+    roomy = topology_sweep(Sweep("auto"), "b200", 32, 8, max_slots=100)
+    assert roomy.note == ("b200: --redundant auto tries R = 0, 8, 16, 32, 64, 128 (4, 5, 6, 8, 12,"
+                          " 20 slots per GPU; memory holds 100, a GPU at most the 32 experts)")
     tight = topology_sweep(Sweep("auto"), "h100", 256, 8, max_slots=None)
     assert tight.redundant == (0,)
     assert tight.note == ("h100: --redundant auto: even 32 slots per GPU (R = 0) do not fit in"

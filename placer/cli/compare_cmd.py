@@ -53,8 +53,10 @@ from placer.workload import ENGINES, PHASES
 EXAMPLES = examples(
     "placer compare traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t dgx-h100 -t 2x-dgx-h100"
     " -r 0,16,32 -s eplb,cpsat",
-    "placer compare trace.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --engine sglang --csv"
-    " > rows.csv",
+    "placer compare traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x8-mi300x-roce"
+    " -t gb200-nvl72 -r auto --engine sglang --p99-target-us 7000",
+    "placer compare trace.npz -m deepseek-v3 -t 4x-dgx-h100 --slots-per-gpu 8..10 --engine sglang"
+    " --csv > rows.csv",
     "placer compare --scenarios study.yaml --report compare.html --png-dir pictures/",
     note="Scenario files, columns and the report: docs/compare.md.",
 )
@@ -339,7 +341,8 @@ def compare(
         constants.REPORT_DPI, "--dpi", help="Resolution of the pictures, dots per inch."
     ),
 ) -> None:
-    """Compare what-if scenarios (topology x redundant experts x solver) on one trace."""
+    """Compare what-if scenarios (topology x redundant experts x solver) on one trace and
+    recommend one."""
     if json_out and csv_out:
         raise UsageError("--json and --csv are two answers to one question", where="--csv",
                          hint="choose one")
