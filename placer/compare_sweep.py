@@ -185,18 +185,27 @@ def _slots(values: tuple[int, ...], name: str, experts: int, gpus: int,
 
 def _redundant(values: tuple[int, ...], name: str, experts: int, gpus: int,
                fewest: int) -> TopologySweep:
-    kept = _unique(r for r in values if (experts + r) % gpus == 0)
-    skipped = _unique(r for r in values if (experts + r) % gpus)
-    if not skipped:
-        return TopologySweep(kept)
-    nearest: set[int] = set()
-    for r in skipped:
-        slots = (experts + r) // gpus
-        nearest.update(s * gpus - experts for s in (max(slots, fewest), max(slots + 1, fewest)))
-    every = " (every value)" if not kept else ""
-    note = (f"{name}: skipped --redundant {_join(skipped)}{every}: {experts} experts + R do not"
-            f" split evenly over {gpus} GPUs (engines need equal slots per GPU; valid near"
-            f" them: {_join(sorted(nearest))})")
+    most = experts * gpus - experts  # S = E: every expert on every GPU
+    even = [r for r in values if (experts + r) % gpus == 0]
+    kept = _unique(r for r in even if r <= most)
+    uneven = _unique(r for r in values if (experts + r) % gpus)
+    many = _unique(r for r in even if r > most)
+    reasons = []
+    if uneven:
+        nearest: set[int] = set()
+        for r in uneven:
+            slots = (experts + r) // gpus
+            nearest.update(s * gpus - experts for s in (slots, slots + 1) if fewest <= s <= experts)
+        reasons.append(f"{_join(uneven)} ({experts} experts + R do not split evenly over {gpus}"
+                       " GPUs: engines need equal slots per GPU; valid near them:"
+                       f" {_join(sorted(nearest) or [most])})")
+    if many:
+        reasons.append(f"{_join(many)} (above {most}: a GPU would hold two replicas of one"
+                       " expert)")
+    note = None
+    if reasons:
+        every = " (every value)" if not kept else ""
+        note = f"{name}: skipped --redundant {'; '.join(reasons)}{every}"
     return TopologySweep(kept, note)
 
 

@@ -204,7 +204,7 @@ def test_qwen3_on_mi300x_vs_nvl72_skips_uneven_values_and_recommends(tmp_path):
     result = _compare(str(QWEN3), "-m", "qwen3-30b-a3b", "-t", "2x8-mi300x-roce",
                       "-t", "gb200-nvl72", "-r", "0,16,32,64", "--engine", "sglang", "--json")
     assert result.exit_code == 0, result.stderr
-    assert ("note: gb200-nvl72: skipped --redundant 0, 32, 64: 128 experts + R do not split"
+    assert ("note: gb200-nvl72: skipped --redundant 0, 32, 64 (128 experts + R do not split"
             " evenly over 72 GPUs" in result.stderr)
     doc = json.loads(result.stdout)
     rows = doc["rows"]
@@ -268,8 +268,8 @@ def test_redundant_auto_runs_what_fits_in_memory():
          "error: --slots-per-gpu: --redundant and --slots-per-gpu exclude each other"),
         (["--slots-per-gpu", "12..8"], "error: --slots-per-gpu: range 12..8 is reversed"),
         (["-t", "gb200-nvl72", "-r", "0"],
-         "note: gb200-nvl72: skipped --redundant 0 (every value): 32 experts + R do not split"
-         " evenly over 72 GPUs (engines need equal slots per GPU; valid near them: 40)"),
+         "note: gb200-nvl72: skipped --redundant 0 (32 experts + R do not split evenly over 72"
+         " GPUs: engines need equal slots per GPU; valid near them: 40) (every value)"),
         (["--p99-target-us", "-5"],
          "error: --p99-target-us: expected a positive step p99 target in µs, got -5.0"),
     ],

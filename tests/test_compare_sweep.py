@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placer.compare import (
     CompareRow,
@@ -80,14 +82,19 @@ def test_redundant_values_that_do_not_split_evenly_are_skipped_with_one_note():
     got = topology_sweep(Sweep("redundant", (0, 16, 32, 64, 16)), "gb200-nvl72", 128, 72)
     assert got.redundant == (16,)
     assert got.note == (
-        "gb200-nvl72: skipped --redundant 0, 32, 64: 128 experts + R do not split evenly over"
-        " 72 GPUs (engines need equal slots per GPU; valid near them: 16, 88)")
+        "gb200-nvl72: skipped --redundant 0, 32, 64 (128 experts + R do not split evenly over"
+        " 72 GPUs: engines need equal slots per GPU; valid near them: 16, 88)")
     assert topology_sweep(Sweep("redundant", (0, 16, 32, 64)), "x", 128, 16).redundant == (
         0, 16, 32, 64)
     assert topology_sweep(Sweep("redundant", (0, 16, 32, 64)), "x", 128, 16).note is None
     none_left = topology_sweep(Sweep("redundant", (0,)), "gb200-nvl72", 128, 72)
     assert none_left.redundant == ()
-    assert "skipped --redundant 0 (every value)" in none_left.note
+    assert none_left.note.startswith("gb200-nvl72: skipped --redundant 0 (")
+    assert none_left.note.endswith(" (every value)")
+    too_many = topology_sweep(Sweep("redundant", (0, 8, 16)), "one", 4, 2)
+    assert too_many.redundant == (0,)
+    assert too_many.note == ("one: skipped --redundant 8, 16 (above 4: a GPU would hold two"
+                             " replicas of one expert)")
 
 
 def test_slots_per_gpu_give_r_per_topology_and_skip_impossible_counts():
@@ -138,8 +145,8 @@ def test_sweep_scenarios_are_topology_major_with_notes_for_skips():
         ("dgx-h100", 0, "eplb"), ("dgx-h100", 0, "linear"), ("dgx-h100", 8, "eplb"),
         ("dgx-h100", 8, "linear"), ("dgx-h100", 40, "eplb"), ("dgx-h100", 40, "linear"),
         ("gb200-nvl72", 40, "eplb"), ("gb200-nvl72", 40, "linear")]
-    assert notes == ("gb200-nvl72: skipped --redundant 0, 8: 32 experts + R do not split evenly"
-                     " over 72 GPUs (engines need equal slots per GPU; valid near them: 40)",)
+    assert notes == ("gb200-nvl72: skipped --redundant 0, 8 (32 experts + R do not split evenly"
+                     " over 72 GPUs: engines need equal slots per GPU; valid near them: 40)",)
 
 
 def test_auto_sweep_reads_the_memory_of_each_topology():
@@ -313,3 +320,24 @@ def test_no_recommendation_without_rows_that_ran():
     assert recommend(CLUSTERS[3:]).line == (
         "recommended: none — no scenario ran to a step time; see the status column")
     assert recommend([]).scenario is None
+
+
+# -- invariants -------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(experts=st.integers(1, 512), gpus=st.integers(1, 96),
+       kind=st.sampled_from(["redundant", "slots"]),
+       values=st.lists(st.integers(0, 1200), min_size=1, max_size=8))
+def test_every_kept_value_splits_evenly_and_every_skipped_one_is_named(experts, gpus, kind,
+                                                                       values):
+    got = topology_sweep(Sweep(kind, tuple(values)), "t", experts, gpus)
+    for r in got.redundant:
+        assert r >= 0 and (experts + r) % gpus == 0 and (experts + r) // gpus <= max(
+            experts, -(-experts // gpus))
+    as_r = values if kind == "redundant" else [s * gpus - experts for s in values]
+    skipped = [v for v, r in zip(values, as_r, strict=True) if r not in got.redundant]
+    assert (got.note is None) == (not skipped)
+    for v in skipped:
+        assert str(v) in got.note
+    assert len(set(got.redundant)) == len(got.redundant)
