@@ -285,3 +285,23 @@ def test_sweep_usage_errors_exit_2(args, message):
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == message
     assert result.stdout == ""
+
+
+def test_scenario_file_sweeps_slots_per_gpu_and_sets_the_target(tmp_path):
+    study = tmp_path / "sweep.yaml"
+    study.write_text(f"trace: {BUNDLED}\nmodel: gpt-oss-20b\ntopologies: [dgx-h100, 2x-dgx-h100]\n"
+                     "slots_per_gpu: '3..4'\nnum_batches: 2\np99_target_us: 1000000\n")
+    result = _compare("--scenarios", str(study), "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["notes"] == ["dgx-h100: skipped --slots-per-gpu 3 (below 4: 8 GPUs x 3 slots"
+                            " cannot hold the 32 experts, R would be negative)"]
+    assert [(r["scenario"], r["slots_per_gpu"]) for r in doc["rows"]] == [
+        ("dgx-h100 R=0 eplb", 4), ("2x-dgx-h100 R=16 eplb", 3), ("2x-dgx-h100 R=32 eplb", 4)]
+    assert doc["settings"]["p99_target_us"] == 1e6
+    # every row meets so loose a target: the fewest GPUs win
+    assert doc["recommendation"]["scenario"] == "dgx-h100 R=0 eplb"
+    assert doc["recommendation"]["candidates"] == [r["scenario"] for r in doc["rows"]]
+    clash = _compare("--scenarios", str(study), "--slots-per-gpu", "4")
+    assert clash.exit_code == 2
+    assert clash.stderr.startswith("error: --scenarios: scenarios come either from --scenarios")
