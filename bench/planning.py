@@ -237,8 +237,8 @@ def _run(out: list[str], folder: Path) -> str:
         if (name == "gpt-oss-20b" or topology is not None) and not QUICK:
             variants = []
             for label, tolerance in TRAFFIC_FIRST:
-                plan = run_plan(problem, "cpsat", traffic_first=True,
-                                balance_tolerance=tolerance)
+                plan = run_plan(problem, "cpsat", options={
+                    "traffic_first": True, "balance_tolerance": tolerance})
                 timings.append((f"{key} ({label})", plan.seconds))
                 variants.append((label, plan))
             traffic_first[key] = variants

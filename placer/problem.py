@@ -8,7 +8,7 @@ module imports no solver).  Solvers are pure: they neither print nor read files.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -81,13 +81,11 @@ class PlacementProblem:
         return int(self.node_of_gpu.max()) + 1
 
 
-#: Values of ``SolveParams.robust``.
-ROBUST_MODES = ("max", "cvar", "std", "mean")
-
-
 @dataclass(frozen=True)
 class SolveParams:
-    """Knobs shared by all solvers; each solver documents which it reads.
+    """What every solver shares; a solver's own knobs are ``options``.
+
+    Each solver documents which of these it reads (the greedy ones read none).
 
     Attributes
     ----------
@@ -97,18 +95,6 @@ class SolveParams:
         only the per-layer budget.
     seed: random seed; same inputs and seed give the same placement.
     jobs: layers solved in parallel (processes).
-    balance_tolerance: relative slack on the hot-shard load that the traffic and
-        migration objectives may spend (0.005 = 0.5%).
-    traffic_first: measure ``balance_tolerance`` from the hint's (EPLB's) hot shard,
-        which the second pass may then exceed, instead of from the balance lower bound
-        (capped at EPLB's hot shard).
-    traffic_weight: weight of co-location versus migration once balance is fixed.
-    migration_weight: weight of one weight move.
-    robust: balance the worst window (``"max"``), the mean of the worst windows
-        (``"cvar"``), or the mean matrix (``"mean"``).
-    batch_tokens: plan for the hot shard of batches of this many tokens: the planner
-        adds each GPU's per-batch load noise (``cpsat``); None plans for the windows'
-        loads alone.
     workload: the engine and batch regime the plan is judged under (the evaluator's
         dispatch policy, all-to-all mode and batch size; :class:`placer.workload.Workload`).
     max_moves: re-planning (``problem.current``): at most this many weight moves in all
@@ -117,7 +103,10 @@ class SolveParams:
     move_tolerance: re-planning without a budget: the fewest moves whose estimated time
         is within this share of the best re-plan's (0.005 = 0.5%; 0 moves when the
         deployed placement is already there).
-    options: solver-specific extras.
+    options: the solver's own options: an instance of its options class (``cpsat``:
+        :class:`placer.solvers.cpsat.CpsatOptions`), a mapping of option names to
+        values or ``KEY=VALUE`` strings, or None for its defaults.  A solver without
+        options refuses any (:func:`placer.solvers.solve`).
     progress: called as ``progress(done, total)`` as layers finish (search-based
         solvers); None: silent.
     ray: run the layers on Ray (:class:`placer.parallel.Backend`): ``"local"`` starts a
@@ -128,17 +117,11 @@ class SolveParams:
     total_time_limit_s: float | None = constants.DEFAULT_PLAN_SECONDS
     seed: int = 0
     jobs: int = 1
-    balance_tolerance: float = 0.005
-    traffic_first: bool = False
-    traffic_weight: float = 1.0
-    migration_weight: float = constants.DEFAULT_MIGRATION_WEIGHT
-    robust: str = "max"
-    batch_tokens: int | None = None
     workload: Workload = field(default_factory=Workload)
     max_moves: int | None = None
     max_move_gb: float | None = None
     move_tolerance: float = constants.MOVE_TOLERANCE
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Any = None
     progress: Callable[[int, int], None] | None = field(default=None, compare=False,
                                                         repr=False)
     ray: str | None = None
@@ -159,14 +142,11 @@ class SolveParams:
             raise UsageError("time limit must be positive", where="--layer-time-limit")
         if self.jobs < 1:
             raise UsageError("jobs must be at least 1", where="--jobs")
-        if not 0 <= self.balance_tolerance <= 1:
-            raise UsageError("expected balance tolerance in [0, 1]", where="--balance-tolerance")
-        if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise UsageError("expected batch tokens >= 1", where="--batch-tokens")
-        if self.robust not in ROBUST_MODES:
-            raise UsageError(
-                f"robust must be one of {', '.join(ROBUST_MODES)}", where="--robust"
-            )
+
+    def shared(self) -> SolveParams:
+        """These parameters without the solver's own options: for running another solver
+        (a hint, a baseline) on the same problem."""
+        return replace(self, options=None)
 
 
 @dataclass(frozen=True)

@@ -164,8 +164,8 @@ def test_parallel_layers_give_the_same_placement_as_serial():
 # -- the evaluator's figures -----------------------------------------------------------------
 @pytest.mark.parametrize("robust", ["max", "cvar", "mean"])
 def test_objective_equals_the_evaluators_window_hot_shard(tiny, robust):
-    result = solve(tiny, "cpsat", SolveParams(time_limit_s=2.0, robust=robust,
-                                              options={"cvar_fraction": 0.5}))
+    result = solve(tiny, "cpsat", SolveParams(time_limit_s=2.0,
+                                              options={"robust": robust, "cvar_fraction": 0.5}))
     if robust == "max":
         expected = robust_ratio(result.placement, tiny.stats)
     elif robust == "cvar":  # the mean of the worst 2 of 3 windows
@@ -238,9 +238,10 @@ def test_invariants_under_every_robust_setting(num_experts, num_gpus, extra, win
                            num_gpus, slots)
     options = {"patience": 2, "balance_iterations": 6, "cost_iterations": 6}
     result = solve(problem, "cpsat", SolveParams(
-        time_limit_s=1.0, seed=seed, robust=robust, batch_tokens=batch_tokens,
-        traffic_first=traffic_first, balance_tolerance=0.05,
-        options={**options, **(LNS if lns else {})}))
+        time_limit_s=1.0, seed=seed,
+        options={**options, **(LNS if lns else {}), "robust": robust,
+                 "batch_tokens": batch_tokens, "traffic_first": traffic_first,
+                 "balance_tolerance": 0.05}))
     assert (result.placement.expert_gpu_mask.sum(axis=1) == slots).all()
     slack = 1.05 if traffic_first else 1.0
     for layer in result.details["layers"]:
@@ -254,8 +255,8 @@ def test_current_placement_within_the_balance_cap_is_kept(medium):
     current placement needs no move."""
     current = solve(medium, "eplb").placement
     shifted = make_problem(medium.stats, 4, 5, current=current)
-    params = SolveParams(time_limit_s=2.0, balance_tolerance=1.0,
-                         options={**LNS, "patience": 2, "balance_iterations": 4})
+    params = SolveParams(time_limit_s=2.0, options={
+        **LNS, "patience": 2, "balance_iterations": 4, "balance_tolerance": 1.0})
     result = solve(shifted, "cpsat", params)
     assert result.placement.moves_from(current) == 0
     assert result.details["moves"] == 0
@@ -420,8 +421,8 @@ def test_batch_tokens_spread_replicas_and_stay_within_eplb_on_their_objective():
     stats = make_stats(8, num_windows=1, seed=7, coact=False)
     problem = make_problem(stats, num_gpus=4, slots=4)  # 8 redundant slots
     plain = solve(problem, "cpsat", fast())
-    noisy = solve(problem, "cpsat", SolveParams(time_limit_s=1.0, batch_tokens=4,
-                                                 options=fast().options))
+    noisy = solve(problem, "cpsat", SolveParams(time_limit_s=1.0,
+                                                 options={**fast().options, "batch_tokens": 4}))
     for layer in noisy.details["layers"]:
         assert layer["balance"] <= layer["eplb_balance"] + 1e-12
     counts = np.ones(8, dtype=np.int64)
@@ -452,8 +453,8 @@ def test_traffic_first_buys_co_location_within_its_slack():
     stats = make_stats(8, num_windows=1, seed=11, top_k=4)
     problem = make_problem(stats, num_gpus=4, slots=3)
     default = solve(problem, "cpsat", SolveParams(time_limit_s=5.0))
-    traffic = solve(problem, "cpsat", SolveParams(time_limit_s=5.0, traffic_first=True,
-                                                   balance_tolerance=0.2))
+    traffic = solve(problem, "cpsat", SolveParams(time_limit_s=5.0, options={
+        "traffic_first": True, "balance_tolerance": 0.2}))
     assert {layer["method"] for layer in traffic.details["layers"]} == {"full"}
     for layer in traffic.details["layers"]:
         assert layer["balance"] <= 1.2 * layer["eplb_balance"] * (1 + 1e-9)

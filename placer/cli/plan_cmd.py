@@ -215,36 +215,43 @@ def plan(
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
     ),
-    balance_tolerance: float = typer.Option(
-        0.005, "--balance-tolerance", metavar="SHARE",
-        help="Hot-shard slack (over a perfect split) that traffic and moves may use.",
+    balance_tolerance: float | None = typer.Option(
+        None, "--balance-tolerance", metavar="SHARE",
+        help="cpsat: hot-shard slack (over a perfect split) that traffic and moves may use"
+        " (default 0.005).", show_default=False,
     ),
-    traffic_first: bool = typer.Option(
-        False, "--traffic-first",
-        help="Measure --balance-tolerance from EPLB's hot shard (which may then be exceeded"
-        " by that much) to buy co-location; default: never above EPLB's hot shard.",
+    traffic_first: bool | None = typer.Option(
+        None, "--traffic-first",
+        help="cpsat: measure --balance-tolerance from EPLB's hot shard (which may then be"
+        " exceeded by that much) to buy co-location; default: never above EPLB's hot shard.",
+        show_default=False,
     ),
-    traffic_weight: float = typer.Option(
-        1.0, "--traffic-weight", metavar="WEIGHT",
-        help="Weight of remote copies (co-location) in the second pass."
+    traffic_weight: float | None = typer.Option(
+        None, "--traffic-weight", metavar="WEIGHT",
+        help="cpsat: weight of remote copies (co-location) in the second pass (default 1).",
+        show_default=False,
     ),
-    migration_weight: float = typer.Option(
-        constants.DEFAULT_MIGRATION_WEIGHT, "--migration-weight", metavar="WEIGHT",
-        help="Weight of weight moves from --current."
+    migration_weight: float | None = typer.Option(
+        None, "--migration-weight", metavar="WEIGHT",
+        help="cpsat: weight of weight moves from --current (default"
+        f" {constants.DEFAULT_MIGRATION_WEIGHT:g}).", show_default=False,
     ),
-    robust: str = typer.Option(
-        "max", "--robust", metavar="max|cvar|mean",
-        help="Balance the worst window (max), the mean of the worst windows (cvar, share:"
-        " --option cvar_fraction=F) or the summed load (mean).",
+    robust: str | None = typer.Option(
+        None, "--robust", metavar="max|cvar|std|mean",
+        help="cpsat: balance the worst window (max, default), the mean of the worst windows"
+        " (cvar, share: --option cvar_fraction=F), mean plus spread (std) or the summed load"
+        " (mean).", show_default=False,
     ),
-    batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens", metavar="TOKENS",
-        help="Plan for the hot shard of batches of this many tokens (adds per-batch load"
-        " noise; small decode batches favour evenly spread replicas).",
+    noise_batch_tokens: int | None = typer.Option(
+        None, "--noise-batch-tokens", "--batch-tokens", metavar="TOKENS",
+        help="cpsat: plan for the hot shard of batches of this many tokens (adds per-batch"
+        " load noise; small decode batches favour evenly spread replicas).",
+        show_default=False,
     ),
     option: list[str] = typer.Option(
         [], "--option", metavar="KEY=VALUE",
-        help="Solver-specific setting (repeatable), e.g. cpsat's patience=20.",
+        help="A solver's own setting (repeatable), e.g. cpsat's patience=20;"
+        " docs/planner.md lists them.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     top_k: int | None = top_k_option(),
@@ -305,11 +312,15 @@ def plan(
     params = SolveParams(
         time_limit_s=layer_time_limit, total_time_limit_s=time_limit,
         max_moves=max_moves, max_move_gb=max_move_gb, move_tolerance=move_tolerance,
-        seed=seed, jobs=jobs or os.cpu_count() or 1, ray=ray,
-        balance_tolerance=balance_tolerance,
-        traffic_weight=traffic_weight, migration_weight=migration_weight, robust=robust,
-        traffic_first=traffic_first, batch_tokens=batch_tokens, workload=target,
-        options=_parse_options(option),
+        seed=seed, jobs=jobs or os.cpu_count() or 1, ray=ray, workload=target,
+        options=solver_options(option, {
+            "--balance-tolerance": ("balance_tolerance", balance_tolerance),
+            "--traffic-first": ("traffic_first", traffic_first),
+            "--traffic-weight": ("traffic_weight", traffic_weight),
+            "--migration-weight": ("migration_weight", migration_weight),
+            "--robust": ("robust", robust),
+            "--noise-batch-tokens": ("batch_tokens", noise_batch_tokens),
+        }),
     )
     fit_range = parse_window_range(fit) if fit is not None else None
 
@@ -338,7 +349,8 @@ def plan(
     with progress("layers planned", enabled=not (quiet or json_out)) as report:
         result = solve(problem, solver, replace(params, progress=report))
     # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
-    baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER, params)
+    baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER,
+                                                                 params.shared())
     metrics = basic_metrics(result.placement, problem.stats)
     windows = routing.stats.num_windows
     fitted = None
@@ -429,6 +441,21 @@ def _auto_redundancy(
                              topology.num_gpus, capacity.slots_per_gpu)
     kv = {s: float(capacity.kv_left_gb_at(s)) for s in problems}
     return choose_redundancy(problems, workload, kv_left_gb=kv, seed=seed)
+
+
+def solver_options(items: list[str], flags: dict[str, tuple[str, Any]]) -> dict[str, Any]:
+    """The solver's options: ``--option KEY=VALUE`` strings, and the flags that set one
+    option each (``flag -> (option, value or None when not given)``); the solver checks
+    names and values (a solver without options refuses any)."""
+    out: dict[str, Any] = _parse_options(items)
+    for flag, (name, value) in flags.items():
+        if value is None:
+            continue
+        if name in out:
+            raise UsageError(f"{flag} and --option {name}= set the same option", where=flag,
+                             hint="give it once")
+        out[name] = value
+    return out
 
 
 def _parse_options(items: list[str]) -> dict[str, str]:

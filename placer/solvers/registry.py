@@ -31,6 +31,12 @@ BUILTIN: dict[str, str] = {
     "cpsat": "placer.solvers.cpsat.solver:solve_cpsat",
 }
 
+#: Solvers with options of their own: name -> ``"module:OptionsClass"``
+#: (``SolveParams.options``); the others take none.
+OPTIONS: dict[str, str] = {
+    "cpsat": "placer.solvers.cpsat.options:CpsatOptions",
+}
+
 _ADDED: dict[str, SolverFn] = {}
 
 
@@ -62,11 +68,31 @@ def get_solver(name: str) -> SolverFn:
     return fn
 
 
+def options_class(name: str) -> type | None:
+    """The options dataclass of built-in solver ``name``, or None when it has none."""
+    if name not in OPTIONS:
+        return None
+    module, cls = OPTIONS[name].split(":")
+    found: type = getattr(importlib.import_module(module), cls)
+    return found
+
+
 def solve(
     problem: PlacementProblem, solver: str = "eplb", params: SolveParams | None = None
 ) -> SolveResult:
-    """Plan a placement with the named solver; the result's ``hot_shard`` is filled in."""
-    result = get_solver(solver)(problem, params or SolveParams())
+    """Plan a placement with the named solver; the result's ``hot_shard`` is filled in.
+
+    Raises UsageError for an unknown solver, or options given to a built-in solver that
+    has none.
+    """
+    fn = get_solver(solver)
+    params = params or SolveParams()
+    if params.options and solver in BUILTIN and options_class(solver) is None:
+        given = ", ".join(sorted(params.options)) if isinstance(params.options, dict) else (
+            type(params.options).__name__)
+        raise UsageError(f"solver {solver} has no options (given: {given})", where="--option",
+                         hint=f"options are for: {', '.join(sorted(OPTIONS))}")
+    result = fn(problem, params)
     return replace(result, hot_shard=mean_hot_shard(problem, result))
 
 

@@ -14,13 +14,15 @@ Objectives, lexicographic with a tolerance (see ``docs/planner.md``):
 Modules: ``layer`` (a layer's data and the exact objective figures), ``replicas``
 (replica-count ranges), ``traffic`` (pairs and link costs), ``model`` (the CP-SAT
 model, built in named steps), ``search`` (full model or large-neighbourhood search
-per layer), ``solver`` (the registered solver: hint, parallel layers, result).
+per layer), ``options`` (the solver's options), ``solver`` (the solver: hint, parallel
+layers, judge, result).
 """
 
 from placer.solvers.cpsat.layer import LayerData
 from placer.solvers.cpsat.model import LayerModel
+from placer.solvers.cpsat.options import CpsatOptions
 from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
-from placer.solvers.cpsat.solver import CpsatOptions, layer_data, solve_cpsat
+from placer.solvers.cpsat.solver import layer_data, solve_cpsat
 
 __all__ = [
     "CpsatOptions",

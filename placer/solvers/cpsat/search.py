@@ -25,6 +25,7 @@ from ortools.sat.python import cp_model
 from placer import constants
 from placer.solvers.cpsat.layer import LayerData
 from placer.solvers.cpsat.model import BALANCE, COST, LayerModel
+from placer.solvers.cpsat.options import CpsatOptions
 
 #: Steps without improvement after which a neighbourhood grows by one GPU.
 STALL_GROWTH = 3
@@ -32,23 +33,11 @@ STALL_GROWTH = 3
 
 @dataclass(frozen=True)
 class SearchParams:
-    """Knobs of one layer's search (see ``CpsatOptions`` for their meaning)."""
+    """What one layer's search reads: the seed, its wall-clock cap and the options."""
 
     seed: int
     time_limit_s: float
-    balance_tolerance: float
-    traffic_first: bool
-    traffic_weight: float
-    migration_weight: float
-    # the search knobs of ``CpsatOptions``, copied by name (defaults live there only)
-    neighbourhood_slots: int
-    balance_iterations: int
-    cost_iterations: int
-    patience: int
-    cost_patience: int
-    submodel_dtime: float
-    full_model_max_vars: int
-    full_model_dtime: float
+    options: CpsatOptions = field(default_factory=CpsatOptions)
 
 
 @dataclass
@@ -100,10 +89,11 @@ class _Clock:
 
 def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> LayerOutcome:
     """Plan one layer from the hint placement ``hint: [E, G] bool``."""
+    opts = params.options
     clock = _Clock(params.time_limit_s)
     rng = np.random.default_rng([params.seed, data.layer_id])
     scale = data.scale
-    full = _full_model_size(data) <= params.full_model_max_vars
+    full = _full_model_size(data) <= opts.full_model_max_vars
     steps: dict[str, list[int]] = {}
 
     start = hint
@@ -132,12 +122,12 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
     # Pass 2: traffic and migration under the balance cap.
     x = x1
     cap = balance1
-    has_cost = (data.pairs.size and params.traffic_weight > 0) or (
-        data.current is not None and params.migration_weight > 0
+    has_cost = (data.pairs.size and opts.traffic_weight > 0) or (
+        data.current is not None and opts.migration_weight > 0
     )
     if has_cost:
-        cap = balance_cap(balance1, hint_balance, bound, params.balance_tolerance,
-                          params.traffic_first)
+        cap = balance_cap(balance1, hint_balance, bound, opts.balance_tolerance,
+                          opts.traffic_first)
         x2 = _relabel_to_current(data, x1) if data.current is not None else x1
         # start from the cheapest placement that meets the cap: pass 1's, the current one,
         # or the hint's (pass 1 may have traded the hint's co-location for balance)
@@ -211,12 +201,13 @@ def _full_balance(
     data: LayerData, start: np.ndarray, scale: float, params: SearchParams, clock: _Clock
 ) -> tuple[np.ndarray, float, bool]:
     """Pass 1 as one model; returns the placement, its proven bound and whether optimal."""
+    opts = params.options
     symmetric = data.current is None and data.identical_gpus
     x0 = _canonical(data, start) if symmetric else start
     model = LayerModel(
         data, x0, np.arange(data.num_gpus), mode=BALANCE, scale=scale, symmetry=symmetric
     )
-    result = model.solve(params.full_model_dtime, clock.left(), params.seed)
+    result = model.solve(opts.full_model_dtime, clock.left(), params.seed)
     if result.x is None or data.balance_key(result.x) >= data.balance_key(x0):
         return start, 0.0, False
     unit = scale / data.num_gpus
@@ -229,12 +220,13 @@ def _full_cost(
     data: LayerData, start: np.ndarray, scale: float, cap: float, params: SearchParams,
     clock: _Clock,
 ) -> np.ndarray:
+    opts = params.options
     model = LayerModel(
         data, start, np.arange(data.num_gpus), mode=COST, scale=scale, cap=cap,
-        traffic_weight=params.traffic_weight, migration_weight=params.migration_weight,
+        traffic_weight=opts.traffic_weight, migration_weight=opts.migration_weight,
         free_counts=data.current is not None,
     )
-    result = model.solve(params.full_model_dtime, clock.left(), params.seed)
+    result = model.solve(opts.full_model_dtime, clock.left(), params.seed)
     if result.x is None or not _better_cost(data, result.x, start, cap, params):
         return start
     return result.x
@@ -244,7 +236,8 @@ def _full_cost(
 def _neighbourhood_size(data: LayerData, params: SearchParams, stall: int) -> int:
     """GPUs to free: ``neighbourhood_slots / S`` (at least 2), one more GPU for every
     ``STALL_GROWTH`` steps without improvement, up to twice the base size."""
-    base = max(2, round(params.neighbourhood_slots / data.slots_per_gpu))
+    opts = params.options
+    base = max(2, round(opts.neighbourhood_slots / data.slots_per_gpu))
     size = min(base + stall // STALL_GROWTH, 2 * base)
     return int(min(size, data.num_gpus))
 
@@ -254,9 +247,10 @@ def _lns_balance(
     rng: np.random.Generator, clock: _Clock, bound: float,
 ) -> tuple[np.ndarray, int, int]:
     """Pass 1 by neighbourhoods: the hottest GPU plus GPUs drawn toward the coldest."""
+    opts = params.options
     key = data.balance_key(x)
     tried = kept = stall = 0
-    while tried < params.balance_iterations and stall < params.patience and clock.left() > 0:
+    while tried < opts.balance_iterations and stall < opts.patience and clock.left() > 0:
         if key[0] <= bound * (1 + constants.CPSAT_BALANCE_GAP):
             break
         size = _neighbourhood_size(data, params, stall)
@@ -264,7 +258,7 @@ def _lns_balance(
         hottest = int(np.argmax(worst))
         gpus = _draw(rng, hottest, worst.max() - worst + 1e-9, size)
         model = LayerModel(data, x, gpus, mode=BALANCE, scale=scale)
-        result = model.solve(params.submodel_dtime, clock.left(), params.seed + tried, lns=True)
+        result = model.solve(opts.submodel_dtime, clock.left(), params.seed + tried, lns=True)
         tried += 1
         if result.x is not None and (new := data.balance_key(result.x)) < key:
             x, key = result.x, new
@@ -280,17 +274,18 @@ def _lns_cost(
     rng: np.random.Generator, clock: _Clock,
 ) -> tuple[np.ndarray, int, int]:
     """Pass 2 by neighbourhoods: around a heavy pair that is split, or at random."""
+    opts = params.options
     tried = kept = stall = 0
-    patience = min(params.patience, params.cost_patience)
-    while tried < params.cost_iterations and stall < patience and clock.left() > 0:
+    patience = min(opts.patience, opts.cost_patience)
+    while tried < opts.cost_iterations and stall < patience and clock.left() > 0:
         size = _neighbourhood_size(data, params, stall)
         gpus = _cost_neighbourhood(data, x, rng, size, tried)
         model = LayerModel(
             data, x, gpus, mode=COST, scale=scale, cap=cap,
-            traffic_weight=params.traffic_weight, migration_weight=params.migration_weight,
+            traffic_weight=opts.traffic_weight, migration_weight=opts.migration_weight,
             free_counts=data.current is not None,
         )
-        result = model.solve(params.submodel_dtime, clock.left(), params.seed + tried, lns=True)
+        result = model.solve(opts.submodel_dtime, clock.left(), params.seed + tried, lns=True)
         tried += 1
         if result.x is not None and _better_cost(data, result.x, x, cap, params):
             x = result.x
@@ -342,7 +337,8 @@ def _draw(rng: np.random.Generator, first: int, weight: np.ndarray, size: int) -
 
 # -- scoring ------------------------------------------------------------------------------
 def _cost(data: LayerData, x: np.ndarray, params: SearchParams) -> float:
-    return data.cost(x, params.traffic_weight, params.migration_weight)
+    opts = params.options
+    return data.cost(x, opts.traffic_weight, opts.migration_weight)
 
 
 def _better_cost(

@@ -1,10 +1,10 @@
 """The ``cpsat`` solver: per-layer CP-SAT planning, EPLB as hint and fallback.
 
 Reads from :class:`placer.problem.SolveParams`: ``time_limit_s`` (wall-clock cap
-per layer), ``seed``, ``jobs`` (layers solved in parallel processes),
-``balance_tolerance``, ``traffic_first``, ``traffic_weight``, ``migration_weight``,
-``robust``, ``batch_tokens``, and
-``options`` (see :class:`CpsatOptions`).
+per layer), ``total_time_limit_s``, ``seed``, ``jobs`` (layers solved in parallel
+processes), ``ray``, ``progress``, ``workload``, the move budget (``max_moves``,
+``max_move_gb``, ``move_tolerance``) and its own ``options``
+(:class:`placer.solvers.cpsat.options.CpsatOptions`).
 
 The answer's ``objective`` is objective 1 averaged over layers: the robust hot-shard
 ratio (hottest GPU over mean GPU, worst window when ``robust="max"``); ``bound`` is
@@ -15,7 +15,7 @@ which method won are in ``details``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from placer.solvers.cpsat.layer import (
     tail_windows,
     window_variance,
 )
+from placer.solvers.cpsat.options import CpsatOptions
 from placer.solvers.cpsat.replicas import replica_range
 from placer.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
 from placer.solvers.cpsat.spread import spread_replicas
@@ -49,95 +50,6 @@ from placer.solvers.registry import solve
 from placer.workload import Workload
 
 __all__ = ["CpsatOptions", "layer_data", "solve_cpsat", "to_mask"]
-
-
-@dataclass(frozen=True)
-class CpsatOptions:
-    """CP-SAT-specific knobs, read from ``SolveParams.options`` (CLI: ``--option KEY=VALUE``).
-
-    Attributes
-    ----------
-    hint: solver whose placement seeds the search and is kept when CP-SAT does not
-        beat it (default ``"eplb-valid"``: EPLB with at most one replica of an expert per
-        GPU, which the CP-SAT model assumes).
-    neighbourhood_slots: slots freed per large-neighbourhood step.
-    balance_iterations, cost_iterations: most steps of each pass per layer.
-    patience: a pass stops after this many steps in a row without improvement.
-    cost_patience: the traffic/migration pass stops after ``min(patience, cost_patience)``
-        such steps (its steps are the slow ones; late ones rarely pay).
-    submodel_dtime: CP-SAT deterministic-time limit of one step.
-    full_model_max_vars: layers whose full model is at most this big are solved in
-        one model (exact status and bound) instead of by neighbourhoods.
-    full_model_dtime: deterministic-time limit of a full model.
-    pair_mass, pairs_per_expert: co-activation pairs kept (``traffic.select_pairs``).
-    cvar_fraction: with ``robust="cvar"``, the share of windows (the worst ones) whose
-        hot shards objective 1 averages.
-    noise_z: with a batch size (``SolveParams.batch_tokens``), the standard deviations
-        of per-batch load noise added to each GPU's load (``layer.batch_noise``).
-    keep_nodes: keep the hint's expert-to-node packing (every replica of an expert on
-        the nodes the hint puts it on): ``auto`` does so for group-limited models on
-        several nodes under normal (prefill) all-to-all kernels, where a token pays one
-        inter-node copy per node it touches and EPLB's hierarchical policy packs whole
-        expert groups to nodes to keep that number low; low-latency (decode) kernels
-        send one copy per selection, so there the planner balances freely.  ``yes``
-        always, ``no`` never.
-    """
-
-    hint: str = "eplb-valid"
-    neighbourhood_slots: int = constants.CPSAT_NEIGHBOURHOOD_SLOTS
-    balance_iterations: int = constants.CPSAT_BALANCE_ITERATIONS
-    cost_iterations: int = constants.CPSAT_COST_ITERATIONS
-    patience: int = constants.CPSAT_PATIENCE
-    cost_patience: int = constants.CPSAT_COST_PATIENCE
-    submodel_dtime: float = constants.CPSAT_SUBMODEL_DTIME
-    full_model_max_vars: int = constants.CPSAT_FULL_MODEL_MAX_VARS
-    full_model_dtime: float = constants.CPSAT_FULL_MODEL_DTIME
-    pair_mass: float = constants.CPSAT_PAIR_MASS
-    pairs_per_expert: int = constants.CPSAT_PAIRS_PER_EXPERT
-    cvar_fraction: float = constants.CPSAT_CVAR_FRACTION
-    noise_z: float = constants.CPSAT_NOISE_Z
-    keep_nodes: str = "auto"
-
-    def __post_init__(self) -> None:
-        for name in ("neighbourhood_slots", "patience", "cost_patience", "pairs_per_expert"):
-            if int(getattr(self, name)) < 1:
-                raise UsageError(f"expected {name} >= 1", where=f"--option {name}")
-        for name in ("balance_iterations", "cost_iterations", "full_model_max_vars"):
-            if int(getattr(self, name)) < 0:
-                raise UsageError(f"expected {name} >= 0", where=f"--option {name}")
-        for name in ("submodel_dtime", "full_model_dtime"):
-            if not float(getattr(self, name)) > 0:
-                raise UsageError(f"expected {name} > 0", where=f"--option {name}")
-        if not self.noise_z >= 0:
-            raise UsageError("expected noise_z >= 0", where="--option noise_z")
-        if not 0 < self.cvar_fraction <= 1:
-            raise UsageError("expected cvar_fraction in (0, 1]", where="--option cvar_fraction")
-        if not 0 < self.pair_mass <= 1:
-            raise UsageError("expected pair_mass in (0, 1]", where="--option pair_mass")
-        if self.keep_nodes not in ("auto", "yes", "no"):
-            raise UsageError("expected keep_nodes auto, yes or no", where="--option keep_nodes")
-        if self.hint == "cpsat":
-            raise UsageError("the hint cannot be cpsat itself", where="--option hint")
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any]) -> CpsatOptions:
-        """Build from a dict of strings or values; unknown keys are an error."""
-        known = {f.name: f for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, raw in options.items():
-            if key not in known:
-                raise UsageError(
-                    f"unknown cpsat option {key!r}", where="--option",
-                    hint=f"cpsat options: {', '.join(sorted(known))}",
-                )
-            kind = type(getattr(cls(), key))
-            try:
-                values[key] = kind(raw)
-            except (TypeError, ValueError):
-                raise UsageError(
-                    f"option {key} expects a {kind.__name__}, got {raw!r}", where="--option"
-                ) from None
-        return cls(**values)
 
 
 def to_mask(placement: Placement) -> np.ndarray:
@@ -290,20 +202,11 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     """Plan every layer with CP-SAT; see the module docstring for what is read and returned."""
     started = time.perf_counter()
     options = CpsatOptions.from_options(params.options)
-    hint_result = solve(problem, options.hint, params)
+    hint_result = solve(problem, options.hint, params.shared())
     hint = hint_result.placement
     hint_mask = to_mask(hint)
     stats = problem.stats
-    search = SearchParams(
-        seed=params.seed,
-        time_limit_s=params.time_limit_s,
-        balance_tolerance=params.balance_tolerance,
-        traffic_first=params.traffic_first,
-        traffic_weight=params.traffic_weight,
-        migration_weight=params.migration_weight,
-        **{f.name: getattr(options, f.name)
-           for f in fields(SearchParams) if hasattr(options, f.name)},
-    )
+    search = SearchParams(seed=params.seed, time_limit_s=params.time_limit_s, options=options)
     keep = keeps_nodes(problem, options, params.workload)
     tasks = []
     for row in range(stats.num_layers):
@@ -315,8 +218,8 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
             if problem.current is not None:
                 current = problem.current.expert_gpu_mask[problem.current.layer_row(layer_id)]
             allowed = home_nodes(problem.node_of_gpu, hint_mask[hint_row], current)
-        data = layer_data(problem, row, hint_mask[hint_row].sum(axis=1), params.robust, options,
-                          params.batch_tokens, allowed)
+        data = layer_data(problem, row, hint_mask[hint_row].sum(axis=1), options.robust, options,
+                          options.batch_tokens, allowed)
         tasks.append((data, hint_mask[hint_row], search))
 
     if params.total_time_limit_s is not None:  # the whole plan's budget, split over layers
@@ -347,8 +250,8 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     times = current_times = None
     if can_judge(problem):
         candidates = [(hint_result.solver, hint)]
-        reference = hint if hint_result.solver == "eplb" else solve(problem, "eplb",
-                                                                     params).placement
+        reference = hint if hint_result.solver == "eplb" else solve(
+            problem, "eplb", params.shared()).placement
         if params.workload.policy == "sglang" and problem.num_nodes > 1:
             # node-local dispatch: the same plans with replicas spread over nodes
             load = problem.stats.load.sum(axis=0).astype(np.float64)
@@ -580,7 +483,7 @@ def _result(
         solver="cpsat",
         status=status,
         objective=float(np.mean([o.balance for o in outcomes])),
-        objective_unit=OBJECTIVE_UNIT[params.robust],
+        objective_unit=OBJECTIVE_UNIT[CpsatOptions.from_options(params.options).robust],
         bound=float(np.mean([o.bound for o in outcomes])),
         seconds=seconds,
         baseline=baseline,
