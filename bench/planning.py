@@ -362,8 +362,8 @@ def _robustness(timings: list) -> list[str]:
         theirs = _p99_batch_hot_shard(eplb.placement, held_out)
         theirs_mean = float(hot_shard_ratio(gpu_loads(eplb.placement, held_out)).mean())
         for label, extra in (("default", {}),
-                             (f"--batch-tokens {MIXTRAL_BATCH_TOKENS}",
-                              {"batch_tokens": MIXTRAL_BATCH_TOKENS})):
+                             (f"--noise-batch-tokens {MIXTRAL_BATCH_TOKENS}",
+                              {"options": {"batch_tokens": MIXTRAL_BATCH_TOKENS}})):
             cpsat = run_plan(problem, "cpsat", **extra)
             timings.append((f"mixtral-8x7b {gpus}x{slots} (first half, {label})",
                             cpsat.seconds))

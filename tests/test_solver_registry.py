@@ -93,3 +93,19 @@ def test_cpsat_names_its_baseline_and_objective():
     assert result.baseline == "eplb-valid"  # no model or topology: no judge, the hint is kept
     assert "hot-shard ratio" in result.objective_unit
     assert result.hot_shard is not None and result.hot_shard >= 1.0
+
+
+def test_the_adding_a_solver_example_runs(monkeypatch):
+    """docs/planner.md's example is code that works, not prose that drifts."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text("utf-8")
+    section = text.split("## Adding a solver", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setattr(registry, "_ADDED", {})
+    exec(compile(code, "docs/planner.md", "exec"), {"__name__": "example"})
+    problem = _problem()
+    result = solve(problem, "sorted")
+    assert result.solver == "sorted"
+    assert sorted(result.placement.physical_to_logical[0].tolist()) == [0, 1, 2, 3]
+    assert result.hot_shard == pytest.approx(6 / 4)
