@@ -6,12 +6,12 @@ every GPU.  A :class:`Sweep` says what to try and :func:`topology_sweep` turns i
 redundancies one topology can run, with a note on what it skipped and why:
 
 - ``Sweep("redundant", (0, 16, 32))``: these ``R``; a value that does not split evenly over
-  the topology's ``G`` GPUs is skipped there;
+  the topology's ``G`` GPUs, or would give a GPU more than ``E`` slots, is skipped there;
 - ``Sweep("slots", (8, 9, 10))``: ``S`` slots per GPU, ``R = S x G - E``; a value below
   ``ceil(E / G)`` (``R < 0``) or above ``E`` (two replicas of one expert on a GPU) is skipped;
 - ``Sweep("auto")``: the slot counts ``placer plan --redundant auto`` tries
-  (:func:`placer.redundancy.slot_candidates`: ``ceil(E / G)``, then 1, 2, 4, ... more),
-  up to what the GPUs' memory holds;
+  (:func:`placer.redundancy.slot_candidates`: ``ceil(E / G)``, then 1, 2, 4, ... more, at
+  most 8 counts and ``E`` slots), up to what the GPUs' memory holds;
 - ``Sweep()`` (``"fewest"``): the fewest redundant experts that split evenly, ``0`` when
   ``G`` divides ``E``.
 """
