@@ -1,17 +1,14 @@
 """``placer evaluate``: judge placements on a routing trace, side by side.
 
 Thin: read the trace (keeping per-token routing), the model, the topology and each
-placement; cut the trace's windows into the fitted and held-out parts
-(:func:`placer.evaluate.evaluation_parts`); call :func:`placer.evaluate.evaluate` per
-placement and part; print one table per part with a column per placement (or JSON).
+placement; judge them all on the fitted and held-out parts
+(:func:`placer.evaluate.evaluate_many`); print one table per part with a column per
+placement (or JSON).
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +29,15 @@ from placer.cli.common import (
     print_json,
     read_trace,
 )
-from placer.errors import PlacerError, PlacerWarning, UsageError
+from placer.errors import PlacerError, UsageError
 from placer.evaluate import (
     MODES,
     POLICIES,
     EvalParams,
     Evaluation,
-    evaluate,
-    evaluation_parts,
+    evaluate_many,
     parse_window_range,
 )
-from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_message
 from placer.metrics import METRICS
 
 EXAMPLES = examples(
@@ -193,30 +188,27 @@ def evaluate_cmd(
     topo = load_topology(topology_name)
     routing = read_trace(trace, trace_format, model=model_spec, window_tokens=window_tokens,
                          keep_tokens=True, keep_warmup=keep_warmup)
-    parts = evaluation_parts(routing.stats.num_windows, fit_range, eval_range)
     names = column_names(placement)
-    report_parts = []
-    relay = _WarningRelay()
-    for part_name, windows in parts:
-        columns = []
-        for path, name, pl in zip(placement, names, placements, strict=True):
-            if not quiet:
-                err.print(f"evaluating {path} on {part_name} windows"
-                          f" {windows[0]}:{windows[1]}")
-            params = EvalParams(**{**base.__dict__, "windows": windows})
-            try:
-                with relay.collect(f"{name} on {part_name}"):
-                    evaluation = evaluate(pl, routing, topo, model_spec, params)
-            except PlacerError as e:
-                e.where = e.where or str(path)
-                raise
-            columns.append(_column(name, path, evaluation))
-        report_parts.append({
-            "name": part_name, "windows": list(windows),
-            "source": columns[0]["source"] if columns else "trace",
-            "placements": columns,
-        })
-    relay.flush()
+    path_of = dict(zip(names, placement, strict=True))
+
+    def starting(label: str, part: str, windows: tuple[int, int]) -> None:
+        if not quiet:
+            err.print(f"evaluating {path_of[label]} on {part} windows"
+                      f" {windows[0]}:{windows[1]}")
+
+    try:
+        judged = evaluate_many(list(zip(names, placements, strict=True)), routing, topo,
+                               model_spec, base, fit=fit_range, held_out=eval_range,
+                               on_start=starting)
+    except PlacerError as e:  # name the placement's file, not its column
+        if e.where in path_of:
+            e.where = str(path_of[e.where])
+        raise
+    report_parts = [{
+        "name": part.name, "windows": list(part.windows), "source": part.source,
+        "placements": [_column(label, path_of[label], evaluation)
+                       for label, evaluation in part.evaluations],
+    } for part in judged]
     report = evaluation_report(
         report_parts, trace=[str(p) for p in trace], model=model_spec.name,
         topology=topo.name, params=EvalParams(**{**base.__dict__,
@@ -233,42 +225,6 @@ def evaluate_cmd(
         wide = Console(highlight=False, soft_wrap=True,
                        width=max(out.width, _table_width(part)))
         wide.print(table)
-
-
-class _WarningRelay:
-    """Warnings of many evaluations, said once: repeats dropped, and the round-robin
-    order findings of every (placement, part) gathered into one warning."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self.findings: list[tuple[str, OrderBias]] = []
-        self.order: tuple[int, str] = (0, "trace")
-
-    @contextlib.contextmanager
-    def collect(self, label: str) -> Iterator[None]:
-        """Record the warnings of the block; relay them when it ends (even by an error)."""
-        caught: list[warnings.WarningMessage] = []
-        try:
-            with warnings.catch_warnings(record=True) as recorded:
-                warnings.simplefilter("always")
-                caught = recorded
-                yield
-        finally:
-            self._relay(label, caught)
-
-    def _relay(self, label: str, caught: list[warnings.WarningMessage]) -> None:
-        for w in caught:
-            if isinstance(w.message, OrderBiasWarning):
-                self.findings.append((label, w.message.bias))
-                self.order = (w.message.top_k, w.message.source)
-            elif str(w.message) not in self.seen:
-                self.seen.add(str(w.message))
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-    def flush(self) -> None:
-        if self.findings:
-            warnings.warn(order_bias_message(self.findings, *self.order), PlacerWarning,
-                          stacklevel=2)
 
 
 def _table_width(part: dict[str, Any]) -> int:

@@ -12,6 +12,7 @@ model is documented in ``docs/evaluate.md`` (the floor in ``docs/planner.md``).
 from placer.evaluate.bound import TimeBound, time_bound
 from placer.evaluate.core import METRIC_KEYS, EvalParams, Evaluation, evaluate
 from placer.evaluate.dispatch import POLICIES, static_dispatch_table
+from placer.evaluate.many import PartEvaluation, evaluate_many
 from placer.evaluate.static import expected_remote_copies, remote_copy_bounds, window_hot_shard
 from placer.evaluate.traffic import MODES
 from placer.evaluate.windows import (
@@ -27,9 +28,11 @@ __all__ = [
     "POLICIES",
     "EvalParams",
     "Evaluation",
+    "PartEvaluation",
     "TimeBound",
     "default_split",
     "evaluate",
+    "evaluate_many",
     "evaluation_parts",
     "expected_remote_copies",
     "parse_window_range",
