@@ -14,7 +14,7 @@ cache.  The planner then plans that redundancy with its own solver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,3 +168,21 @@ def auto_problems(
         except InfeasibleError:
             break
     return out
+
+
+def auto_redundancy(
+    build: Callable[[int], PlacementProblem], num_experts: int, model: Any, topology: Any,
+    workload: Workload, *, dtype: str | None = None, kv_reserve_gb: float | None = None,
+    seed: int = 0,
+) -> RedundancyChoice:
+    """Time every slot count the memory allows and choose one (``--redundant auto``).
+
+    ``build(S)``: the planning problem with ``S`` slots per GPU.  The memory bound and
+    the KV cache left at each count come from :func:`placer.capacity.plan_capacity`.
+    """
+    from placer.capacity import plan_capacity
+
+    capacity = plan_capacity(model, topology, dtype, kv_reserve_gb=kv_reserve_gb)
+    problems = auto_problems(build, num_experts, topology.num_gpus, capacity.slots_per_gpu)
+    kv = {s: float(capacity.kv_left_gb_at(s)) for s in problems}
+    return choose_redundancy(problems, workload, kv_left_gb=kv, seed=seed)

@@ -67,3 +67,20 @@ def test_auto_needs_model_and_topology():
     bare = {2: build_problem(stats, num_gpus=16, slots_per_gpu=2)}
     with pytest.raises(UsageError, match="needs the model and the topology"):
         choose_redundancy(bare, Workload())
+
+
+def test_auto_redundancy_times_what_the_memory_allows():
+    from placer.capacity import plan_capacity
+    from placer.redundancy import auto_redundancy
+    from placer.topology import load_topology
+
+    topo = load_topology("2x-dgx-h100")
+    workload = Workload("vllm", "decode")
+    choice = auto_redundancy(
+        lambda s: build_problem(skewed_stats(), model=MODEL, topology=topo, slots_per_gpu=s),
+        32, MODEL, topo, workload)
+    bound = plan_capacity(MODEL, topo, None).slots_per_gpu
+    assert [o.slots_per_gpu for o in choice.options] == slot_candidates(32, 16, bound)
+    by_hand = choose_redundancy(problems(bound), workload)
+    assert choice.chosen.slots_per_gpu == by_hand.chosen.slots_per_gpu
+    assert all(o.kv_left_gb is not None for o in choice.options)

@@ -424,9 +424,8 @@ def _auto_redundancy(
     build: Any, routing: Any, model: Any, topology: Any, slots_per_gpu: int | None,
     dtype: str | None, kv_reserve_gb: float | None, workload: Any, seed: int,
 ) -> Any:
-    """Time every slot count the memory allows (placer.redundancy) and pick one."""
-    from placer.capacity import plan_capacity
-    from placer.redundancy import auto_problems, choose_redundancy
+    """``--redundant auto``: check the flags, then :func:`placer.redundancy.auto_redundancy`."""
+    from placer.redundancy import auto_redundancy
 
     if slots_per_gpu is not None:
         raise UsageError("--redundant auto chooses the slots per GPU itself",
@@ -436,11 +435,9 @@ def _auto_redundancy(
             "--redundant auto times candidates with the evaluator, which needs the model and"
             " the cluster", where="--redundant", hint="pass --model and --topology",
         )
-    capacity = plan_capacity(model, topology, dtype, kv_reserve_gb=kv_reserve_gb)
-    problems = auto_problems(lambda s: build(s, None), routing.stats.num_experts,
-                             topology.num_gpus, capacity.slots_per_gpu)
-    kv = {s: float(capacity.kv_left_gb_at(s)) for s in problems}
-    return choose_redundancy(problems, workload, kv_left_gb=kv, seed=seed)
+    return auto_redundancy(lambda s: build(s, None), routing.stats.num_experts, model,
+                           topology, workload, dtype=dtype, kv_reserve_gb=kv_reserve_gb,
+                           seed=seed)
 
 
 def solver_options(items: list[str], flags: dict[str, tuple[str, Any]]) -> dict[str, Any]:
