@@ -29,15 +29,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from placer.constants import MAX_DOCUMENT_BYTES, MAX_EXPERTS, MAX_GPUS, MAX_LAYER_ID, MAX_LAYERS
 from placer.errors import PlacementError
 from placer.fileio import write_text_atomic
 from placer.placement import Placement
+from placer.yaml_schema import load_json, read_document
 
 __all__ = [
     "FORMAT",
@@ -246,25 +249,83 @@ def read_placement(
         breaks the schema, or a placement engines would reject.
     """
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise PlacementError(f"cannot read placement: {e.strerror}", where=source) from None
-    except UnicodeDecodeError:
-        raise PlacementError("not a UTF-8 text file", where=source) from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlacementError(
-            f"invalid JSON: {e.msg} (column {e.colno})", where=f"{source}:{e.lineno}",
-            hint="placement files are JSON documents written by `placer plan`",
-        ) from None
+    doc = load_json(
+        _read_bytes(Path(path)), source, PlacementError, unique_keys=True,
+        hint="placement files are JSON documents written by `placer plan` or `placer import`",
+    )
     placement = placement_from_dict(doc, source=source)
     if model is not None:
         placement.check_model(model, where=source)
     if warn_duplicates:
         placement.warn_duplicates(source)
     return placement
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, within placer's limits (:func:`placer.yaml_schema.read_document`).
+
+    A named pipe is opened without waiting for a writer, so a pipe nothing writes to is
+    an error instead of a wait without end (``-p <(...)`` still works).
+    """
+    try:
+        is_pipe = stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        is_pipe = False  # read_document names the problem
+    if not is_pipe:
+        return read_document(path, PlacementError, what="placement file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as e:
+        raise PlacementError(f"cannot read the pipe ({e.strerror or e})", where=str(path),
+                             hint="give the placement file itself") from None
+    if not data:
+        raise PlacementError(
+            "a named pipe that nothing writes to", where=str(path),
+            hint="start the program that writes the placement into it first, or give the"
+            " placement file itself",
+        )
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise PlacementError(
+            f"more than {MAX_DOCUMENT_BYTES >> 20} MiB came through the pipe, the most placer"
+            " reads of a placement file", where=str(path),
+            hint="is this the right file? (limits: docs/limits.md)",
+        )
+    return data
+
+
+def _schema_hint(field: str) -> str:
+    """What to do about a field that breaks the schema."""
+    if "physical_to_logical" in field:
+        return ("physical_to_logical lists the expert id (0 .. model.num_experts - 1, an"
+                " integer) each slot holds, num_physical_experts of them, GPU by GPU")
+    if field.startswith("layers"):
+        return 'layers is a list of {"layer": id, "physical_to_logical": [...]}, one per layer'
+    return ("placement files are written by `placer plan` and `placer import`; fix the field"
+            " or write the file again (format: docs/placement.md)")
+
+
+def _check_limits(doc: dict[str, Any], source: str) -> None:
+    """Refuse counts past placer's limits before anything is sized by them."""
+    too_many = "is more than placer handles"
+    hint = "is this the right file? (limits: docs/limits.md)"
+    num_experts = doc["model"]["num_experts"]
+    if num_experts > MAX_EXPERTS:
+        raise PlacementError(f"{num_experts:,} experts per layer {too_many} ({MAX_EXPERTS:,})",
+                             where=f"{source}: model.num_experts", hint=hint)
+    num_gpus = doc["topology"]["num_gpus"]
+    if num_gpus > MAX_GPUS:
+        raise PlacementError(f"{num_gpus:,} GPUs {too_many} ({MAX_GPUS:,})",
+                             where=f"{source}: topology.num_gpus", hint=hint)
+    if len(doc["layers"]) > MAX_LAYERS:
+        raise PlacementError(f"{len(doc['layers']):,} layers {too_many} ({MAX_LAYERS:,})",
+                             where=f"{source}: layers", hint=hint)
+    for i, layer in enumerate(doc["layers"]):
+        if layer["layer"] > MAX_LAYER_ID:
+            raise PlacementError(f"layer id {layer['layer']:,} {too_many} ({MAX_LAYER_ID:,})",
+                                 where=f"{source}: layers[{i}].layer", hint=hint)
 
 
 def placement_from_dict(doc: Any, *, source: str = "<placement>") -> Placement:
@@ -283,7 +344,9 @@ def placement_from_dict(doc: Any, *, source: str = "<placement>") -> Placement:
     problems = schema_errors(doc)
     if problems:
         field, message = problems[0]
-        raise PlacementError(message, where=f"{source}: {field}" if field else source)
+        raise PlacementError(message, where=f"{source}: {field}" if field else source,
+                             hint=_schema_hint(field))
+    _check_limits(doc, source)
 
     num_physical = doc["num_physical_experts"]
     slots_per_gpu = doc["slots_per_gpu"]
@@ -294,11 +357,13 @@ def placement_from_dict(doc: Any, *, source: str = "<placement>") -> Placement:
             f"{num_gpus} GPUs x {slots_per_gpu} slots per GPU = {num_gpus * slots_per_gpu},"
             f" not num_physical_experts = {num_physical}",
             where=f"{source}: num_physical_experts",
+            hint="num_physical_experts is topology.num_gpus x slots_per_gpu",
         )
     if num_physical < num_experts:
         raise PlacementError(
             f"{num_physical} physical experts cannot hold {num_experts} experts",
             where=f"{source}: num_physical_experts",
+            hint="every expert needs a slot: num_physical_experts >= model.num_experts",
         )
     rows = []
     first_row_of: dict[int, int] = {}
@@ -307,20 +372,22 @@ def placement_from_dict(doc: Any, *, source: str = "<placement>") -> Placement:
         layer_id = layer["layer"]
         if layer_id in first_row_of:
             raise PlacementError(
-                f"layer {layer_id} repeats layers[{first_row_of[layer_id]}]", where=f"{where}.layer"
+                f"layer {layer_id} repeats layers[{first_row_of[layer_id]}]",
+                where=f"{where}.layer", hint="give each layer once",
             )
         first_row_of[layer_id] = i
         row = layer["physical_to_logical"]
         if len(row) != num_physical:
             raise PlacementError(
                 f"{len(row)} slots, expected num_physical_experts = {num_physical}",
-                where=f"{where}.physical_to_logical",
+                where=f"{where}.physical_to_logical", hint=_schema_hint("physical_to_logical"),
             )
         try:
             Placement(np.array([row]), np.array([layer_id]), num_experts, num_gpus)
         except PlacementError as e:
             raise PlacementError(
-                e.message, where=f"{where}.physical_to_logical", hint=e.hint
+                e.message, where=f"{where}.physical_to_logical",
+                hint=e.hint or _schema_hint("physical_to_logical"),
             ) from None
         rows.append(row)
     meta = {

@@ -263,13 +263,29 @@ def decode_text(data: bytes, where: str, error: type[PlacerError]) -> str:
         ) from None
 
 
+class _DuplicateJsonKey(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateJsonKey(key)
+        result[key] = value
+    return result
+
+
 def load_json(
     data: bytes | str, where: str, error: type[PlacerError], *,
-    hint: str = "check the JSON syntax at this place",
+    hint: str = "check the JSON syntax at this place", unique_keys: bool = False,
 ) -> Any:
     """Parse a JSON document with placer's limits: UTF-8, nesting at most
     ``constants.MAX_NESTING`` levels, integers within int64, no NaN or Infinity.
-    ``hint`` goes with syntax errors."""
+    ``hint`` goes with syntax errors.  ``unique_keys``: an object that gives a key
+    twice is an error (JSON readers silently keep the last)."""
     text = decode_text(data, where, error) if isinstance(data, bytes) else data
     depth = _json_depth(text)
     if depth > constants.MAX_NESTING:
@@ -282,7 +298,13 @@ def load_json(
         raise ValueError(f"{name} is not a JSON number")
 
     try:
-        doc = json.loads(text, parse_constant=constant)
+        doc = json.loads(text, parse_constant=constant,
+                         object_pairs_hook=_unique_pairs if unique_keys else None)
+    except _DuplicateJsonKey as e:
+        raise error(
+            f"duplicate key {_brief(e.key)} in one object", where=where,
+            hint="keep one of the two (other JSON readers silently take the last)",
+        ) from None
     except json.JSONDecodeError as e:
         raise error(
             f"invalid JSON: {e.msg} (column {e.colno})", where=f"{where}:{e.lineno}", hint=hint,

@@ -1114,3 +1114,270 @@ def _evaluate_sparse(d: Path) -> list[str]:
         {"token": i, "layer": i % 4096, "experts": [i % 2, 7]} for i in range(20_000)))
     return ["evaluate", str(trace), "-p", str(placement(d / "p.json")), "--model", "mixtral-8x7b",
             "--topology", "dgx-h100"]
+
+
+# -- placement JSON (evaluate -p, export, plan --current) -----------------------------------------
+def placement_doc(layers: int = 1) -> dict[str, Any]:
+    """A valid placement document: 8 experts on 8 GPUs, layers 0 .. layers - 1."""
+    return {
+        "format": "placer-placement", "version": 1,
+        "model": {"name": None, "num_experts": 8, "top_k": None},
+        "topology": {"name": None, "num_gpus": 8, "num_nodes": None},
+        "num_physical_experts": 8, "slots_per_gpu": 1,
+        "layers": [{"layer": i, "physical_to_logical": list(range(8))} for i in range(layers)],
+    }
+
+
+def changed(path: str, value: Any, layers: int = 1) -> str:
+    """``placement_doc`` as JSON with the field at dotted ``path`` set to ``value``
+    (``layers.0.physical_to_logical.3``); ``None`` as ``value`` of a missing key removes it."""
+    doc: Any = placement_doc(layers)
+    *parents, last = path.split(".")
+    node = doc
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return json.dumps(doc)
+
+
+#: A per-token trace of 8 experts for layer 0 (the placements above cover it).
+TRACE8 = jsonl({"layer": 0, "experts": [i % 8, (i + 3) % 8]} for i in range(16))
+
+
+def _evaluate_p(make: Callable[[Path], Path]) -> Builder:
+    def build(d: Path) -> list[str]:
+        return ["evaluate", str(write(d / "t.jsonl", TRACE8)), "-p", str(make(d)),
+                "--model", "mixtral-8x7b", "--topology", "dgx-h100"]
+    return build
+
+
+def _export_p(make: Callable[[Path], Path]) -> Builder:
+    def build(d: Path) -> list[str]:
+        return ["export", str(make(d)), "--format", "sglang", "-o", str(d / "out.json"),
+                "--model", "mixtral-8x7b"]
+    return build
+
+
+def _current_p(make: Callable[[Path], Path]) -> Builder:
+    def build(d: Path) -> list[str]:
+        return ["plan", str(write(d / "t.jsonl", TRACE8)), "--current", str(make(d)),
+                "--model", "mixtral-8x7b", "--topology", "dgx-h100", "-s", "eplb",
+                "-o", str(d / "out.json")]
+    return build
+
+
+def text_file(data: str | bytes, name: str = "p.json") -> Callable[[Path], Path]:
+    return lambda d: write(d / name, data)
+
+
+def folder(d: Path) -> Path:
+    (d / "p.json").mkdir()
+    return d / "p.json"
+
+
+def fifo(d: Path) -> Path:
+    """A named pipe nobody writes to: opening it for reading would wait forever."""
+    os.mkfifo(d / "p.json")
+    return d / "p.json"
+
+
+def link_loop(d: Path) -> Path:
+    os.symlink(d / "b.json", d / "p.json")
+    os.symlink(d / "p.json", d / "b.json")
+    return d / "p.json"
+
+
+_GOOD_PLACEMENT = json.dumps(placement_doc())
+_DUPLICATE_LAYERS = _GOOD_PLACEMENT[:-1] + ', "layers": []}'
+_P2L = "layers.0.physical_to_logical"
+many([
+    ("evaluate-placement-truncated", _evaluate_p(text_file(_GOOD_PLACEMENT[:90])), 1,
+     "invalid JSON"),
+    ("export-placement-empty", _export_p(text_file("")), 1, "invalid JSON"),
+    ("plan-current-top-level-array", _current_p(text_file("[1, 2, 3]")), 1, "expected object"),
+    ("evaluate-placement-layers-object", _evaluate_p(text_file(changed("layers", {"0": 1}))), 1,
+     "layers"),
+    ("export-placement-string-expert", _export_p(text_file(changed(f"{_P2L}.3", "3"))), 1,
+     "expected integer"),
+    ("plan-current-nan-expert", _current_p(text_file(
+        changed(f"{_P2L}.3", 3).replace(", 3,", ", NaN,"))), 1, "NaN"),
+    ("evaluate-placement-infinity", _evaluate_p(text_file(
+        changed("slots_per_gpu", 1).replace('"slots_per_gpu": 1', '"slots_per_gpu": Infinity'))),
+     1, "Infinity"),
+    ("export-placement-int-10^30", _export_p(text_file(changed(f"{_P2L}.3", 10**30))), 1,
+     "64-bit"),
+    ("plan-current-gpus-2^70", _current_p(text_file(changed("topology.num_gpus", 2**70))), 1,
+     "64-bit"),
+    ("evaluate-placement-experts-10^15", _evaluate_p(text_file(
+        changed("model.num_experts", 10**15))), 1, "more than placer handles"),
+    ("export-placement-gpus-10^12", _export_p(text_file(
+        changed("topology.num_gpus", 10**12).replace('"num_physical_experts": 8',
+                                                     '"num_physical_experts": 1000000000000'))),
+     1, "more than placer handles"),
+    ("plan-current-expert-out-of-range", _current_p(text_file(changed(f"{_P2L}.7", 8))), 1,
+     "8"),
+    ("evaluate-placement-negative-expert", _evaluate_p(text_file(changed(f"{_P2L}.0", -1))), 1,
+     "-1"),
+    ("export-placement-bool-expert", _export_p(text_file(changed(f"{_P2L}.1", True))), 1,
+     "boolean"),
+    ("plan-current-float-expert", _current_p(text_file(changed(f"{_P2L}.1", 1.0))), 1,
+     "expected integer"),
+    ("evaluate-placement-short-row", _evaluate_p(text_file(changed(_P2L, list(range(7))))), 1,
+     "7 slots"),
+    ("export-placement-ragged-rows", _export_p(text_file(
+        changed("layers.1.physical_to_logical", [0, 1, 2, 3, 4, 5, 6, 7, 0], layers=2))), 1,
+     "9 slots"),
+    ("plan-current-duplicate-layer", _current_p(text_file(changed("layers.1.layer", 0, 2))), 1,
+     "repeats"),
+    ("evaluate-placement-duplicate-key", _evaluate_p(text_file(_DUPLICATE_LAYERS)), 1,
+     "duplicate key"),
+    ("export-placement-nested-100000", _export_p(text_file(
+        changed("metrics", 1).replace('"metrics": 1', '"metrics": ' + deep(100_000)))), 1,
+     "nests deeper"),
+    ("plan-current-not-utf8", _current_p(text_file(
+        _GOOD_PLACEMENT.encode().replace(b"null", b"\"\xff\xfe\"", 1))), 1, "UTF-8"),
+    ("evaluate-placement-folder", _evaluate_p(folder), 1, "folder"),
+    ("export-placement-fifo", _export_p(fifo), 1, "pipe"),
+    ("plan-current-symlink-loop", _current_p(link_loop), 1, "link"),
+    ("evaluate-placement-missing", _evaluate_p(lambda d: d / "absent.json"), 1, "not found"),
+    ("export-placement-no-layers", _export_p(text_file(changed("layers", []))), 1,
+     "at least 1"),
+    ("plan-current-layers-missing", _current_p(text_file(
+        json.dumps({k: v for k, v in placement_doc().items() if k != "layers"}))), 1,
+     "required field is missing"),
+    ("evaluate-placement-negative-layer", _evaluate_p(text_file(changed("layers.0.layer", -3))),
+     1, "-3"),
+    ("export-placement-layer-10^12", _export_p(text_file(
+        changed("layers.0.layer", 10**12))), 1, "more than placer handles"),
+    ("plan-current-slots-mismatch", _current_p(text_file(changed("slots_per_gpu", 2))), 1,
+     "num_physical_experts"),
+    ("evaluate-placement-engine-format", _evaluate_p(text_file(changed("format", "sglang"))), 1,
+     "unknown format"),
+    ("export-placement-version-2", _export_p(text_file(changed("version", 2))), 1,
+     "unsupported version"),
+    ("plan-current-slots-zero", _current_p(text_file(changed("slots_per_gpu", 0))), 1, ">= 1"),
+    ("evaluate-placement-expert-missing", _evaluate_p(text_file(
+        changed(_P2L, [0, 1, 2, 3, 4, 5, 6, 6]))), 1, "no replica"),
+    ("export-placement-5000-layers", _export_p(text_file(json.dumps(placement_doc(5000)))), 1,
+     "more than placer handles"),
+    ("plan-current-row-of-10^6", _current_p(text_file(
+        changed(_P2L, [0] * 1_000_000).replace('"slots_per_gpu": 1', '"slots_per_gpu": 125000')
+        .replace('"num_physical_experts": 8', '"num_physical_experts": 1000000'))), 1,
+     "no replica"),
+])
+
+
+# -- engine placement files read back (placer import) -------------------------------------------
+def _import(fmt: str, make: Callable[[Path], Path], *extra: str) -> Builder:
+    def build(d: Path) -> list[str]:
+        return ["import", str(make(d)), "--format", fmt, "--model", "mixtral-8x7b",
+                "--ep-size", "8", "-o", str(d / "out.json"), *extra]
+    return build
+
+
+#: SGLang's map: one row of 8 slots per hidden layer of Mixtral (32).
+SGLANG_ROWS = [list(range(8)) for _ in range(32)]
+
+
+def sglang_doc(rows: Any = None) -> str:
+    return json.dumps({"physical_to_logical_map": SGLANG_ROWS if rows is None else rows})
+
+
+def rows_with(layer: int, row: Any) -> list[Any]:
+    rows: list[Any] = [list(r) for r in SGLANG_ROWS]
+    rows[layer] = row
+    return rows
+
+
+def _sg(data: str | bytes) -> Builder:
+    return _import("sglang", text_file(data, "m.json"))
+
+
+def _vl(data: str | bytes) -> Builder:
+    return _import("vllm", text_file(data, "m.json"))
+
+
+TRT_HEAD = "num_slots: 8\nlayer_updates_per_iter: 0\ninitial_global_assignments:\n"
+TRT_ROWS = "".join(f"  {i}: [0, 1, 2, 3, 4, 5, 6, 7]\n" for i in range(32))
+
+
+def _trt(data: str | bytes) -> Builder:
+    return _import("trtllm", text_file(data, "m.yaml"))
+
+
+def eplb_file(arrays: dict[str, np.ndarray] | bytes) -> Callable[[Path], Path]:
+    data = arrays if isinstance(arrays, bytes) else npz_bytes(arrays)
+    return text_file(data, "m.npz")
+
+
+_PHY2LOG = np.tile(np.arange(8), (32, 1))
+#: DeepSeek EPLB's arrays for Mixtral on 8 GPUs: one replica of every expert.
+EPLB_ARRAYS = {"phy2log": _PHY2LOG, "log2phy": _PHY2LOG[:, :, None],
+               "logcnt": np.ones((32, 8), int)}
+many([
+    ("import-sglang-truncated", _sg(sglang_doc()[:50]), 1, "invalid JSON"),
+    ("import-sglang-nan", _sg(sglang_doc(rows_with(3, [0, 1, 2, 3, 4, 5, 6, 7]))
+                              .replace("7]]", "NaN]]")), 1, "NaN"),
+    ("import-sglang-nested-100000", _sg(deep(100_000)), 1, "nests deeper"),
+    ("import-sglang-not-utf8", _sg(b'{"physical_to_logical_map": "\xff"}'), 1, "UTF-8"),
+    ("import-sglang-duplicate-key", _sg(sglang_doc()[:-1] + ', "physical_to_logical_map": []}'),
+     1, "duplicate key"),
+    ("import-sglang-not-rectangle", _sg(sglang_doc(rows_with(5, [*range(8), 0]))), 1,
+     "9 slots"),
+    ("import-sglang-bool-ids", _sg(sglang_doc(rows_with(1, [True, *range(1, 8)]))), 1,
+     "integers"),
+    ("import-sglang-negative-id", _sg(sglang_doc(rows_with(2, [-1, *range(1, 8)]))), 1,
+     "-1"),
+    ("import-sglang-int-10^30", _sg(sglang_doc(rows_with(2, [10**30, *range(1, 8)]))), 1,
+     "64-bit"),
+    ("import-sglang-missing-layers", _sg(sglang_doc(SGLANG_ROWS[:20])), 1, "20 rows"),
+    ("import-sglang-float-ids", _sg(sglang_doc(rows_with(0, [0.0, *range(1, 8)]))), 1,
+     "integers"),
+    ("import-sglang-folder", _import("sglang", lambda d: (d / "m.json").mkdir() or d / "m.json"),
+     1, "folder"),
+    ("import-sglang-fifo", _import("sglang", lambda d: os.mkfifo(d / "m.json") or d / "m.json"),
+     1, "pipe"),
+    ("import-sglang-symlink-loop", _import("sglang", link_loop), 1, "link"),
+    ("import-sglang-65MiB", _sg(sglang_doc()[:-2] + " " * (65 << 20) + "]}"), 1, "larger than"),
+    ("import-vllm-string", _vl('"0,1,2,3,4,5,6,7"'), 1, "expected a list"),
+    ("import-vllm-ragged", _vl(json.dumps([list(range(8))] * 31 + [list(range(9))])), 1,
+     "9 slots"),
+    ("import-vllm-out-of-range", _vl(json.dumps([list(range(1, 9))] * 32)), 1, "outside"),
+    ("import-vllm-infinity", _vl("[0, 1, 2, 3, 4, 5, 6, Infinity]"), 1, "Infinity"),
+    ("import-vllm-wrong-layers", _vl(json.dumps([list(range(8))] * 5)), 1, "5 layer maps"),
+    ("import-vllm-nested-rows", _vl(json.dumps([[list(range(8))]] * 32)), 1, "integers"),
+    ("import-trtllm-laughs", _trt(LAUGHS + TRT_HEAD + TRT_ROWS), 1, "expands"),
+    ("import-trtllm-recursive-alias", _trt("a: &a [*a]\n" + TRT_HEAD + TRT_ROWS), 1, ""),
+    ("import-trtllm-not-utf8", _trt(TRT_HEAD.encode() + b"  0: [\xff]\n"), 1, "UTF-8"),
+    ("import-trtllm-string-keys", _trt(TRT_HEAD + TRT_ROWS.replace("  0:", "  zero:")), 1,
+     "not an integer layer id"),
+    ("import-trtllm-slots-bool", _trt(TRT_HEAD.replace("8", "true") + TRT_ROWS), 1,
+     "num_slots"),
+    ("import-trtllm-duplicate-layer", _trt(TRT_HEAD + TRT_ROWS + "  3: [0, 1, 2, 3, 4, 5, 6, 7]\n"),
+     1, "duplicate key"),
+    ("import-trtllm-int-beyond-int64", _trt(TRT_HEAD + TRT_ROWS.replace("[0,", f"[{10**20},", 1)),
+     1, "64-bit"),
+    ("import-trtllm-missing-layers", _trt(TRT_HEAD + TRT_ROWS[: TRT_ROWS.index("  9:")]), 1,
+     "no assignment"),
+    ("import-trtllm-python-tag", _trt(TRT_HEAD.replace(
+        "num_slots: 8", "num_slots: !!python/object/apply:os.system [echo]") + TRT_ROWS), 1,
+     "num_slots"),
+    ("import-trtllm-nested-100000", _trt(deep(100_000)), 1, "nests deeper"),
+    ("import-eplb-not-a-zip", _import("eplb", eplb_file(b"PK\x03\x04 not a zip")), 1, ".npz"),
+    ("import-eplb-zip-bomb", _import("eplb", eplb_file(bomb_zip(
+        "phy2log.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (4096, 2560), }",
+        80 << 20, {}))), 1, "inflates"),
+    ("import-eplb-object-array", _import("eplb", eplb_file(zip_of({"phy2log.npy": npy_member(
+        "{'descr': '|O', 'fortran_order': False, 'shape': (32, 8), }")}))), 1, "objects"),
+    ("import-eplb-float", _import("eplb", eplb_file(
+        {**EPLB_ARRAYS, "phy2log": _PHY2LOG.astype(np.float64)})), 1, "integers"),
+    ("import-eplb-1d", _import("eplb", eplb_file({**EPLB_ARRAYS, "phy2log": np.arange(8)})), 1,
+     "phy2log has shape"),
+    ("import-eplb-logcnt-disagrees", _import("eplb", eplb_file(
+        {**EPLB_ARRAYS, "logcnt": np.full((32, 8), 2)})), 1, "logcnt says"),
+    ("import-eplb-pickle-member", _import("eplb", eplb_file(
+        zip_of({"phy2log.npy": pickle.dumps(_PHY2LOG)}))), 1, ""),
+])

@@ -106,6 +106,7 @@ def test_import_for_the_wrong_model(maverick_plan: Path, tmp_path: Path) -> None
     assert result.stderr == (
         f"error: {engine_file}: initial_global_assignments: layer 33 is not a MoE layer of"
         " mixtral-8x7b; TensorRT-LLM keys are absolute MoE layer ids (0..31)\n"
+        "hint: is --model the model TensorRT-LLM serves with this file?\n"
     )
 
 

@@ -161,7 +161,8 @@ def test_missing_file(tmp_path):
     path = tmp_path / "nope.json"
     with pytest.raises(PlacementError) as info:
         read_placement(path)
-    assert str(info.value) == f"{path}: cannot read placement: No such file or directory"
+    assert str(info.value) == f"{path}: file not found"
+    assert info.value.hint == "check the path of the placement file"
 
 
 def _mutated(doc: dict, change) -> dict:

@@ -176,8 +176,6 @@ def import_(
                 where="--ep-size", hint="give one of them, or make them agree",
             )
         num_gpus = gpus
-    if not engine_file.is_file():
-        raise UsageError("file not found", where=str(engine_file))
     name = fmt or sniff_engine(engine_file)
     placement = read_engine(engine_file, name, model=spec, num_gpus=num_gpus)
     write_placement(output, placement, model_name=spec.name, top_k=spec.top_k)

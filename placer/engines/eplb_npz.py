@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from placer.constants import MAX_LOAD_BYTES
 from placer.engines.registry import (
     EngineFormat,
     EngineModel,
@@ -25,8 +26,9 @@ from placer.engines.registry import (
     check_slot_row,
     register_engine,
 )
-from placer.errors import EngineFormatError
+from placer.errors import EngineFormatError, TraceError
 from placer.placement import Placement
+from placer.ptfile import ZIP_READ_ERRORS, check_zip
 
 ENGINE = "DeepSeek EPLB"
 KEYS = ("phy2log", "log2phy", "logcnt")
@@ -116,11 +118,23 @@ def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
 
 
 def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
+    """The three arrays, each checked before it is read (no pickles, no compression bombs,
+    at most ``MAX_LOAD_BYTES`` each), then :func:`from_arrays`."""
+    from placer.traces.npz import read_member
+
+    where = str(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
-        raise EngineFormatError(f"not a readable .npz file ({e})", where=str(path)) from None
+        with zipfile.ZipFile(path) as zf:
+            check_zip(zf, where, EngineFormatError)
+            names = [n[: -len(".npy")] for n in zf.namelist() if n.endswith(".npy")]
+            arrays = {name: read_member(zf, name, where, MAX_LOAD_BYTES) for name in names}
+    except TraceError as e:
+        raise EngineFormatError(e.message, where=e.where, hint=e.hint) from None
+    except ZIP_READ_ERRORS as e:
+        raise EngineFormatError(
+            f"not a readable .npz file ({e})", where=where,
+            hint="the file may be damaged or incomplete; write it again",
+        ) from None
     return from_arrays(arrays, path, model, num_gpus)
 
 

@@ -13,6 +13,7 @@ Public entry points: :func:`write_engine`, :func:`read_engine`,
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 from placer.errors import EngineFormatError, PlacementError, UsageError
 from placer.placement import Placement
 from placer.stats import format_ranges
+from placer.yaml_schema import decode_text, load_json, parse_yaml, read_document
 
 
 class EngineModel(Protocol):
@@ -169,17 +171,51 @@ def read_engine(
     """
     engine = get_engine(fmt)
     path = Path(path)
-    if not path.is_file():
-        raise EngineFormatError("file not found", where=str(path))
+    check_input(path)
     if num_gpus is not None and num_gpus <= 0:
         raise UsageError(f"number of GPUs must be positive, got {num_gpus}", where="--ep-size")
-    return engine.read(path, model, num_gpus)
+    try:
+        return engine.read(path, model, num_gpus)
+    except EngineFormatError as e:
+        if e.hint:
+            raise
+        raise EngineFormatError(
+            e.message, where=e.where,
+            hint=f"is this {engine.engine}'s placement file for {model.name}? `placer export"
+            f" --format {engine.name}` writes one (docs/engines.md)",
+        ) from None
+
+
+def check_input(path: Path) -> None:
+    """EngineFormatError unless ``path`` is a regular file (not missing, a folder, a link
+    loop, a named pipe or a device)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise EngineFormatError(
+            "file not found", where=str(path), hint="check the path of the engine file"
+        ) from None
+    except OSError as e:
+        raise EngineFormatError(
+            f"cannot read the file ({e.strerror or e})", where=str(path),
+            hint="check that it exists and is readable (and not a link loop)",
+        ) from None
+    if stat.S_ISDIR(mode):
+        raise EngineFormatError(
+            "is a folder, not a file", where=str(path), hint="name the engine file itself"
+        )
+    if not stat.S_ISREG(mode):
+        raise EngineFormatError(
+            "not a regular file (a named pipe or a device)", where=str(path),
+            hint="save the engine's placement file and import that",
+        )
 
 
 def sniff_engine(path: str | Path) -> str:
     """Guess the engine format of ``path``; UsageError when none or several match."""
     _load_builtin_engines()
     path = Path(path)
+    check_input(path)  # sniffing a pipe would wait for a writer, and eat what it reads
     hits = [name for name, fmt in sorted(_FORMATS.items()) if _safe_sniff(fmt, path)]
     if len(hits) != 1:
         found = "no" if not hits else " and ".join(hits)
@@ -257,23 +293,28 @@ def int_list(value: Any, where: str, what: str) -> list[int]:
     if not isinstance(value, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
-        raise EngineFormatError(f"{what} must be a list of integers", where=where)
+        raise EngineFormatError(
+            f"{what} must be a list of integers", where=where,
+            hint="expert ids are JSON integers (not strings, fractions, true/false or lists)",
+        )
     return value
 
 
 def check_exact_keys(doc: Any, keys: Sequence[str], where: str, rule: str) -> dict[str, Any]:
     """``doc`` as a dict with exactly ``keys``; EngineFormatError citing ``rule`` otherwise."""
+    hint = "is this the right file, and --format the engine that wrote it?"
     if not isinstance(doc, dict):
         raise EngineFormatError(
             f"expected an object with keys {', '.join(keys)}, got {type(doc).__name__}",
-            where=where,
+            where=where, hint=hint,
         )
     extra = [k for k in doc if k not in keys]
     if extra:
-        raise EngineFormatError(f"unexpected key {extra[0]!r}: {rule}", where=where)
+        raise EngineFormatError(f"unexpected key {extra[0]!r}: {rule}", where=where,
+                                hint=f"remove {extra[0]!r}")
     missing = [k for k in keys if k not in doc]
     if missing:
-        raise EngineFormatError(f"missing key {missing[0]!r}: {rule}", where=where)
+        raise EngineFormatError(f"missing key {missing[0]!r}: {rule}", where=where, hint=hint)
     return doc
 
 
@@ -283,13 +324,16 @@ def check_slot_row(
     """One layer's slots: the right count, ids in range, every expert present."""
     if len(row) != num_slots:
         raise EngineFormatError(
-            f"{len(row)} slots where {engine} expects {num_slots}", where=where
+            f"{len(row)} slots where {engine} expects {num_slots}", where=where,
+            hint="every layer has the same number of slots (experts + redundant experts)",
         )
     bad = [i for i, e in enumerate(row) if not 0 <= e < num_experts]
     if bad:
         raise EngineFormatError(
             f"slot {bad[0]} holds expert {row[bad[0]]}, outside [0, {num_experts})",
             where=where,
+            hint=f"expert ids run from 0 to {num_experts - 1}; is --model the model the"
+            " engine serves?",
         )
     absent = sorted(set(range(num_experts)) - set(row))
     if absent:
@@ -313,7 +357,7 @@ def check_num_gpus(num_slots: int, num_gpus: int | None, path: Path, engine: str
         raise EngineFormatError(
             f"{num_slots} slots per layer do not split over {num_gpus} GPUs"
             f" ({engine} needs the same number of slots on every GPU)",
-            where=str(path),
+            where=str(path), hint="check --ep-size (or --topology): the EP size the engine ran",
         )
     return num_gpus
 
@@ -346,13 +390,19 @@ def build_placement(
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file; EngineFormatError with the line on bad syntax."""
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise EngineFormatError(f"invalid JSON: {e.msg}", where=f"{path}:{e.lineno}") from None
-    except UnicodeDecodeError:
-        raise EngineFormatError("not a text file", where=str(path)) from None
+    """Parse a JSON file within placer's limits (size, nesting, int64, no NaN, UTF-8, each
+    key once); EngineFormatError with the line on bad syntax."""
+    data = read_document(path, EngineFormatError, what="engine file")
+    return load_json(data, str(path), EngineFormatError, unique_keys=True,
+                     hint="is the file complete? engines write these files as JSON")
+
+
+def read_yaml_data(path: Path) -> Any:
+    """Parse a YAML file within placer's limits (size, alias expansion, nesting, int64,
+    UTF-8, each key once; safe tags only)."""
+    data = read_document(path, EngineFormatError, what="engine file")
+    text = decode_text(data, str(path), EngineFormatError)
+    return parse_yaml(text, str(path), EngineFormatError).data
 
 
 def write_json(path: Path, doc: Any) -> None:

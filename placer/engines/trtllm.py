@@ -47,6 +47,7 @@ from placer.engines.registry import (
     check_slot_row,
     int_list,
     read_head,
+    read_yaml_data,
     register_engine,
 )
 from placer.errors import EngineFormatError, PlacerWarning
@@ -161,7 +162,7 @@ def from_document(
     extra = sorted(set(assignments) - set(moe) - set(mtp))
     if extra:
         with_mtp = f", MTP {format_ranges(mtp)}" if mtp else ""
-        hint = None
+        hint = "is --model the model TensorRT-LLM serves with this file?"
         if extra[0] == model.num_hidden_layers:
             hint = (
                 f"layer {extra[0]} follows {model.name}'s {model.num_hidden_layers} hidden"
@@ -249,13 +250,7 @@ def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
 
 
 def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise EngineFormatError(f"invalid YAML: {getattr(e, 'problem', e)}", where=where) from None
-    return from_document(doc, path, model, num_gpus)
+    return from_document(read_yaml_data(path), path, model, num_gpus)
 
 
 def sniff(path: Path) -> bool:
