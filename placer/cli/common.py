@@ -285,3 +285,14 @@ def read_trace(
         source, trace_format, window_tokens=window_tokens, keep_tokens=keep_tokens,
         top_k=top_k, num_experts=num_experts, keep_warmup=keep_warmup,
     )
+
+
+def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,
+                   quiet: bool = False) -> None:
+    """Each picture as ``folder/<stem>.png`` (:func:`placer.report.files.write_pictures`);
+    says so on stderr unless quiet."""
+    from placer.report.files import write_pictures as write
+
+    written = write(pictures, folder)
+    if not quiet:
+        sys.stderr.write(f"wrote {len(written)} PNG file(s) to {folder}\n")

@@ -30,6 +30,7 @@ from placer.cli.common import (
     print_json,
     read_trace,
     to_jsonable,
+    write_pictures,
 )
 from placer.compare import (
     DEFAULT_P99_SLACK_PCT,
@@ -145,25 +146,6 @@ def compare_csv(outcomes: list[ScenarioOutcome]) -> str:
         values = to_jsonable(o.row.as_dict())
         writer.writerow(["" if values[n] is None else values[n] for n in names])
     return buf.getvalue()
-
-
-def check_dpi(dpi: int) -> None:
-    """Raise UsageError unless ``dpi`` is within ``constants.REPORT_DPI_RANGE``."""
-    low, high = constants.REPORT_DPI_RANGE
-    if not low <= dpi <= high:
-        raise UsageError(f"expected --dpi between {low} and {high}, got {dpi}", where="--dpi")
-
-
-def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,
-                   quiet: bool = False) -> None:
-    """Each picture as ``folder/<stem>.png`` (atomically); says so on stderr unless quiet."""
-    from placer.cli.common import atomic_path
-
-    for stem, png in pictures:
-        with atomic_path(folder / f"{stem}.png") as tmp:
-            tmp.write_bytes(png)
-    if not quiet:
-        sys.stderr.write(f"wrote {len(pictures)} PNG file(s) to {folder}\n")
 
 
 class _Progress:
@@ -386,6 +368,8 @@ def compare(
     for note in study.notes:  # why rows are missing: shown even with --quiet
         sys.stderr.write(f"note: {note}\n")
     check_names(study.scenarios, study.settings)
+    from placer.report.files import check_dpi
+
     check_dpi(dpi)
     if report is not None or png_dir is not None:
         from placer.report import require_matplotlib

@@ -22,7 +22,6 @@ from placer.cli.common import (
     print_json,
     read_trace,
 )
-from placer.cli.compare_cmd import check_dpi
 from placer.errors import UsageError
 
 EXAMPLES = examples(
@@ -110,6 +109,8 @@ def report(
     from placer.report import require_matplotlib
 
     require_matplotlib()
+    from placer.report.files import check_dpi
+
     check_dpi(dpi)
     if name and len(name) != len(placement):
         raise UsageError(f"{len(name)} --name for {len(placement)} --placement", where="--name",
@@ -124,8 +125,7 @@ def report(
 
     from placer import __version__
     from placer.analysis import summarize
-    from placer.cli.common import write_text_atomic
-    from placer.cli.compare_cmd import write_pictures
+    from placer.cli.common import write_pictures, write_text_atomic
     from placer.evaluate import EvalParams, evaluate
     from placer.models import load_model
     from placer.placement_io import read_placement
