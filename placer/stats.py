@@ -80,12 +80,15 @@ class PairCounts:
 
     @classmethod
     def from_dense(cls, dense: np.ndarray, *, symmetric: bool = True) -> PairCounts:
-        """Pair counts of ``dense [rows, E, E]``; ``symmetric``: the upper triangle is
-        kept (the diagonal and the lower triangle are taken as its mirror and dropped)."""
+        """Pair counts of ``dense [rows, E, E]``; ``symmetric``: each row must equal its
+        transpose, and the cells above the diagonal are kept (the diagonal, self-pairs, is
+        dropped)."""
         arr = np.asarray(dense)
         if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
             raise ValueError(f"pair counts must be [rows, E, E], got shape {arr.shape}")
         rows, e, _ = arr.shape
+        if symmetric and not all(np.array_equal(arr[r], arr[r].T) for r in range(rows)):
+            raise ValueError("symmetric pair counts must equal their transpose")
         keys, counts = [], []
         upper = np.triu(np.ones((e, e), dtype=bool), k=1).reshape(-1) if symmetric else None
         for r in range(rows):

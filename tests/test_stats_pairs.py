@@ -80,6 +80,8 @@ def test_pair_counts_check_their_arrays():
         PairCounts(4, np.array([1, 2]), np.zeros(1, np.int64), np.ones(1, np.int64))
     with pytest.raises(ValueError, match="keys and counts"):
         PairCounts(4, np.array([0, 2]), np.zeros(1, np.int64), np.ones(1, np.int64))
+    with pytest.raises(ValueError, match="equal their transpose"):
+        PairCounts.from_dense(np.triu(np.ones((1, 3, 3), np.int64), k=1))
 
 
 def test_expert_stats_converts_a_dense_coact_and_checks_it():

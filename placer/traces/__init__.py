@@ -91,8 +91,9 @@ def read_routing(
     window_tokens: windows of this many consecutive tokens instead of the trace's steps.
     keep_tokens: also return the per-token :class:`~placer.stats.RoutingTrace`
         (per-token formats only; memory grows with the trace).
-    coact: count same-layer co-activation ``[layers, E, E]`` and layer affinity
-        ``[layers - 1, E, E]``; False is faster.
+    coact: count same-layer co-activation and layer affinity (sparse
+        :class:`~placer.stats.PairCounts`, dense ``[layers, E, E]`` and ``[layers - 1,
+        E, E]`` on request); False is faster.
     layers: absolute layer ids to keep (rows of other layers are skipped and counted).
     num_experts, top_k: the model's, checked against the data and any header; inferred
         from the data when neither gives them.

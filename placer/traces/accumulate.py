@@ -34,8 +34,11 @@ else tokens in order of first appearance; :mod:`placer.traces.windows` keeps at 
 Limits (docs/limits.md), checked before anything is sized by them: expert ids below
 ``constants.MAX_EXPERTS``, rows of at most ``constants.MAX_TOP_K`` experts, at most
 ``constants.MAX_LAYERS`` layers, load within ``constants.MAX_LOAD_BYTES`` and counts of
-aggregated inputs within ``constants.MAX_TOTAL_COUNT``.  Co-activation past
-``constants.MAX_COACT_BYTES`` is left out with a warning (the load is still read).
+aggregated inputs within ``constants.MAX_TOTAL_COUNT``.  Pairs (co-activation, layer
+affinity) are counted in dense ``[E, E]`` matrices while they fit
+``constants.MAX_COACT_BYTES``, then sparsely (:mod:`placer.traces.pairs`), so their memory
+follows the pairs seen; past ``constants.MAX_COACT_PAIRS`` distinct pairs co-activation is
+left out with a warning (the load is still read).
 """
 
 from __future__ import annotations

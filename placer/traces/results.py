@@ -264,45 +264,28 @@ def _nonzero_rows(
 ) -> PairCounts:
     """Pair counts of the rows ``rows`` (None: no pairs) of dense ``[R, W, W]`` counts
     (``W >= num_e``; cells of experts ``>= num_e`` are left out); ``symmetric``: only
-    ``i < j``."""
-    width = dense.shape[1] if dense.ndim == 3 else 0
+    ``i < j``.  The nonzero cells of ``[:num_e, :num_e]`` in C order are the keys
+    ``i * num_e + j`` in rising order, and boolean indexing reads their counts in the
+    same order."""
+    upper = np.triu(np.ones((num_e, num_e), dtype=bool), k=1) if symmetric else None
     keys: list[np.ndarray] = []
     counts: list[np.ndarray] = []
     sizes = np.zeros(len(rows), dtype=np.int64)
-    if num_e * num_e <= _CELL_TABLE_MAX:
-        # one gather per row through a table of the cells that hold pairs, in key order
-        if symmetric:
-            i, j = np.triu_indices(num_e, k=1)
-        else:
-            i, j = np.divmod(np.arange(num_e * num_e, dtype=np.int64), num_e)
-        cells, cell_keys = i * width + j, i * num_e + j
-        for n, r in enumerate(rows):
-            if r is not None:
-                vals = dense[r].reshape(-1)[cells]
-                nz = np.flatnonzero(vals)
-                keys.append(cell_keys[nz])
-                counts.append(vals[nz])
-                sizes[n] = nz.size
-    else:  # many experts (few layers, or dense counts would not fit): expert by expert
-        for n, r in enumerate(rows):
-            if r is None:
-                continue
-            for e in range(num_e):
-                lo = e + 1 if symmetric else 0
-                vals = dense[r, e, lo:num_e]
-                nz = np.flatnonzero(vals)
-                keys.append(e * num_e + lo + nz)
-                counts.append(vals[nz])
-                sizes[n] += nz.size
+    for n, r in enumerate(rows):
+        if r is None:
+            continue
+        cells = dense[r, :num_e, :num_e]
+        hit = cells != 0
+        if upper is not None:
+            hit &= upper
+        keys.append(np.flatnonzero(hit))
+        counts.append(cells[hit])
+        sizes[n] = keys[-1].size
     indptr = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(sizes, out=indptr[1:])
     empty = np.zeros(0, dtype=np.int64)
     return PairCounts(num_e, indptr, np.concatenate(keys) if keys else empty,
                       np.concatenate(counts) if counts else empty, symmetric)
-
-
-#: Most cells of the table :func:`_nonzero_rows` gathers through (2 x 8 bytes each).
-_CELL_TABLE_MAX = 1 << 22
 
 
 def _top_k_from_coact(load: np.ndarray, coact: np.ndarray | None) -> int | None:
