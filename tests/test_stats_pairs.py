@@ -156,6 +156,21 @@ def test_too_many_distinct_pairs_leave_co_activation_out(tmp_path, monkeypatch):
     assert s.load.sum() == 200 * 2 * 4
 
 
+def test_the_pair_limit_holds_exactly_at_the_end(tmp_path, monkeypatch):
+    """One chunk's distinct pairs stay under twice the limit while counting; the limit
+    itself is checked when the statistics are made."""
+    ids = random_ids(np.random.default_rng(3), 50, 3, 12, 3)
+    write_npz_trace(tmp_path / "t.npz", ids, layer_ids=[0, 1, 2])
+    monkeypatch.setattr(constants, "MAX_COACT_BYTES", 1)
+    s = read_routing(tmp_path / "t.npz").stats
+    held = s.coact.num_pairs + s.layer_affinity.num_pairs
+    monkeypatch.setattr(constants, "MAX_COACT_PAIRS", held)
+    assert read_routing(tmp_path / "t.npz").stats.coact is not None
+    monkeypatch.setattr(constants, "MAX_COACT_PAIRS", held - 1)
+    with pytest.warns(Warning, match=f"holds {held:,} distinct expert pairs"):
+        assert read_routing(tmp_path / "t.npz").stats.coact is None
+
+
 # -- the largest expert ids: memory follows the data ---------------------------------------
 
 

@@ -113,6 +113,7 @@ class _Results(_WarmUp):
         same = bool((order == np.arange(order.size)).all())
         load = self._load[:, order, :num_e]
         coact = aff = None
+        self._check_sparse_size(final=True)
         if self.options.coact:
             pairs = [
                 self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))

@@ -243,14 +243,13 @@ class _AccumulatorState:
         self._aff = np.zeros((0, 0, 0), dtype=np.int64)
         self._hot = None
 
-    def _check_sparse_size(self) -> None:
+    def _check_sparse_size(self, *, final: bool = False) -> None:
         """Leave co-activation out once the sparse counts hold more than
-        ``constants.MAX_COACT_PAIRS`` distinct pairs."""
-        # the counts hold repeats of pairs across chunks until merged: merge (and look
-        # again) only past twice the limit, so merges stay rare near it
-        if not self._sparse or (
-            self._sp_coact.size + self._sp_aff.size <= 2 * constants.MAX_COACT_PAIRS
-        ):
+        ``constants.MAX_COACT_PAIRS`` distinct pairs.  While counting they hold repeats
+        of pairs from different chunks until merged: merge (and look again) only past
+        twice the limit, so merges stay rare near it; ``final``: look now."""
+        limit = constants.MAX_COACT_PAIRS * (1 if final else 2)
+        if not self._sparse or self._sp_coact.size + self._sp_aff.size <= limit:
             return
         held = self._sp_coact.merge() + self._sp_aff.merge()  # distinct pairs only
         if held > constants.MAX_COACT_PAIRS:
