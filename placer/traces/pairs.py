@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from placer import constants
+from placer.stats import PairCounts
 
 #: Bits of the second expert of a pair key, and the keys' dtype.
 _KEY_BITS = max(1, (constants.MAX_EXPERTS - 1).bit_length())
@@ -131,3 +132,23 @@ class _SparsePairs:
         first *= num_experts
         wide += first
         return wide, counts
+
+    def take_rows(
+        self, rows: list[int | None], num_experts: int, *, symmetric: bool
+    ) -> PairCounts:
+        """The rows ``rows`` (None: no pairs) as :class:`~placer.stats.PairCounts`,
+        emptying them (see :meth:`pop`); the result is allocated once and filled."""
+        self.merge()
+        sizes = np.array([0 if r is None or r >= len(self._keys) or not self._keys[r]
+                          else self._keys[r][0].size for r in rows], dtype=np.int64)
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        keys = np.empty(int(indptr[-1]), dtype=np.int64)
+        counts = np.empty(int(indptr[-1]), dtype=np.int64)
+        for n, r in enumerate(rows):
+            if sizes[n]:
+                assert r is not None
+                k, c = self.pop(r, num_experts)
+                keys[indptr[n] : indptr[n + 1]] = k
+                counts[indptr[n] : indptr[n + 1]] = c
+        return PairCounts(num_experts, indptr, keys, counts, symmetric)

@@ -157,15 +157,10 @@ class _Results(_WarmUp):
     def _sparse_result(
         self, order: np.ndarray, same: bool, pairs: list[int | None], num_e: int
     ) -> tuple[PairCounts, PairCounts | None]:
-        """As :meth:`_dense_result`, from the sparse counts."""
-        rows = [self._sp_coact.pop(int(r), num_e) for r in order]
-        coact = PairCounts.from_rows(num_e, [k for k, _ in rows], [c for _, c in rows])
-        aff = None
-        if pairs:
-            empty = (np.zeros(0, dtype=np.int64),) * 2
-            rows = [self._sp_aff.pop(p, num_e) if p is not None else empty for p in pairs]
-            aff = PairCounts.from_rows(num_e, [k for k, _ in rows], [c for _, c in rows],
-                                       symmetric=False)
+        """As :meth:`_dense_result`, from the sparse counts (each row handed over in
+        turn, so the counts are held about once, not twice)."""
+        coact = self._sp_coact.take_rows([int(r) for r in order], num_e, symmetric=True)
+        aff = self._sp_aff.take_rows(pairs, num_e, symmetric=False) if pairs else None
         return coact, aff
 
     def _check_trace_size(self, num_layers: int) -> None:
