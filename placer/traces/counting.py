@@ -196,11 +196,10 @@ class _Counting(_Validation):
         tok_base = tok_win * (nl * e)
         coact = self.options.coact
         if coact:
+            # (a new layer pair may turn the counts sparse: MAX_COACT_BYTES)
             pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
-            coact = self.options.coact  # pairs past MAX_COACT_BYTES leave co-activation out
             # sparse counts leave out self-pairs: look for an expert twice in one row first
-            if ((not coact or self._sparse) and xt.shape[1] > 1
-                    and _has_duplicate(xt.transpose(1, 0, 2))):
+            if self._sparse and xt.shape[1] > 1 and _has_duplicate(xt.transpose(1, 0, 2)):
                 self._raise_duplicate(flat, where)
         if coact:
             xs = self._pair_columns(xt, has_none)
@@ -297,10 +296,8 @@ class _Counting(_Validation):
                 acc[:, :, -1] = 0
 
     def _pair_index(self, a: int, b: int) -> int:
-        """Affinity index of layer pair ``(a, b)``, adding it; -1 once co-activation was
-        left out (:meth:`_drop_coact`)."""
-        if not self.options.coact:
-            return -1
+        """Affinity index of layer pair ``(a, b)``, adding it (dense counts grow a row, or
+        turn sparse past ``constants.MAX_COACT_BYTES``)."""
         p = self._aff_pairs.get((a, b))
         if p is None:
             p = len(self._aff_pairs)
@@ -326,10 +323,8 @@ class _Counting(_Validation):
         if (pidx < 0).any():
             for a, b in set(zip(row_a[pidx < 0].tolist(), row_b[pidx < 0].tolist(),
                                 strict=True)):
-                p = self._pair_index(self._layer_ids[a], self._layer_ids[b])
-                if p < 0:  # co-activation was left out
-                    return pidx
-                self._pair_of_rows[a, b] = p
+                self._pair_of_rows[a, b] = self._pair_index(self._layer_ids[a],
+                                                            self._layer_ids[b])
             pidx = self._pair_of_rows[row_a, row_b]
         return pidx
 
@@ -379,8 +374,6 @@ class _Counting(_Validation):
             b_exp = np.concatenate([ex[jc], b_exp])
         if a_layer.size:
             pidx = self._pair_indices(self._row_of_layer[a_layer], self._row_of_layer[b_layer])
-            if not self.options.coact:  # left out just now (MAX_COACT_BYTES)
-                return
             if pidx.size > 1 and (pidx[1:] < pidx[:-1]).any():
                 small = pidx.astype(np.int16) if pidx.max() < 1 << 15 else pidx
                 by_pair = np.argsort(small, kind="stable")  # radix sort for int16
