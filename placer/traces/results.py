@@ -220,7 +220,7 @@ class _Results(_WarmUp):
         load, lid = load[:, order], lid[order]
         if self._agg_by_step:
             self._check_selected_layers(lid)
-        coact = None if self._agg_coact is None else self._agg_coact[order]
+        coact = None if self._agg_coact is None else PairCounts.from_dense(self._agg_coact[order])
         top_k = self._top_k
         if top_k is None:
             top_k = _top_k_from_coact(load.sum(axis=0), coact)
@@ -245,7 +245,7 @@ class _Results(_WarmUp):
             tokens=tokens,
             layer_ids=lid,
             top_k=top_k,
-            coact=None if coact is None else PairCounts.from_dense(coact),
+            coact=coact,
             layer_affinity=None,
             window_starts=starts,
             provenance=self._provenance(),
@@ -284,11 +284,11 @@ def _nonzero_rows(
                       np.concatenate(counts) if counts else empty, symmetric)
 
 
-def _top_k_from_coact(load: np.ndarray, coact: np.ndarray | None) -> int | None:
+def _top_k_from_coact(load: np.ndarray, coact: PairCounts | None) -> int | None:
     """k when co-activation is complete: each row sums to ``(k - 1) x load``."""
     if coact is None:
         return None
-    rows = coact.sum(axis=2)
+    rows = coact.partner_sums()
     used = load > 0
     if not used.any():
         return None
