@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 from placer.stats import ExpertStats, PairCounts
 
 __all__ = [
@@ -232,7 +232,7 @@ def summarize(
     see docs/stats.md for every key.  Undefined figures (no load, one window) are None.
     """
     if top < 1:
-        raise UsageError(f"top must be at least 1, got {top}", where="--top")
+        raise UsageError(f"top must be at least 1, got {top}", where=Param("top"))
     if hot_set_size is not None and hot_set_size < 1:
         raise UsageError(f"hot set size must be at least 1, got {hot_set_size}")
     totals = _totals(stats)
@@ -259,7 +259,7 @@ def summarize(
             "worst): pair counts were thresholded, lifts of missing pairs are unknown"
         )
     if stats.num_windows < 2:
-        warnings.append("one window only: drift needs at least two (try --window-tokens)")
+        warnings.append("one window only: drift needs at least two (try `window_tokens`)")
 
     affinity = None
     if stats.layer_affinity is not None and stats.layer_affinity.num_rows > 0:

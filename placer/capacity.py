@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placer.constants import DEFAULT_KV_RESERVE_FRACTION, DTYPES, GB, RUNTIME_OVERHEAD_GB
-from placer.errors import InfeasibleError, UsageError
+from placer.errors import InfeasibleError, Param, UsageError
 from placer.models import ModelSpec, check_dtype
 from placer.topology import Topology
 
@@ -125,21 +125,21 @@ def _reserve(
     if kv_reserve_gb is not None and kv_reserve_fraction is not None:
         raise UsageError(
             "give the KV-cache reserve once",
-            where="--kv-reserve-gb",
-            hint="use either --kv-reserve-gb or --kv-reserve-fraction",
+            where=Param("kv_reserve_gb"),
+            hint="use either `kv_reserve_gb` or `kv_reserve_fraction`",
         )
     if kv_reserve_gb is not None:
         if not math.isfinite(kv_reserve_gb) or kv_reserve_gb < 0:
             raise UsageError(
                 f"KV-cache reserve must be zero or more GB, got {kv_reserve_gb:g}",
-                where="--kv-reserve-gb",
+                where=Param("kv_reserve_gb"),
             )
         return np.full_like(memory_gb, float(kv_reserve_gb))
     fraction = DEFAULT_KV_RESERVE_FRACTION if kv_reserve_fraction is None else kv_reserve_fraction
     if not 0 <= fraction < 1:
         raise UsageError(
             f"expected a KV-cache reserve fraction in [0, 1), got {fraction:g}",
-            where="--kv-reserve-fraction",
+            where=Param("kv_reserve_fraction"),
         )
     return memory_gb * fraction
 
@@ -175,10 +175,10 @@ def plan_capacity(
     dtype = model.default_dtype if dtype is None else check_dtype(dtype)
     if not math.isfinite(overhead_gb) or overhead_gb < 0:
         raise UsageError(
-            f"overhead must be zero or more GB, got {overhead_gb:g}", where="--overhead-gb"
+            f"overhead must be zero or more GB, got {overhead_gb:g}", where=Param("overhead_gb")
         )
     if tp < 1:
-        raise UsageError(f"tp must be at least 1, got {tp}", where="--tp")
+        raise UsageError(f"tp must be at least 1, got {tp}", where=Param("tp"))
     memory = topology.memory_gb
     reserve = _reserve(memory, kv_reserve_gb, kv_reserve_fraction)
     num_gpus = topology.num_gpus
@@ -240,7 +240,7 @@ def _does_not_fit(c: Capacity) -> InfeasibleError:
         )
     max_reserve = memory - c.non_expert_gb - c.overhead_gb - c.min_slots_per_gpu * slot_gb
     if max_reserve > 0:
-        options.append(f"--kv-reserve-gb {math.floor(max_reserve * 10) / 10:.1f} or less")
+        options.append(f"`kv_reserve_gb` {math.floor(max_reserve * 10) / 10:.1f} or less")
     expert_bytes = model.expert_bytes(c.dtype)
     for other in DTYPES:
         if other == c.dtype or model.expert_bytes(other) >= expert_bytes:
@@ -256,10 +256,10 @@ def _does_not_fit(c: Capacity) -> InfeasibleError:
             )
         except InfeasibleError:
             continue
-        options.append(f"--dtype {other} ({smaller.slots_per_gpu} slots per GPU)")
+        options.append(f"`dtype` {other} ({smaller.slots_per_gpu} slots per GPU)")
     hint = (
         "would fit: " + "; ".join(options)
         if options
-        else ("the non-expert weights alone do not fit: shard them with --tp or use larger GPUs")
+        else ("the non-expert weights alone do not fit: shard them with `tp` or use larger GPUs")
     )
     return InfeasibleError(message, hint=hint)

@@ -9,9 +9,25 @@ and carries a ``hint`` on how to fix it.  The CLI turns these into::
 
 and exits with :attr:`PlacerError.exit_code` (1 for data errors, 2 for usage
 errors).  Library code never prints.
+
+The library names its own parameters, never the command line's flags: a parameter as
+the place of an error is a :class:`Param` (``where=Param("slots_per_gpu")``), and a
+message or hint refers to a parameter in backticks (``pass `model` and `topology```).
+The CLI shows both as the flag that sets the parameter (``--slots-per-gpu``,
+``--model``): :mod:`placer.cli.flags` holds that mapping, in one place.
 """
 
 from __future__ import annotations
+
+
+class Param(str):
+    """The name of a library parameter, as the place of an error.
+
+    >>> str(UsageError("must be positive", where=Param("slots_per_gpu")))
+    'slots_per_gpu: must be positive'
+    """
+
+    __slots__ = ()
 
 
 class PlacerError(Exception):
@@ -23,7 +39,7 @@ class PlacerError(Exception):
         What is wrong, in one sentence, without the location.
     where:
         Where it is wrong: ``"file.jsonl:17"``, ``"topo.yaml: nodes[1].gpus"``,
-        ``"load.npz: load[3, 7]"`` or ``"--slots-per-gpu"``.
+        ``"load.npz: load[3, 7]"``, or a parameter: ``Param("slots_per_gpu")``.
     hint:
         What the user can do about it.
     """

@@ -57,7 +57,7 @@ from placer.constants import (
     MXFP4_BLOCK,
     MXFP4_SCALE_BYTES,
 )
-from placer.errors import ModelError, UsageError
+from placer.errors import ModelError, Param, UsageError
 from placer.yaml_schema import (
     Section,
     YamlDoc,
@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 
-def check_dtype(dtype: str, where: str = "--dtype") -> str:
+def check_dtype(dtype: str, where: str = Param("dtype")) -> str:
     """Return ``dtype`` lower-cased, or raise UsageError naming ``where``."""
     value = dtype.lower()
     if value not in DTYPES:
@@ -542,7 +542,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
             " not download",
             where="model",
             hint=f"download its config.json (huggingface-cli download {hub}"
-            " config.json --local-dir DIR) and pass --model DIR/config.json",
+            " config.json --local-dir DIR) and pass `model` DIR/config.json",
         )
     names = model_names()
     all_names = names + [a for s in _presets().values() for a in s.aliases]

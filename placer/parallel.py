@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 
 #: ``Backend.ray`` value that starts a Ray instance on this machine.
 RAY_LOCAL = "local"
@@ -43,7 +43,7 @@ class Backend:
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
-            raise UsageError(f"jobs must be at least 1, got {self.jobs}", where="--jobs")
+            raise UsageError(f"jobs must be at least 1, got {self.jobs}", where=Param("jobs"))
 
     def run(self, fn: Callable[..., Any], items: Sequence[Any], *, shared: Any = None,
             on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
@@ -97,8 +97,8 @@ def import_ray() -> Any:
         import ray
     except ImportError:
         raise UsageError(
-            "--ray needs Ray, which is not installed", where="--ray",
-            hint="pip install 'placer[ray]' (or pip install ray), or drop --ray to use"
+            "`ray` needs Ray, which is not installed", where=Param("ray"),
+            hint="pip install 'placer[ray]' (or pip install ray), or drop `ray` to use"
             " local processes",
         ) from None
     return ray
@@ -117,8 +117,8 @@ def _run_on_ray(backend: Backend, fn: Callable[..., Any], items: Sequence[Any], 
                 ray.init(address=backend.ray, **quiet)
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
             raise UsageError(
-                f"cannot start or reach Ray ({backend.describe()}): {exc}", where="--ray",
-                hint="check the address (ray status on the head node), or use --ray alone"
+                f"cannot start or reach Ray ({backend.describe()}): {exc}", where=Param("ray"),
+                hint="check the address (ray status on the head node), or use `ray` alone"
                 " for a local instance",
             ) from None
     remote = ray.remote(_call)

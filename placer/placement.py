@@ -134,7 +134,7 @@ class Placement:
             raise PlacementError(
                 f"placement has {self.num_experts} experts per layer, {name} has"
                 f" {model.num_experts}",
-                where=where, hint="plan with the model you deploy (--model)",
+                where=where, hint="plan with the model you deploy (`model`)",
             )
         moe_layers = {int(i) for i in getattr(model, "all_moe_layer_ids", model.moe_layer_ids)}
         foreign = [int(i) for i in self.layer_ids if int(i) not in moe_layers]

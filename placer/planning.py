@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from placer.constants import GB
-from placer.errors import InfeasibleError, TraceError, UsageError
+from placer.errors import InfeasibleError, Param, TraceError, UsageError
 from placer.placement import Placement
 from placer.problem import PlacementProblem
 from placer.stats import ExpertStats, RoutingData, format_ranges
@@ -79,7 +79,7 @@ def build_problem(
     gpus, node_of_gpu = _gpus(topology, num_gpus)
     slots = _slots_per_gpu(stats.num_experts, gpus, slots_per_gpu, redundant)
     if model is not None and topology is not None:
-        option = "--redundant" if redundant is not None else "--slots-per-gpu"
+        option = Param("redundant") if redundant is not None else Param("slots_per_gpu")
         _check_memory(model, topology, slots, option, dtype, kv_reserve_gb, kv_reserve_fraction)
     if current is not None:
         _check_current(current, stats, gpus)
@@ -100,7 +100,7 @@ def _select_fit(stats: ExpertStats, fit: OpenRange | str | None) -> ExpertStats:
     if fit is None:
         return stats
     given = parse_window_range(fit) if isinstance(fit, str) else fit
-    first, last = resolve_window_range(given, stats.num_windows, option="--fit")
+    first, last = resolve_window_range(given, stats.num_windows, option=Param("fit"))
     if (first, last) == (0, stats.num_windows):
         return stats
     return stats.select_windows(first, last)
@@ -118,7 +118,7 @@ def _check_trace_against_model(stats: ExpertStats, model: Any) -> None:
             f"the trace has {stats.num_experts} experts per layer but {name} has"
             f" {model.num_experts}",
             where=_source(stats),
-            hint="check --model, or the trace's num_experts",
+            hint="check `model`, or the trace's num_experts",
         )
     moe_layers = [int(i) for i in model.moe_layer_ids]
     # MTP layers (num_hidden_layers + i) are MoE layers too when the engine ran them
@@ -154,17 +154,18 @@ def _gpus(topology: Any, num_gpus: int | None) -> tuple[int, np.ndarray]:
         gpus = int(topology.num_gpus)
         if num_gpus is not None and int(num_gpus) != gpus:
             raise UsageError(
-                f"--num-gpus {num_gpus} contradicts topology {topology.name!r} with {gpus} GPUs",
-                where="--num-gpus", hint="give one of --num-gpus and --topology",
+                f"`num_gpus` {num_gpus} contradicts topology {topology.name!r} with {gpus} GPUs",
+                where=Param("num_gpus"), hint="give one of `num_gpus` and `topology`",
             )
         return gpus, np.asarray(topology.node_of_gpu, dtype=np.int64)
     if num_gpus is None:
         raise UsageError(
-            "the number of GPUs is unknown", where="--topology",
-            hint="give --topology (a preset name or YAML file) or --num-gpus",
+            "the number of GPUs is unknown", where=Param("topology"),
+            hint="give `topology` (a preset name or YAML file) or `num_gpus`",
         )
     if int(num_gpus) <= 0:
-        raise UsageError(f"expected a positive number of GPUs, got {num_gpus}", where="--num-gpus")
+        raise UsageError(f"expected a positive number of GPUs, got {num_gpus}",
+                         where=Param("num_gpus"))
     return int(num_gpus), np.zeros(int(num_gpus), dtype=np.int64)
 
 
@@ -173,13 +174,13 @@ def _slots_per_gpu(
 ) -> int:
     if slots_per_gpu is not None and redundant is not None:
         raise UsageError(
-            "--redundant and --slots-per-gpu exclude each other", where="--redundant",
+            "`redundant` and `slots_per_gpu` exclude each other", where=Param("redundant"),
             hint=f"give one: S slots per GPU means R = {num_gpus} x S - {num_experts}",
         )
     minimum = default_slots_per_gpu(num_experts, num_gpus)
     if redundant is not None:
         if redundant < 0:
-            raise UsageError(f"expected R >= 0, got {redundant}", where="--redundant")
+            raise UsageError(f"expected R >= 0, got {redundant}", where=Param("redundant"))
         total = num_experts + redundant
         if total % num_gpus:
             lower = max(minimum, total // num_gpus) * num_gpus - num_experts
@@ -188,8 +189,8 @@ def _slots_per_gpu(
             raise UsageError(
                 f"{num_experts} experts + {redundant} redundant = {total} slots do not split"
                 f" evenly over {num_gpus} GPUs",
-                where="--redundant",
-                hint="engines need equal slots per GPU: try --redundant "
+                where=Param("redundant"),
+                hint="engines need equal slots per GPU: try `redundant` "
                 + " or ".join(map(str, choices)),
             )
         return total // num_gpus
@@ -198,13 +199,13 @@ def _slots_per_gpu(
     if slots_per_gpu < minimum:
         raise UsageError(
             f"{num_gpus} GPUs x {slots_per_gpu} slots cannot hold {num_experts} experts",
-            where="--slots-per-gpu", hint=f"use at least {minimum} slots per GPU",
+            where=Param("slots_per_gpu"), hint=f"use at least {minimum} slots per GPU",
         )
     if slots_per_gpu > num_experts:
         raise UsageError(
             f"{slots_per_gpu} slots per GPU exceed the {num_experts} experts; a GPU would need"
             " two replicas of one expert",
-            where="--slots-per-gpu", hint=f"use at most {num_experts}",
+            where=Param("slots_per_gpu"), hint=f"use at most {num_experts}",
         )
     return slots_per_gpu
 
@@ -243,9 +244,9 @@ def _check_memory(
         f" (GPU {gpu}: {budget})",
         where=option,
         hint=(
-            f"use at most --slots-per-gpu {fits}"
-            f" (--redundant {fits * topology.num_gpus - model.num_experts}),"
-            " a smaller --kv-reserve-gb, or a lower-precision --dtype"
+            f"use at most `slots_per_gpu` {fits}"
+            f" (`redundant` {fits * topology.num_gpus - model.num_experts}),"
+            " a smaller `kv_reserve_gb`, or a lower-precision `dtype`"
         ),
     )
 
@@ -255,12 +256,12 @@ def _check_current(current: Placement, stats: ExpertStats, num_gpus: int) -> Non
         raise UsageError(
             f"the current placement has {current.num_experts} experts on {current.num_gpus}"
             f" GPUs; the problem has {stats.num_experts} on {num_gpus}",
-            where="--current",
+            where=Param("current"),
         )
     missing = sorted(set(stats.layer_ids.tolist()) - set(current.layer_ids.tolist()))
     if missing:
         raise UsageError(
-            f"the current placement lacks layer {missing[0]}", where="--current",
+            f"the current placement lacks layer {missing[0]}", where=Param("current"),
             hint="give the placement deployed for this model's layers",
         )
 

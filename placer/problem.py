@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 from placer.placement import Placement
 from placer.stats import ExpertStats
 from placer.workload import Workload
@@ -58,14 +58,14 @@ class PlacementProblem:
             raise UsageError(
                 f"{self.num_gpus} GPUs x {self.slots_per_gpu} slots = {self.num_physical} slots"
                 f" cannot hold {self.stats.num_experts} experts",
-                where="--slots-per-gpu",
+                where=Param("slots_per_gpu"),
                 hint=f"use at least {-(-self.stats.num_experts // self.num_gpus)} slots per GPU",
             )
         if self.slots_per_gpu > self.stats.num_experts:
             raise UsageError(
                 f"{self.slots_per_gpu} slots per GPU exceed the {self.stats.num_experts} experts;"
                 " a GPU would need two replicas of one expert",
-                where="--slots-per-gpu",
+                where=Param("slots_per_gpu"),
             )
 
     @property
@@ -128,20 +128,20 @@ class SolveParams:
 
     def __post_init__(self) -> None:
         if self.total_time_limit_s is not None and not self.total_time_limit_s > 0:
-            raise UsageError("time limit must be positive", where="--time-limit")
+            raise UsageError("time limit must be positive", where=Param("total_time_limit_s"))
         if self.max_moves is not None and self.max_moves < 0:
             raise UsageError(f"expected a move budget >= 0, got {self.max_moves}",
-                             where="--max-moves", hint="0 keeps the deployed placement")
+                             where=Param("max_moves"), hint="0 keeps the deployed placement")
         if self.max_move_gb is not None and not self.max_move_gb >= 0:
             raise UsageError(f"expected a move budget >= 0 GB, got {self.max_move_gb}",
-                             where="--max-move-gb")
+                             where=Param("max_move_gb"))
         if not 0 <= self.move_tolerance < 1:
             raise UsageError(f"expected a move tolerance in [0, 1), got {self.move_tolerance}",
-                             where="--move-tolerance")
+                             where=Param("move_tolerance"))
         if self.time_limit_s <= 0:
-            raise UsageError("time limit must be positive", where="--layer-time-limit")
+            raise UsageError("time limit must be positive", where=Param("layer_time_limit_s"))
         if self.jobs < 1:
-            raise UsageError("jobs must be at least 1", where="--jobs")
+            raise UsageError("jobs must be at least 1", where=Param("jobs"))
 
     def shared(self) -> SolveParams:
         """These parameters without the solver's own options: for running another solver

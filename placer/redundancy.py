@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from placer.errors import InfeasibleError, UsageError
+from placer.errors import InfeasibleError, Param, UsageError
 from placer.problem import PlacementProblem, SolveParams
 from placer.solvers import solve
 from placer.solvers.cpsat.judge import layer_times
@@ -72,7 +72,7 @@ class RedundancyChoice:
         """One line: the choice, against the fastest and the no-redundancy option."""
         fastest = min(self.options, key=lambda o: o.step_us)
         least = self.options[0]
-        parts = [f"--redundant auto: {self.chosen.redundant} redundant experts"
+        parts = [f"`redundant` auto: {self.chosen.redundant} redundant experts"
                  f" ({self.chosen.slots_per_gpu} slots per GPU), estimated step"
                  f" {self.chosen.step_us:.1f} us with EPLB under {self.workload.engine}"
                  f" {self.workload.phase}"]
@@ -132,12 +132,12 @@ def choose_redundancy(
     kv_left_gb: slots per GPU -> KV cache left, GB, for the report.
     """
     if not problems:
-        raise UsageError("no slot count to try", where="--redundant")
+        raise UsageError("no slot count to try", where=Param("redundant"))
     first = next(iter(problems.values()))
     if first.topology is None or first.model is None:
         raise UsageError(
-            "--redundant auto needs the model and the topology to time candidates",
-            where="--redundant", hint="pass --model and --topology, or give a number",
+            "`redundant` auto needs the model and the topology to time candidates",
+            where=Param("redundant"), hint="pass `model` and `topology`, or give a number",
         )
     if not 0 <= tolerance < 1:
         raise UsageError(f"expected a tolerance in [0, 1), got {tolerance}")

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 
 __all__ = [
     "SynthChunk",
@@ -118,61 +118,62 @@ class SynthParams:
 
         e, k = self.num_experts, self.top_k
         if self.num_tokens < 1:
-            raise bad(f"expected at least 1 token, got {self.num_tokens}", "--tokens")
+            raise bad(f"expected at least 1 token, got {self.num_tokens}", Param("tokens"))
         if not self.layer_ids:
-            raise bad("expected at least one layer", "--layers")
+            raise bad("expected at least one layer", Param("layers"))
         if len(set(self.layer_ids)) != len(self.layer_ids) or min(self.layer_ids) < 0:
             raise bad(
-                f"layer ids must be distinct and >= 0, got {list(self.layer_ids)}", "--layers"
+                f"layer ids must be distinct and >= 0, got {list(self.layer_ids)}", Param("layers")
             )
         if not 2 <= e <= constants.SYNTH_MAX_EXPERTS:
             raise bad(
-                f"expected 2 to {constants.SYNTH_MAX_EXPERTS} experts, got {e}", "--experts"
+                f"expected 2 to {constants.SYNTH_MAX_EXPERTS} experts, got {e}", Param("experts")
             )
         if not 1 <= k <= min(e - 1, constants.SYNTH_MAX_TOP_K):
             raise bad(
                 f"expected top-k in [1, {min(e - 1, constants.SYNTH_MAX_TOP_K)}] for {e} "
                 f"experts, got {k}",
-                "--top-k",
+                Param("top_k"),
             )
         if self.num_groups < 1 or e % self.num_groups:
             raise bad(
                 f"groups must divide the {e} experts, got {self.num_groups}",
-                "--groups",
+                Param("groups"),
                 hint="DeepSeek-V3 uses 8 groups of 32 experts",
             )
         if not 1 <= self.top_groups <= self.num_groups:
             raise bad(
                 f"expected top groups in [1, {self.num_groups}], got {self.top_groups}",
-                "--top-groups",
+                Param("top_groups"),
             )
         if self.top_groups * (e // self.num_groups) < k:
             raise bad(
                 f"{self.top_groups} groups of {e // self.num_groups} experts cannot hold "
                 f"top-{k}",
-                "--top-groups",
-                hint="raise --top-groups or lower --top-k",
+                Param("top_groups"),
+                hint="raise `top_groups` or lower `top_k`",
             )
         zipf = self.zipf_per_layer()
         if zipf.shape != (len(self.layer_ids),):
             raise bad(
                 f"expected one Zipf exponent or {len(self.layer_ids)} (one per layer), "
                 f"got {zipf.size}",
-                "--zipf",
+                Param("zipf"),
             )
         if not np.isfinite(zipf).all() or (zipf < 0).any():
-            raise bad(f"Zipf exponents must be finite and >= 0, got {zipf.tolist()}", "--zipf")
+            raise bad(f"Zipf exponents must be finite and >= 0, got {zipf.tolist()}", Param("zipf"))
         if self.clusters < 0 or self.clusters > e:
-            raise bad(f"expected 0 to {e} clusters, got {self.clusters}", "--clusters")
+            raise bad(f"expected 0 to {e} clusters, got {self.clusters}", Param("clusters"))
         if not (math.isfinite(self.cluster_boost) and self.cluster_boost > 0):
-            raise bad(f"cluster boost must be > 0, got {self.cluster_boost}", "--cluster-boost")
+            raise bad(f"cluster boost must be > 0, got {self.cluster_boost}",
+                      Param("cluster_boost"))
         if not (math.isfinite(self.drift) and self.drift >= 0):
-            raise bad(f"drift must be >= 0 ranks per step, got {self.drift}", "--drift")
+            raise bad(f"drift must be >= 0 ranks per step, got {self.drift}", Param("drift"))
         if self.tokens_per_step < 1:
             raise bad(f"expected at least 1 token per step, got {self.tokens_per_step}",
-                      "--tokens-per-step")
+                      Param("tokens_per_step"))
         if self.num_ranks < 1:
-            raise bad(f"expected at least 1 rank, got {self.num_ranks}", "--ranks")
+            raise bad(f"expected at least 1 rank, got {self.num_ranks}", Param("ranks"))
         if self.chunk_tokens < 1:
             raise bad(f"expected chunks of at least 1 token, got {self.chunk_tokens}",
                       "chunk_tokens")
@@ -576,5 +577,5 @@ def _format_of(path: str | Path) -> str:
     raise UsageError(
         f"cannot tell the trace format of {path}",
         where="OUTPUT",
-        hint="name the output .npz, .jsonl or .jsonl.gz, or pass --format npz|jsonl",
+        hint="name the output .npz, .jsonl or .jsonl.gz, or pass `format` npz|jsonl",
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 
 #: A resolved range ``(start, stop)``, ``0 <= start < stop <= W``.
 WindowRange = tuple[int, int]
@@ -27,7 +27,7 @@ OpenRange = tuple[int | None, int | None]
 _RANGE = re.compile(r"^\s*(\d*)\s*:\s*(\d*)\s*$")
 
 
-def parse_window_range(text: str, *, option: str = "--fit") -> OpenRange:
+def parse_window_range(text: str, *, option: str = Param("fit")) -> OpenRange:
     """``"A:B"``, ``"A:"`` or ``":B"`` -> ``(A, B)`` with None for an open end.
 
     ``option`` names where the text came from in the error (a flag or a field).
@@ -48,7 +48,7 @@ def parse_window_range(text: str, *, option: str = "--fit") -> OpenRange:
 
 
 def resolve_window_range(
-    rng: tuple[int | None, int | None], num_windows: int, *, option: str = "--eval"
+    rng: tuple[int | None, int | None], num_windows: int, *, option: str = Param("held_out")
 ) -> WindowRange:
     """Fill open ends with ``0`` / ``num_windows`` and check ``0 <= START < STOP <= W``."""
     start = 0 if rng[0] is None else rng[0]
@@ -95,12 +95,13 @@ def evaluation_parts(
         return [("fit", split[0]), ("held-out", split[1])]
     parts: list[tuple[str, WindowRange]] = []
     if fit is not None:
-        f = resolve_window_range(fit, num_windows, option="--fit")
+        f = resolve_window_range(fit, num_windows, option=Param("fit"))
         parts.append(("fit", f))
         if held_out is None and f[1] < num_windows:
             parts.append(("held-out", (f[1], num_windows)))
     if held_out is not None:
-        parts.append(("held-out", resolve_window_range(held_out, num_windows, option="--eval")))
+        held = resolve_window_range(held_out, num_windows, option=Param("held_out"))
+        parts.append(("held-out", held))
     return parts
 
 

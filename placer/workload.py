@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 
 #: Engine -> the dispatch policy it uses (``placer.evaluate.POLICIES``).
 ENGINE_POLICY = {"sglang": "sglang", "vllm": "round_robin", "trtllm": "round_robin"}
@@ -47,14 +47,14 @@ class Workload:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_POLICY:
-            raise UsageError(f"unknown engine {self.engine!r}", where="--engine",
+            raise UsageError(f"unknown engine {self.engine!r}", where=Param("engine"),
                              hint=f"choose one of: {', '.join(ENGINES)}")
         if self.phase not in PHASE_MODE:
-            raise UsageError(f"unknown workload {self.phase!r}", where="--workload",
+            raise UsageError(f"unknown workload {self.phase!r}", where=Param("workload"),
                              hint=f"choose one of: {', '.join(PHASES)}")
         if self.tokens_per_gpu is not None and self.tokens_per_gpu < 1:
             raise UsageError(f"expected tokens per GPU >= 1, got {self.tokens_per_gpu}",
-                             where="--tokens-per-gpu")
+                             where=Param("tokens_per_gpu"))
 
     @property
     def policy(self) -> str:

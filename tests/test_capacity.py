@@ -75,19 +75,19 @@ def test_reserve_options(mixtral):
     [
         (
             {"kv_reserve_gb": 1.0, "kv_reserve_fraction": 0.1},
-            "--kv-reserve-gb: give the KV-cache reserve once",
+            "kv_reserve_gb: give the KV-cache reserve once",
         ),
         (
             {"kv_reserve_gb": -1.0},
-            "--kv-reserve-gb: KV-cache reserve must be zero or more GB, got -1",
+            "kv_reserve_gb: KV-cache reserve must be zero or more GB, got -1",
         ),
         (
             {"kv_reserve_fraction": 1.0},
-            "--kv-reserve-fraction: expected a KV-cache reserve fraction in [0, 1), got 1",
+            "kv_reserve_fraction: expected a KV-cache reserve fraction in [0, 1), got 1",
         ),
-        ({"overhead_gb": -2.0}, "--overhead-gb: overhead must be zero or more GB, got -2"),
-        ({"tp": 0}, "--tp: tp must be at least 1, got 0"),
-        ({"dtype": "fp16"}, "--dtype: unknown dtype 'fp16'"),
+        ({"overhead_gb": -2.0}, "overhead_gb: overhead must be zero or more GB, got -2"),
+        ({"tp": 0}, "tp: tp must be at least 1, got 0"),
+        ({"dtype": "fp16"}, "dtype: unknown dtype 'fp16'"),
     ],
 )
 def test_bad_options(mixtral, kwargs, message):
@@ -124,8 +124,8 @@ def test_smaller_dtype_and_lower_reserve_are_suggested(deepseek):
         plan_capacity(deepseek, load_topology("4x-dgx-h100"), "bf16")
     assert e.value.hint == (
         "would fit: at least 64 GPUs like node0/gpu0 (4 slots each; 8 nodes of 8);"
-        " --kv-reserve-gb 0.8 or less; --dtype fp8 (14 slots per GPU);"
-        " --dtype mxfp4 (16 slots per GPU)"
+        " `kv_reserve_gb` 0.8 or less; `dtype` fp8 (14 slots per GPU);"
+        " `dtype` mxfp4 (16 slots per GPU)"
     )
 
 
@@ -133,7 +133,7 @@ def test_non_expert_weights_alone_too_big(deepseek):
     with pytest.raises(InfeasibleError) as e:
         plan_capacity(deepseek, load_topology("8x-l40s-pcie"), "bf16")
     assert e.value.hint == (
-        "the non-expert weights alone do not fit: shard them with --tp or use larger GPUs"
+        "the non-expert weights alone do not fit: shard them with `tp` or use larger GPUs"
     )
 
 

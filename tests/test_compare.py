@@ -134,7 +134,7 @@ def test_unknown_names_stop_the_study_before_it_runs(bundled):
         compare(bundled, (Scenario("no-such-box", 0, "eplb"),), SETTINGS)
     with pytest.raises(UsageError) as info:
         compare(bundled, (Scenario("dgx-h100", 0, "eplb"),), SETTINGS, jobs=0)
-    assert str(info.value) == "--jobs: jobs must be at least 1, got 0"
+    assert str(info.value) == "jobs: jobs must be at least 1, got 0"
     with pytest.raises(UsageError) as info:
         compare(bundled, (Scenario("dgx-h100", 0, "eplb"),), CompareSettings(model=""))
     assert info.value.message == "no model to plan for"

@@ -346,14 +346,14 @@ def test_bad_options_name_the_option(tiny):
     assert info.value.hint is not None and "patience" in info.value.hint
     with pytest.raises(UsageError, match="expected pair_mass in") as info:
         solve(tiny, "cpsat", SolveParams(options={"pair_mass": "2"}))
-    assert info.value.where == "--option pair_mass"
+    assert info.value.where == "options.pair_mass"
 
 
 def test_cost_patience_is_checked_and_capped_by_patience(tiny):
     """cost_patience must be >= 1; the traffic pass stops after min(patience, cost_patience)."""
     with pytest.raises(UsageError, match="expected cost_patience >= 1") as info:
         solve(tiny, "cpsat", SolveParams(options={"cost_patience": "0"}))
-    assert info.value.where == "--option cost_patience"
+    assert info.value.where == "options.cost_patience"
     from placer.solvers.cpsat.solver import CpsatOptions
 
     assert CpsatOptions.from_options({"cost_patience": "4"}).cost_patience == 4

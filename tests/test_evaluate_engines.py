@@ -219,7 +219,7 @@ def test_round_robin_warns_when_sorted_top_k_lists_pick_the_replica():
     with pytest.warns(PlacerWarning, match="round_robin results depend on the order") as rec:
         ev = evaluate(pl, sorted_routing, topo, model, EvalParams())
     text = str(rec[0].message)
-    assert "--policy random" in text and "shuffle" in text and "top_k=2" in text
+    assert "`policy` random" in text and "shuffle" in text and "top_k=2" in text
     assert ev.metrics["hot_shard_ratio_median"] == pytest.approx(22 / 28 / 0.5, rel=0.03)
     shuffled = routing_of(_pairs(n, rng, shuffle=True), np.array([0]), step, rank, 8)
     with warnings.catch_warnings():
@@ -404,7 +404,7 @@ def test_static_table_input_errors_name_the_problem():
     pl = placement([SGL_ROW], 4, layer_ids=(0,))
     with pytest.raises(UsageError) as info:
         static_dispatch_table(pl, policy="round_robin")
-    assert info.value.where == "--policy" and "sglang" in info.value.hint
+    assert info.value.where == "policy" and "sglang" in info.value.hint
     with pytest.raises(PlacementError) as info:
         static_dispatch_table(pl, policy="sglang", node_of_gpu=np.zeros(8, np.int64))
     assert "4 GPUs" in str(info.value) and info.value.hint

@@ -130,7 +130,7 @@ def test_unknown_model_suggests_a_close_name():
 def test_unknown_dtype_is_a_usage_error():
     with pytest.raises(UsageError) as e:
         load_model("mixtral-8x7b").expert_bytes("int4")
-    assert str(e.value) == "--dtype: unknown dtype 'int4'"
+    assert str(e.value) == "dtype: unknown dtype 'int4'"
     assert e.value.hint == "expected one of: bf16, fp8, mxfp4"
 
 

@@ -154,7 +154,7 @@ def test_unknown_hub_id_says_to_download_the_config() -> None:
     )
     assert e.value.hint == (
         "download its config.json (huggingface-cli download deepseek-ai/DeepSeek-V2 config.json"
-        " --local-dir DIR) and pass --model DIR/config.json"
+        " --local-dir DIR) and pass `model` DIR/config.json"
     )
 
 

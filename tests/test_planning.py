@@ -46,15 +46,15 @@ def test_redundant_and_slots_per_gpu(eight_expert_trace):
     assert build_problem(eight_expert_trace, num_gpus=4, slots_per_gpu=4).num_redundant == 8
     e = _usage_error(routing=eight_expert_trace, num_gpus=4, redundant=3)
     assert (e.where, e.message) == (
-        "--redundant", "8 experts + 3 redundant = 11 slots do not split evenly over 4 GPUs"
+        "redundant", "8 experts + 3 redundant = 11 slots do not split evenly over 4 GPUs"
     )
-    assert e.hint == "engines need equal slots per GPU: try --redundant 0 or 4"
+    assert e.hint == "engines need equal slots per GPU: try `redundant` 0 or 4"
     e = _usage_error(routing=eight_expert_trace, num_gpus=4, redundant=4, slots_per_gpu=3)
-    assert str(e) == "--redundant: --redundant and --slots-per-gpu exclude each other"
+    assert str(e) == "redundant: `redundant` and `slots_per_gpu` exclude each other"
     e = _usage_error(routing=eight_expert_trace, num_gpus=4, slots_per_gpu=1)
-    assert str(e) == "--slots-per-gpu: 4 GPUs x 1 slots cannot hold 8 experts"
+    assert str(e) == "slots_per_gpu: 4 GPUs x 1 slots cannot hold 8 experts"
     e = _usage_error(routing=eight_expert_trace, num_gpus=4, slots_per_gpu=9)
-    assert str(e).startswith("--slots-per-gpu: 9 slots per GPU exceed the 8 experts")
+    assert str(e).startswith("slots_per_gpu: 9 slots per GPU exceed the 8 experts")
 
 
 def test_gpus_come_from_the_topology(eight_expert_trace):
@@ -62,9 +62,9 @@ def test_gpus_come_from_the_topology(eight_expert_trace):
     problem = build_problem(eight_expert_trace, topology=topology)
     assert (problem.num_gpus, problem.num_nodes, problem.slots_per_gpu) == (16, 2, 1)
     e = _usage_error(routing=eight_expert_trace, topology=topology, num_gpus=8)
-    assert str(e) == "--num-gpus: --num-gpus 8 contradicts topology '2x-dgx-h100' with 16 GPUs"
+    assert str(e) == "num_gpus: `num_gpus` 8 contradicts topology '2x-dgx-h100' with 16 GPUs"
     e = _usage_error(routing=eight_expert_trace)
-    assert str(e) == "--topology: the number of GPUs is unknown"
+    assert str(e) == "topology: the number of GPUs is unknown"
 
 
 def test_fit_selects_windows(eight_expert_trace):
@@ -73,7 +73,7 @@ def test_fit_selects_windows(eight_expert_trace):
     np.testing.assert_array_equal(problem.stats.load, eight_expert_trace.stats.load[1:3])
     assert build_problem(eight_expert_trace, num_gpus=4, fit=(2, None)).stats.num_windows == 2
     e = _usage_error(routing=eight_expert_trace, num_gpus=4, fit="3:9")
-    assert str(e) == "--fit: window range 3:9 is outside the trace's 4 windows"
+    assert str(e) == "fit: window range 3:9 is outside the trace's 4 windows"
 
 
 @pytest.mark.parametrize("text,expected", [("2:5", (2, 5)), (":3", (None, 3)), ("4:", (4, None))])
@@ -85,7 +85,7 @@ def test_parse_window_range(text, expected):
 def test_parse_window_range_rejects(text):
     with pytest.raises(UsageError) as info:
         parse_window_range(text)
-    assert str(info.value) == f"--fit: expected a window range START:STOP, got {text!r}"
+    assert str(info.value) == f"fit: expected a window range START:STOP, got {text!r}"
 
 
 def test_model_must_have_the_traces_experts(eight_expert_trace):
@@ -123,10 +123,10 @@ def test_slots_beyond_the_memory_budget_are_infeasible(eight_expert_trace):
             topology=load_topology("dgx-h100"), redundant=32,
         )
     error = info.value
-    assert error.where == "--redundant"
+    assert error.where == "redundant"
     assert error.message.startswith("5 slots per GPU need 56.4 GB of expert weights per GPU")
     assert "the memory budget of dgx-h100 holds 4 (GPU 0: 80 GB - " in error.message
-    assert error.hint.startswith("use at most --slots-per-gpu 4 (--redundant 24)")
+    assert error.hint.startswith("use at most `slots_per_gpu` 4 (`redundant` 24)")
 
 
 def test_current_placement_must_match(eight_expert_trace):
@@ -134,5 +134,5 @@ def test_current_placement_must_match(eight_expert_trace):
     assert build_problem(eight_expert_trace, num_gpus=2, current=current).current is current
     e = _usage_error(routing=eight_expert_trace, num_gpus=4, current=current)
     assert str(e) == (
-        "--current: the current placement has 8 experts on 2 GPUs; the problem has 8 on 4"
+        "current: the current placement has 8 experts on 2 GPUs; the problem has 8 on 4"
     )

@@ -50,7 +50,7 @@ def test_ray_missing_is_a_usage_error_with_a_hint(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(UsageError) as caught:
         Backend(ray=RAY_LOCAL).run(_square, [1])
-    assert caught.value.where == "--ray"
+    assert caught.value.where == "ray"
     assert "pip install 'placer[ray]'" in (caught.value.hint or "")
     result = CliRunner().invoke(app, ["plan", TRACE, "-g", "8", "--ray", "local", "-o",
                                       "/tmp/placer-ray-missing.json"])

@@ -34,7 +34,7 @@ def test_every_builtin_name_resolves_to_a_callable_of_that_module():
 def test_unknown_solver_names_the_choices():
     with pytest.raises(UsageError, match="unknown solver 'cpstat'") as info:
         solve(_problem(), "cpstat")
-    assert info.value.where == "--solver"
+    assert info.value.where == "solver"
     assert "cpsat" in (info.value.hint or "")
 
 

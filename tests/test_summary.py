@@ -145,7 +145,7 @@ def test_without_baseline_or_model(synth):
     summary = summarize_plan(bare, solve(bare, "linear"), solve(bare, "eplb"), routing)
     assert summary.times == {} and summary.verdict is None
     assert summary.time_rows() == [
-        "estimated time: not shown (the evaluator needs --model and --topology)"]
+        "estimated time: not shown (the evaluator needs `model` and `topology`)"]
 
 
 @pytest.mark.parametrize("mine,theirs,text", [

@@ -190,17 +190,17 @@ def test_params_for_model_takes_the_preset_shape():
 @pytest.mark.parametrize(
     ("kwargs", "where", "message"),
     [
-        ({"num_experts": 1}, "--experts", "expected 2 to 4096 experts, got 1"),
-        ({"top_k": 0}, "--top-k", "expected top-k in [1, 63] for 64 experts, got 0"),
-        ({"num_groups": 5}, "--groups", "groups must divide the 64 experts, got 5"),
-        ({"num_groups": 8, "top_groups": 1, "top_k": 9}, "--top-groups",
+        ({"num_experts": 1}, "experts", "expected 2 to 4096 experts, got 1"),
+        ({"top_k": 0}, "top_k", "expected top-k in [1, 63] for 64 experts, got 0"),
+        ({"num_groups": 5}, "groups", "groups must divide the 64 experts, got 5"),
+        ({"num_groups": 8, "top_groups": 1, "top_k": 9}, "top_groups",
          "1 groups of 8 experts cannot hold top-9"),
-        ({"zipf": (1.0, 2.0)}, "--zipf", "expected one Zipf exponent or 4 (one per layer), got 2"),
-        ({"zipf": -1.0}, "--zipf",
+        ({"zipf": (1.0, 2.0)}, "zipf", "expected one Zipf exponent or 4 (one per layer), got 2"),
+        ({"zipf": -1.0}, "zipf",
          "Zipf exponents must be finite and >= 0, got [-1.0, -1.0, -1.0, -1.0]"),
-        ({"num_tokens": 0}, "--tokens", "expected at least 1 token, got 0"),
-        ({"layer_ids": (1, 1)}, "--layers", "layer ids must be distinct and >= 0, got [1, 1]"),
-        ({"drift": -0.1}, "--drift", "drift must be >= 0 ranks per step, got -0.1"),
+        ({"num_tokens": 0}, "tokens", "expected at least 1 token, got 0"),
+        ({"layer_ids": (1, 1)}, "layers", "layer ids must be distinct and >= 0, got [1, 1]"),
+        ({"drift": -0.1}, "drift", "drift must be >= 0 ranks per step, got -0.1"),
     ],
 )
 def test_bad_params_name_the_option(kwargs, where, message):

@@ -63,8 +63,12 @@ def from_config(option: str) -> bool:
 def fail(error: PlacerError) -> None:
     """Print ``error: ...`` / ``hint: ...`` on stderr and exit with the error's code.
 
+    Parameters the library names are shown as their flags (:mod:`placer.cli.flags`).
     When the error names an option whose value came from the environment or the config
     file, a second hint says so (the user did not type it)."""
+    from placer.cli.flags import for_command_line
+
+    error = for_command_line(error)
     sys.stderr.write(f"error: {error}\n")
     if error.hint:
         sys.stderr.write(f"hint: {error.hint}\n")
@@ -137,13 +141,31 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _flag_texts(obj: Any) -> Any:
+    """Every string of a JSON-able ``obj`` through :func:`as_flags`."""
+    if isinstance(obj, str):
+        return as_flags(obj) if "`" in obj else obj
+    if isinstance(obj, dict):
+        return {k: _flag_texts(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_flag_texts(v) for v in obj]
+    return obj
+
+
+def as_flags(text: str) -> str:
+    """``text`` with the parameters the library names in backticks as their flags."""
+    from placer.cli.flags import as_flags as convert
+
+    return convert(text)
+
+
 def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
     """Write recorded warnings on stderr, each message once: placer's as ``warning: ...``,
     others with their category and source line."""
     seen: set[str] = set()
     for w in caught:
         placer = issubclass(w.category, PlacerWarning)
-        text = str(w.message) if placer else f"{w.category.__name__}: {w.message}"
+        text = as_flags(str(w.message)) if placer else f"{w.category.__name__}: {w.message}"
         if text in seen:
             continue
         seen.add(text)
@@ -184,8 +206,9 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as indented JSON on stdout."""
-    sys.stdout.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
+    """Write ``obj`` as indented JSON on stdout; the library's `parameter` names in its
+    texts are shown as the flags that set them, as everywhere on the command line."""
+    sys.stdout.write(json.dumps(_flag_texts(to_jsonable(obj)), indent=2) + "\n")
     sys.stdout.flush()
 
 

@@ -25,6 +25,7 @@ import typer
 from placer import constants
 from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
+    as_flags,
     complete_engine,
     complete_model,
     complete_solver,
@@ -385,7 +386,7 @@ def plan(
                   + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in auto.options)]
     for item in exported:
         lines += ["", *render_export(item)]
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write(as_flags("\n".join(lines)) + "\n")  # the summary's words, as flags
 
 
 def _check_paths(output: Path, exports: list[tuple[str, Path]], inputs: list[Any]) -> None:

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
+    as_flags,
     complete_model,
     handle_errors,
     keep_warmup_option,
@@ -110,7 +111,7 @@ def stats(
     summary = summarize(routing.stats, top=top, layers=layers)
     # The reader's warnings and the summary's overlap: say each once.
     for message in dict.fromkeys(messages + summary["warnings"]):
-        sys.stderr.write(f"warning: {message}\n")
+        sys.stderr.write(f"warning: {as_flags(message)}\n")
     if json_out:
         print_json(summary)
     else:

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from placer import constants
+from placer.errors import Param
 from placer.evaluate.batches import Batches
 from placer.evaluate.core import EvalParams, token_source
 from placer.evaluate.metrics import nan_percentile
@@ -151,7 +152,7 @@ def time_bound(
     stats = routing.stats
     windows = resolve_window_range(
         params.windows if params.windows is not None else (None, None),
-        stats.num_windows, option="--eval",
+        stats.num_windows, option=Param("held_out"),
     )
     num_gpus = topology.num_gpus
     fabric = Fabric.from_topology(topology, params.mode)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from placer import constants
-from placer.errors import DataError, PlacementError, PlacerError, PlacerWarning, UsageError
+from placer.errors import DataError, Param, PlacementError, PlacerError, PlacerWarning, UsageError
 from placer.evaluate.batches import Batches, make_batches
 from placer.evaluate.dispatch import (
     POLICIES,
@@ -122,26 +122,27 @@ class EvalParams:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise UsageError(
-                f"unknown dispatch policy {self.policy!r}", where="--policy",
+                f"unknown dispatch policy {self.policy!r}", where=Param("policy"),
                 hint=f"choose one of: {', '.join(POLICIES)}",
             )
         if self.mode not in MODES:
             raise UsageError(
-                f"unknown communication mode {self.mode!r}", where="--mode",
+                f"unknown communication mode {self.mode!r}", where=Param("mode"),
                 hint=f"choose one of: {', '.join(MODES)}",
             )
         if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise UsageError("expected batch tokens >= 1", where="--batch-tokens")
+            raise UsageError("expected batch tokens >= 1", where=Param("batch_tokens"))
         if self.num_batches < 1:
-            raise UsageError("expected number of batches >= 1", where="--num-batches")
+            raise UsageError("expected number of batches >= 1", where=Param("num_batches"))
         if self.dtype is not None and self.dtype not in constants.DTYPES:
             raise UsageError(
-                f"unknown dtype {self.dtype!r}", where="--dtype",
+                f"unknown dtype {self.dtype!r}", where=Param("dtype"),
                 hint=f"choose one of: {', '.join(constants.DTYPES)}",
             )
         if self.windows is not None and not 0 <= self.windows[0] < self.windows[1]:
             raise UsageError(
-                f"window range {self.windows[0]}:{self.windows[1]} is empty", where="--eval"
+                f"window range {self.windows[0]}:{self.windows[1]} is empty",
+                where=Param("held_out")
             )
 
 
@@ -186,19 +187,19 @@ def _check_inputs(
         raise PlacementError(
             f"the placement is for {placement.num_experts} experts per layer, model"
             f" {model.name} has {model.num_experts}",
-            hint="use a placement planned for this model, or pass the matching --model",
+            hint="use a placement planned for this model, or pass the matching `model`",
         )
     if stats.num_experts != model.num_experts:
         raise DataError(
             f"the routing data has {stats.num_experts} experts per layer, model {model.name}"
             f" has {model.num_experts}",
-            hint="pass the model the trace was recorded on with --model",
+            hint="pass the model the trace was recorded on with `model`",
         )
     if placement.num_gpus != topology.num_gpus:
         raise PlacementError(
             f"the placement is for {placement.num_gpus} GPUs, topology {topology.name} has"
             f" {topology.num_gpus}",
-            hint="use a placement planned for this cluster, or pass the matching --topology",
+            hint="use a placement planned for this cluster, or pass the matching `topology`",
         )
     # MTP layers (num_hidden_layers + i) are MoE layers when statistics hold them
     moe_layers = set(int(i) for i in getattr(model, "all_moe_layer_ids", model.moe_layer_ids))
@@ -292,7 +293,7 @@ def evaluate(
     dtype = params.dtype or model.default_dtype
     windows = resolve_window_range(
         params.windows if params.windows is not None else (None, None),
-        stats.num_windows, option="--eval",
+        stats.num_windows, option=Param("held_out"),
     )
     num_gpus = placement.num_gpus
     fabric = Fabric.from_topology(topology, params.mode)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placer.errors import PlacementError, PlacerWarning, UsageError
+from placer.errors import Param, PlacementError, PlacerWarning, UsageError
 from placer.placement import Placement
 
 POLICIES = ("round_robin", "sglang", "local_first", "random")
@@ -126,7 +126,7 @@ def static_dispatch_table(
         return _local_first_table(placement, seed)
     if policy != "sglang":
         raise UsageError(
-            f"policy {policy!r} has no static dispatch table", where="--policy",
+            f"policy {policy!r} has no static dispatch table", where=Param("policy"),
             hint=f"static policies: {', '.join(STATIC_POLICIES)}",
         )
     if node_of_gpu is None:
@@ -491,7 +491,7 @@ def order_bias_message(findings: list[tuple[str, OrderBias]], top_k: int, source
         f" experts whose replica count shares a factor with top_k={top_k} have the k"
         f" position alone pick among their replicas, and {origin}. "
         + "; ".join(details)
-        + ". Compare with `placer evaluate --policy random`, which ignores the order, or"
+        + ". Compare with `placer evaluate `policy` random`, which ignores the order, or"
         " shuffle each token's top-k list; keep the order only if it is the one the"
         " engine's top-k kernel returns"
     )

@@ -559,8 +559,8 @@ def plan_sampled_batches(
     message = ""
     if notes:
         message = (
-            "sampled batches: " + "; ".join(notes) + ". Use --window-tokens (windows of"
-            " several batches) or a smaller --batch-tokens to choose yourself"
+            "sampled batches: " + "; ".join(notes) + ". Use `window_tokens` (windows of"
+            " several batches) or a smaller `batch_tokens` to choose yourself"
         )
     return BatchPlan(
         groups=[(start + a, start + b) for a, b in groups],

@@ -283,7 +283,7 @@ def _check_pairs(load: np.ndarray, coact: np.ndarray, stats: ExpertStats,
         f"the co-activation counts do not fit the loads: in layer"
         f" {int(stats.layer_ids[rows[layer]])}, {what}",
         hint="loads and pair counts must cover the same tokens; statistics restricted to"
-        " some windows (--fit) keep the pair counts of every window, so use all windows",
+        " some windows (`fit`) keep the pair counts of every window, so use all windows",
     )
 
 

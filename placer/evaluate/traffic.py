@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 
 if TYPE_CHECKING:
     from placer.topology import Topology
@@ -182,8 +182,8 @@ def _through_nics(
         raise UsageError(
             f"mode low_latency_rdma sends every copy through a NIC, and GPU"
             f" {topology.gpu_names[missing]} has none",
-            where="--mode",
-            hint="give every node nic_gbps in the topology, or use --mode low_latency",
+            where=Param("mode"),
+            hint="give every node nic_gbps in the topology, or use `mode` low_latency",
         )
     same = link_class == 1
     bandwidth = np.where(same, np.minimum(nic[:, None], nic[None, :]),

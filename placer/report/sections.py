@@ -242,12 +242,11 @@ def placements_sections(
 
 
 def _layer_coact(stats: ExpertStats, row: int) -> np.ndarray | None:
-    """``[E, E]`` co-activation of layer row ``row``, dense, or None when not collected."""
-    dense = getattr(stats, "coact_dense", None)
-    if callable(dense):  # sparse pair counts expand one layer at a time
-        return dense(row)
-    coact: Any = stats.coact
-    return None if coact is None else np.asarray(coact[row])
+    """``[E, E]`` co-activation of layer row ``row``, dense, or None when not collected or
+    too large to draw (a heat map of that many experts would not be readable anyway)."""
+    if stats.coact is None or not stats.coact.dense_fits():
+        return None
+    return stats.coact_dense(row)
 
 
 def _evaluated_gpu_load(evaluation: Any, placement: Placement) -> np.ndarray | None:

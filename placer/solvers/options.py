@@ -19,7 +19,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ def coerce(cls: type[T], options: Any, solver: str) -> T:
     values: dict[str, Any] = {}
     for key, raw in options.items():
         if key not in known:
-            raise UsageError(f"unknown {solver} option {key!r}", where="--option",
+            raise UsageError(f"unknown {solver} option {key!r}", where=Param("options"),
                              hint=f"{solver} options: {', '.join(sorted(known))}")
         values[key] = _parse(raw, hints[key], key)
     return cls(**values)
@@ -55,14 +55,14 @@ def _parse(raw: Any, annotation: Any, key: str) -> Any:
     if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() == "none"):
         if optional:
             return None
-        raise UsageError(f"option {key} needs a value", where="--option")
+        raise UsageError(f"option {key} needs a value", where=Param("options"))
     if not isinstance(raw, str):
         if kind is float and isinstance(raw, int | float) and not isinstance(raw, bool):
             return _finite(float(raw), key)
         if isinstance(raw, kind) and not (kind is int and isinstance(raw, bool)):
             return raw
         raise UsageError(f"option {key} expects a {kind.__name__}, got {raw!r}",
-                         where="--option")
+                         where=Param("options"))
     text = raw.strip()
     try:
         if kind is bool:
@@ -75,11 +75,11 @@ def _parse(raw: Any, annotation: Any, key: str) -> Any:
     except ValueError:
         example = "true or false" if kind is bool else f"a {kind.__name__}"
         raise UsageError(f"option {key} expects {example}, got {raw!r}",
-                         where="--option") from None
+                         where=Param("options")) from None
 
 
 def _finite(value: float, key: str) -> float:
     if not math.isfinite(value):
         raise UsageError(f"option {key} expects a finite number, got {value}",
-                         where="--option")
+                         where=Param("options"))
     return value

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 from placer.placement import gpu_loads, hot_shard_ratio
 from placer.problem import PlacementProblem, SolveParams, SolveResult
 
@@ -61,7 +61,7 @@ def get_solver(name: str) -> SolverFn:
     if name in _ADDED:
         return _ADDED[name]
     if name not in BUILTIN:
-        raise UsageError(f"unknown solver {name!r}", where="--solver",
+        raise UsageError(f"unknown solver {name!r}", where=Param("solver"),
                          hint=f"choose one of: {', '.join(solver_names())}")
     module, function = BUILTIN[name].split(":")
     fn: SolverFn = getattr(importlib.import_module(module), function)
@@ -90,7 +90,7 @@ def solve(
     if params.options and solver in BUILTIN and options_class(solver) is None:
         given = ", ".join(sorted(params.options)) if isinstance(params.options, dict) else (
             type(params.options).__name__)
-        raise UsageError(f"solver {solver} has no options (given: {given})", where="--option",
+        raise UsageError(f"solver {solver} has no options (given: {given})", where=Param("options"),
                          hint=f"options are for: {', '.join(sorted(OPTIONS))}")
     result = fn(problem, params)
     return replace(result, hot_shard=mean_hot_shard(problem, result))

@@ -116,7 +116,7 @@ def judged_windows(num_windows: int, fit: tuple[int, int] | None) -> Judged:
         return Judged("held-out", (stop, num_windows), (start, stop))
     if start > 0:
         return Judged("held-out", (0, start), (start, stop), why="the windows before the fit")
-    why = ("no window held out: --fit START:STOP leaves some out" if num_windows > 1
+    why = ("no window held out: `fit` START:STOP leaves some out" if num_windows > 1
            else "the data has one window: nothing to hold out")
     return Judged("fitted", (start, stop), (start, stop), why=why)
 

@@ -261,8 +261,8 @@ def summarize_plan(
     if baseline is not None:
         summary = replace(summary, versus=versus_eplb(problem, result, baseline, routing.stats))
     if problem.model is None or problem.topology is None:
-        missing = " and ".join(o for o, v in (("--model", problem.model),
-                                               ("--topology", problem.topology)) if v is None)
+        missing = " and ".join(o for o, v in (("`model`", problem.model),
+                                               ("`topology`", problem.topology)) if v is None)
         return replace(summary, times_note=f"the evaluator needs {missing}")
     return _with_times(summary, problem, results, routing, fit, dtype, no_trace_reason)
 

@@ -102,8 +102,8 @@ def remote_figures(
         out["remote_copies_from"] = (
             f"bounds only (top-{stats.top_k}"
             + ("" if stats.top_k > 2 else ", pairs missing from the counts")
-            + ": the pairwise closed form is not an estimate here; with --model and"
-            " --topology the evaluator samples one)" + windows)
+            + ": the pairwise closed form is not an estimate here; with `model` and"
+            " `topology` the evaluator samples one)" + windows)
         return out
     sampled = _sampled_remote(problem, placement, stats)
     how = "evaluator, sampled batches" + windows

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 from placer.solvers.options import coerce
 
 #: Values of ``CpsatOptions.robust``.
@@ -86,35 +86,37 @@ class CpsatOptions:
     def __post_init__(self) -> None:
         if not 0 <= self.balance_tolerance <= 1:
             raise UsageError(f"expected balance tolerance in [0, 1], got {self.balance_tolerance}",
-                             where="--balance-tolerance")
+                             where=Param("balance_tolerance"))
         for name in ("traffic_weight", "migration_weight"):
             if not float(getattr(self, name)) >= 0:
                 raise UsageError(f"expected {name} >= 0", where=f"--{name.replace('_', '-')}")
         if self.robust not in ROBUST_MODES:
             raise UsageError(f"robust must be one of {', '.join(ROBUST_MODES)}, got"
-                             f" {self.robust!r}", where="--robust")
+                             f" {self.robust!r}", where=Param("robust"))
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise UsageError(f"expected batch tokens >= 1, got {self.batch_tokens}",
-                             where="--noise-batch-tokens")
+                             where=Param("noise_batch_tokens"))
         for name in ("neighbourhood_slots", "patience", "cost_patience", "pairs_per_expert"):
             if int(getattr(self, name)) < 1:
-                raise UsageError(f"expected {name} >= 1", where=f"--option {name}")
+                raise UsageError(f"expected {name} >= 1", where=Param(f"options.{name}"))
         for name in ("balance_iterations", "cost_iterations", "full_model_max_vars"):
             if int(getattr(self, name)) < 0:
-                raise UsageError(f"expected {name} >= 0", where=f"--option {name}")
+                raise UsageError(f"expected {name} >= 0", where=Param(f"options.{name}"))
         for name in ("submodel_dtime", "full_model_dtime"):
             if not float(getattr(self, name)) > 0:
-                raise UsageError(f"expected {name} > 0", where=f"--option {name}")
+                raise UsageError(f"expected {name} > 0", where=Param(f"options.{name}"))
         if not self.noise_z >= 0:
-            raise UsageError("expected noise_z >= 0", where="--option noise_z")
+            raise UsageError("expected noise_z >= 0", where=Param("options.noise_z"))
         if not 0 < self.cvar_fraction <= 1:
-            raise UsageError("expected cvar_fraction in (0, 1]", where="--option cvar_fraction")
+            raise UsageError("expected cvar_fraction in (0, 1]",
+                             where=Param("options.cvar_fraction"))
         if not 0 < self.pair_mass <= 1:
-            raise UsageError("expected pair_mass in (0, 1]", where="--option pair_mass")
+            raise UsageError("expected pair_mass in (0, 1]", where=Param("options.pair_mass"))
         if self.keep_nodes not in ("auto", "yes", "no"):
-            raise UsageError("expected keep_nodes auto, yes or no", where="--option keep_nodes")
+            raise UsageError("expected keep_nodes auto, yes or no",
+                             where=Param("options.keep_nodes"))
         if self.hint == "cpsat":
-            raise UsageError("the hint cannot be cpsat itself", where="--option hint")
+            raise UsageError("the hint cannot be cpsat itself", where=Param("options.hint"))
 
     @classmethod
     def from_options(cls, options: Any) -> CpsatOptions:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 from placer.migration import Frontier, layer_moves
 from placer.parallel import Backend
 from placer.placement import Placement
@@ -311,8 +311,8 @@ def _within_budget(
         limits.append(params.max_moves)
     if params.max_move_gb is not None:
         if problem.model is None:
-            raise UsageError("--max-move-gb needs the model to size expert weights",
-                             where="--max-move-gb", hint="pass --model, or use --max-moves")
+            raise UsageError("`max_move_gb` needs the model to size expert weights",
+                             where=Param("max_move_gb"), hint="pass `model`, or use `max_moves`")
         per_expert = problem.model.expert_bytes(problem.model.default_dtype) / constants.GB
         limits.append(int(np.floor(params.max_move_gb / per_expert + 1e-9)))
     budget = min(limits) if limits else frontier.fewest_within(
