@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -128,6 +129,11 @@ def _lexmin_into(
     np.copyto(bw, new_bw, where=better)
 
 
+def _joined(first: tuple[float, float], then: tuple[float, float]) -> tuple[float, float]:
+    """``(latency, bandwidth)`` of one hop then another."""
+    return round(first[0] + then[0], _LATENCY_DECIMALS), min(first[1], then[1])
+
+
 def _round(latency: np.ndarray) -> np.ndarray:
     return np.round(latency, _LATENCY_DECIMALS)
 
@@ -173,25 +179,42 @@ class _Ports:
         self._fold()
 
     def _fold(self) -> None:
-        """Drop every hub with at most one GPU and at most one other hub: no path between
-        two GPUs passes through it, except as its GPU's way onto that other hub."""
+        """Shrink the hub graph without changing any best path between two GPUs.
+
+        - A hub that joins one GPU to one other hub (a NIC) becomes the GPU's port on
+          that other hub.
+        - A hub without GPUs that links two hubs becomes one link between them.
+        - A hub with at most one GPU and no link, or without GPUs and with one link,
+          leads nowhere and goes.
+        """
         pending = list(self.links)
         while pending:
             hub = pending.pop()
             if hub not in self.links:
                 continue
             ports, links = self.ports[hub], self.links[hub]
-            if len(ports) > 1 or len(links) > 1:
+            if len(ports) > 1 or len(links) > 2 or (ports and len(links) == 2):
                 continue
-            for other, (hop_lat, hop_bw) in links.items():
-                for gpu, (lat, bw) in ports.items():
-                    folded = (round(lat + hop_lat, _LATENCY_DECIMALS), min(bw, hop_bw))
-                    old = self.ports[other].get(gpu)
-                    if old is None or (folded[0], -folded[1]) < (old[0], -old[1]):
-                        self.ports[other][gpu] = folded
+            if len(links) == 2:
+                (a, to_a), (b, to_b) = links.items()
+                self._offer(self.links[a], b, _joined(to_a, to_b))
+                self._offer(self.links[b], a, _joined(to_a, to_b))
+            for other, hop in links.items():
+                for gpu, first in ports.items():
+                    self._offer(self.ports[other], gpu, _joined(first, hop))
                 del self.links[other][hub]
                 pending.append(other)
             del self.ports[hub], self.links[hub]
+
+    @staticmethod
+    def _offer(
+        costs: dict[Any, tuple[float, float]], key: Any, cost: tuple[float, float]
+    ) -> None:
+        """Keep ``cost`` for ``key`` if it is faster, or as fast and wider, than the one
+        there."""
+        old = costs.get(key)
+        if old is None or (cost[0], -cost[1]) < (old[0], -old[1]):
+            costs[key] = cost
 
     def hub_paths(self, sources: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(latency, bandwidth)`` ``[len(sources), len(sources)]`` of the best hub-only
