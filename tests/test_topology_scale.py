@@ -94,7 +94,7 @@ def test_presets_equal_a_search_from_every_gpu(name):
     assert link_rows(topology) == _unique_link_rows(topology)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.integers(2, 7),
     st.lists(

@@ -216,20 +216,37 @@ class _Ports:
         if old is None or (cost[0], -cost[1]) < (old[0], -old[1]):
             costs[key] = cost
 
-    def hub_paths(self, sources: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(latency, bandwidth)`` ``[len(sources), len(sources)]`` of the best hub-only
-        paths between the ``sources`` hubs (inf latency where none).
 
-        Many sources at once, Bellman-Ford style: every round extends every path by one
-        hub-to-hub link, until no path improves (at most as many rounds as hops on the
-        longest best path).
-        """
-        hubs = list(self.links)
-        index = {hub: i for i, hub in enumerate(hubs)}
-        columns = np.array([index[hub] for hub in sources], dtype=np.int64)
-        # directed links (tail -> head) grouped by head, for reduceat
-        arcs = sorted(
-            (index[other], index[hub], hop_lat, hop_bw)
+class _HubPaths:
+    """Best hub-only paths from each hub GPUs attach to, one row at a time.
+
+    Searches run from few hubs: those that have links and two or more GPUs, and the
+    hubs next to a hub with a single GPU (a NIC beside the network and a rail switch).
+    A single-GPU hub's row is then the best of its neighbours' rows, one link further;
+    a hub without links reaches only itself.  So a 10,000-GPU cluster whose NICs link
+    to a network and 8 rails searches from 9 hubs, not 11,250.
+    """
+
+    def __init__(self, ports: _Ports, attached: list[str]) -> None:
+        self.links = ports.links
+        self.hubs = list(ports.links)
+        self.index = {hub: i for i, hub in enumerate(self.hubs)}
+        self.columns = np.array([self.index[hub] for hub in attached], dtype=np.int64)
+        single = {hub for hub in attached if len(ports.ports[hub]) == 1 and ports.links[hub]}
+        sources = {hub for hub in attached if ports.links[hub] and hub not in single}
+        for hub in single:
+            sources.update(ports.links[hub])
+        ordered = sorted(sources, key=lambda hub: self.index[hub])
+        self.sources = {hub: i for i, hub in enumerate(ordered)}
+        self.lat, self.bw = self._search(list(self.sources))
+
+    def _search(self, sources: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(latency, bandwidth)`` ``[len(sources), hubs]``, all sources at once,
+        Bellman-Ford style: every round extends every path by one link, until no path
+        improves (at most as many rounds as links on the longest best path)."""
+        h = len(self.hubs)
+        arcs = sorted(  # directed links (tail -> head) grouped by head, for reduceat
+            (self.index[other], self.index[hub], hop_lat, hop_bw)
             for hub, links in self.links.items()
             for other, (hop_lat, hop_bw) in links.items()
         )
@@ -240,16 +257,15 @@ class _Ports:
         starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]) if arcs else heads
         sizes = np.diff(np.r_[starts, len(heads)])
         targets = heads[starts]
-        out_lat = np.empty((len(sources), len(sources)))
-        out_bw = np.empty((len(sources), len(sources)))
-        step = max(1, _BLOCK_ENTRIES // max(1, len(arcs), len(hubs)))
+        out_lat = np.full((len(sources), h), np.inf)
+        out_bw = np.zeros((len(sources), h))
+        step = max(1, _BLOCK_ENTRIES // max(1, len(arcs), h))
         for first in range(0, len(sources), step):
             rows = np.arange(min(step, len(sources) - first))
-            lat = np.full((len(rows), len(hubs)), np.inf)
-            bw = np.zeros((len(rows), len(hubs)))
-            lat[rows, columns[first + rows]] = 0.0
-            bw[rows, columns[first + rows]] = np.inf
-            for _ in range(len(hubs) if arcs else 0):
+            lat, bw = out_lat[first + rows], out_bw[first + rows]
+            own = np.array([self.index[hub] for hub in sources[first : first + len(rows)]])
+            lat[rows, own], bw[rows, own] = 0.0, np.inf
+            for _ in range(h if arcs else 0):
                 via_lat = _round(lat[:, tails] + hop_lat)
                 via_bw = np.minimum(bw[:, tails], hop_bw)
                 best_lat = np.minimum.reduceat(via_lat, starts, axis=1)
@@ -261,9 +277,22 @@ class _Ports:
                     break
                 _lexmin_into(old_lat, old_bw, best_lat, best_bw)
                 lat[:, targets], bw[:, targets] = old_lat, old_bw
-            out_lat[first + rows] = lat[:, columns]
-            out_bw[first + rows] = bw[:, columns]
+            out_lat[first + rows], out_bw[first + rows] = lat, bw
         return out_lat, out_bw
+
+    def row(self, hub: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(latency, bandwidth)`` from ``hub`` to each attached hub (inf: no path)."""
+        if hub in self.sources:
+            i = self.sources[hub]
+            return self.lat[i, self.columns], self.bw[i, self.columns]
+        lat = np.full(len(self.hubs), np.inf)
+        bw = np.zeros(len(self.hubs))
+        for other, (hop_lat, hop_bw) in self.links[hub].items():
+            i = self.sources[other]  # a single-GPU hub: every neighbour is a source
+            _lexmin_into(lat, bw, _round(self.lat[i] + hop_lat), np.minimum(self.bw[i], hop_bw))
+        own = self.index[hub]
+        lat[own], bw[own] = 0.0, np.inf
+        return lat[self.columns], bw[self.columns]
 
 
 def _as_index(ranks: np.ndarray) -> slice | np.ndarray:
@@ -318,7 +347,7 @@ def path_matrices(graph: nx.Graph, gpus: list[str]) -> tuple[np.ndarray, np.ndar
     hubs = sorted((hub for hub, attached in ports.ports.items() if attached),
                   key=lambda hub: -len(ports.ports[hub]))
     if hubs:
-        hub_lat, hub_bw = ports.hub_paths(hubs)
+        paths = _HubPaths(ports, hubs)
         # slot j of GPU r: its j-th port (hub index, latency, bandwidth); -1 when none
         per_gpu: list[list[tuple[int, float, float]]] = [[] for _ in range(g)]
         for h, hub in enumerate(hubs):
@@ -332,20 +361,21 @@ def path_matrices(graph: nx.Graph, gpus: list[str]) -> tuple[np.ndarray, np.ndar
             for j, (h, lat, bw) in enumerate(entries):
                 slot_hub[rank, j], slot_lat[rank, j], slot_bw[rank, j] = h, lat, bw
         fresh = True
-        for h, hub in enumerate(hubs):
+        for hub in hubs:
+            hub_lat, hub_bw = paths.row(hub)
             attached = sorted(ports.ports[hub].items())
             rows = np.array([rank for rank, _ in attached], dtype=np.int64)
             row_lat = np.array([cost[0] for _, cost in attached])
             row_bw = np.array([cost[1] for _, cost in attached])
             for j in range(slots):
                 targets = slot_hub[:, j]
-                far_lat = np.where(targets >= 0, hub_lat[h, targets], np.inf)
+                far_lat = np.where(targets >= 0, hub_lat[targets], np.inf)
                 cols = np.flatnonzero(np.isfinite(far_lat))
                 if not len(cols):
                     continue
                 # the far side first: hub h -> hub of the port -> GPU
                 col_lat = _round(far_lat[cols] + slot_lat[cols, j])
-                col_bw = np.minimum(hub_bw[h, targets[cols]], slot_bw[cols, j])
+                col_bw = np.minimum(hub_bw[targets[cols]], slot_bw[cols, j])
                 _update_block(latency, bandwidth, rows, cols, row_lat, row_bw, col_lat, col_bw,
                               fresh=fresh)
                 fresh = False
