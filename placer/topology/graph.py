@@ -10,9 +10,10 @@ pair's bandwidth is the narrowest link on that path (GB/s per direction) and its
 the sum of the links' latencies (microseconds).
 
 The matrices are not found by a search from every GPU (a 10,000-GPU cluster would need
-10,000 searches over 30,000 vertices): the hub-to-hub part of the paths is computed
-once for the few hubs GPUs attach to, and the ``[G, G]`` matrices are filled with array
-operations, a hub at a time (see path_matrices).
+10,000 searches over 30,000 vertices): the switching part of the graph is first reduced
+(_Ports), the hub-to-hub part of the paths is searched from a few hubs at once
+(_HubPaths), and the ``[G, G]`` matrices are filled with array operations, a hub at a
+time (path_matrices).
 """
 
 from __future__ import annotations
@@ -148,9 +149,8 @@ class _Ports:
     A *hub* is any vertex that is not a GPU (switches, NICs, the network): hubs forward,
     GPUs do not, so a path between two GPUs is either a direct GPU-GPU edge or GPU ->
     hubs -> GPU.  A *port* is a GPU's first step onto a hub, with its latency and
-    bandwidth.  A hub that only joins one GPU to one other hub (a NIC) is folded into
-    the GPU's port on that other hub, and hubs that lead nowhere are dropped, so the
-    hub graph keeps only the vertices that can carry traffic between GPUs.
+    bandwidth.  The hub graph is then reduced without changing any best path between
+    two GPUs (see _fold).
     """
 
     def __init__(self, graph: nx.Graph, gpus: list[str]) -> None:
@@ -335,8 +335,8 @@ def path_matrices(graph: nx.Graph, gpus: list[str]) -> tuple[np.ndarray, np.ndar
     """``(bandwidth_gbps [G, G], latency_us [G, G])``; unreachable pairs are nan.
 
     Each pair's path is its direct edge or GPU -> port -> hubs -> port -> GPU
-    (see _Ports); the hub-to-hub part is computed once per pair of hubs with ports, and
-    the ``[G, G]`` matrices are filled a hub and a port slot at a time, so the work
+    (see _Ports); the hub-to-hub part comes from _HubPaths, one row per hub with ports,
+    and the ``[G, G]`` matrices are filled a hub and a port slot at a time, so the work
     grows with the pairs and the hubs, not with a search from every GPU.
     """
     g = len(gpus)
@@ -373,7 +373,7 @@ def path_matrices(graph: nx.Graph, gpus: list[str]) -> tuple[np.ndarray, np.ndar
                 cols = np.flatnonzero(np.isfinite(far_lat))
                 if not len(cols):
                     continue
-                # the far side first: hub h -> hub of the port -> GPU
+                # the far side first: this hub -> the hub of the port -> its GPU
                 col_lat = _round(far_lat[cols] + slot_lat[cols, j])
                 col_bw = np.minimum(hub_bw[targets[cols]], slot_bw[cols, j])
                 _update_block(latency, bandwidth, rows, cols, row_lat, row_bw, col_lat, col_bw,
