@@ -1381,3 +1381,42 @@ many([
     ("import-eplb-pickle-member", _import("eplb", eplb_file(
         zip_of({"phy2log.npy": pickle.dumps(_PHY2LOG)}))), 1, ""),
 ])
+
+
+def ascend_doc(change: Callable[[dict[str, Any]], None] | None = None) -> str:
+    """vLLM-Ascend's expert map for Mixtral on 8 devices (one expert each), changed."""
+    doc: dict[str, Any] = {"moe_layer_count": 32, "layer_list": [
+        {"layer_id": i, "device_count": 8, "device_list": [
+            {"device_id": g, "device_expert": [g]} for g in range(8)]} for i in range(32)]}
+    if change is not None:
+        change(doc)
+    return json.dumps(doc)
+
+
+def _asc(change: Callable[[dict[str, Any]], None]) -> Builder:
+    return _import("vllm-ascend", text_file(ascend_doc(change), "m.json"))
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set the field at dotted ``path`` (list positions as numbers) to ``value``."""
+    def change(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = doc
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[int(last) if isinstance(node, list) else last] = value
+    return change
+
+
+many([
+    ("import-vllm-ascend-layer-count", _asc(_set("moe_layer_count", 5)), 1,
+     "moe_layer_count is 5"),
+    ("import-vllm-ascend-device-order", _asc(_set("layer_list.3.device_list.2.device_id", 5)), 1,
+     "device_id is 5"),
+    ("import-vllm-ascend-uneven-devices", _asc(_set("layer_list.1.device_list.4.device_expert",
+                                                    [4, 0])), 1, "2 experts where device 0"),
+    ("import-vllm-ascend-device-count-string", _asc(_set("layer_list.0.device_count", "8")), 1,
+     "device_count is '8'"),
+    ("import-vllm-ascend-layer-id-10^30", _asc(_set("layer_list.0.layer_id", 10**30)), 1,
+     "64-bit"),
+])
