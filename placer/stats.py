@@ -197,7 +197,7 @@ class PairCounts:
                 f" placer's {constants.MAX_COACT_BYTES / mib:,.0f} MiB",
                 where="co-activation",
                 hint="this figure needs dense [experts, experts] pair counts; declare the"
-                " expert count (--num-experts) if a stray id raised it, or select fewer"
+                " expert count (`num_experts`) if a stray id raised it, or select fewer"
                 " layers (limits: docs/limits.md)",
             )
 

@@ -72,7 +72,7 @@ def test_dense_form_past_the_limit_is_a_clear_error():
     with pytest.raises(DataError, match="dense pair counts of 1 layer x 32,768 experts") as e:
         pc.dense(0)
     assert e.value.where == "co-activation"
-    assert "--num-experts" in (e.value.hint or "")
+    assert "`num_experts`" in (e.value.hint or "")
 
 
 def test_pair_counts_check_their_arrays():

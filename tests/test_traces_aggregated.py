@@ -55,7 +55,7 @@ def test_npy_windows_need_top_k(tmp_path, load_2x4):
         read_routing(path)
     assert e.value.message == ("top_k is unknown: the file does not give it and co-activation"
                                " cannot tell it")
-    assert e.value.hint == "pass top_k= (--top-k), or add a top_k entry to the file"
+    assert e.value.hint == "pass `top_k`, or add a top_k entry to the file"
     s = read_routing(path, top_k=2).stats
     np.testing.assert_array_equal(s.tokens, [5, 10])
     np.testing.assert_array_equal(s.window_starts, [0, 1])

@@ -373,7 +373,7 @@ def test_only_meta_rows(tmp_path):
 def test_unknown_format_name(canonical):
     with pytest.raises(UsageError) as e:
         read_routing(canonical, format="parquet")
-    assert e.value.message == "unknown trace format 'parquet'" and e.value.where == "--format"
+    assert e.value.message == "unknown trace format 'parquet'" and e.value.where == "format"
     assert e.value.hint.startswith("formats: jsonl, npz, load-npz")
 
 
@@ -383,7 +383,7 @@ def test_unknown_content_is_a_trace_error(tmp_path):
     with pytest.raises(TraceError) as e:
         read_routing(path)
     assert e.value.message == "cannot tell the trace format from the name and content"
-    assert "pass format= (--format) one of: jsonl (.jsonl" in e.value.hint
+    assert "pass `format` one of: jsonl (.jsonl" in e.value.hint
 
 
 def test_missing_file(tmp_path):
@@ -451,3 +451,16 @@ def test_fast_integers_equal_json_loads(values):
             continue
         plain = b": -" not in text and obj["token"] < 10**18 and abs(obj["experts"][0]) < 10**18
         assert good[line] == plain, text
+
+
+def test_number_characters_that_are_no_number_are_a_trace_error(tmp_path):
+    """Found by the fuzz test: "0.0.0.5" is made of number characters but is not a number."""
+    path = tmp_path / "bad.jsonl"
+    rows = ['{"format": "placer-trace", "version": 1, "num_experts": 4, "top_k": 2}']
+    rows += [f'{{"token": {t}, "layer": 0, "experts": [0, 1], "weights": [0.5, 0.5]}}'
+             for t in range(3)]
+    rows.append('{"token": 3, "layer": 0, "experts": [0, 1], "weights": [0.0.0.5, 0.5]}')
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(TraceError) as e:
+        read_routing(path, keep_tokens=True)  # weights are read with the tokens
+    assert f"{path}:5" in str(e.value)

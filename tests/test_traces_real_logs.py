@@ -196,7 +196,7 @@ def test_warm_up_pass_is_left_out(tmp_path: Path) -> None:
     assert messages == [
         "left out 6000 routing rows of a profiling or warm-up pass: runs of 64 or more"
         " identical consecutive selections in one layer (the longest: 3000 rows for layer"
-        f" 3, ending at {path}:5999); pass keep_warmup=True (--keep-warmup) to count them"
+        f" 3, ending at {path}:5999); pass `keep_warmup` to count them"
     ]
     assert dict(data.stats.provenance.rows_skipped) == {"warm-up pass": 6000}
 
@@ -256,8 +256,8 @@ def test_npz_warm_up_tokens_are_left_out_in_any_chunking(tmp_path: Path, monkeyp
         assert [m for m in messages if "warm-up" in m] == [
             "left out 3000 routing rows of a profiling or warm-up pass: runs of 64 or more"
             " identical consecutive selections in one layer (the longest: 1000 rows for"
-            f" layer 1, ending at {path}: topk_ids[999, 0]); pass keep_warmup=True"
-            " (--keep-warmup) to count them"]
+            f" layer 1, ending at {path}: topk_ids[999, 0]); pass `keep_warmup`"
+            " to count them"]
     kept, _ = read_quietly(path, keep_warmup=True)
     assert kept.stats.tokens.sum() == 1300
 

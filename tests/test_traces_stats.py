@@ -205,7 +205,7 @@ def test_layers_not_in_trace_is_a_usage_error(trace_3x8):
     path, _, _ = trace_3x8
     with pytest.raises(UsageError, match="layer 9 has no rows in the trace") as e:
         read_routing(path, layers=[5, 9])
-    assert e.value.where == "--layers"
+    assert e.value.where == "layers"
     assert e.value.hint == "layers present: 5-7"
 
 
@@ -311,7 +311,7 @@ def test_warm_up_run_in_npz_is_found_across_chunks(tmp_path, monkeypatch, coact,
     assert runs == [f"left out 70 routing rows of a profiling or warm-up pass: runs of 64 or"
                     " more identical consecutive selections in one layer (the longest: 70"
                     f" rows for layer 1, ending at {path}: topk_ids[72, 1]); pass"
-                    " keep_warmup=True (--keep-warmup) to count them"]
+                    " `keep_warmup` to count them"]
     kept = np.ones((100, 2), dtype=bool)
     kept[3:73, 1] = False
     want = np.zeros((2, 16), dtype=np.int64)

@@ -131,7 +131,7 @@ class Accumulator(_AggregateInputs):
                 raise TraceError(
                     f"num_experts is {e} here but {self._num_experts} in {self._experts_from}",
                     where=where,
-                    hint="check --num-experts against the trace"
+                    hint="check `num_experts` against the trace"
                     if self._experts_from == _DECLARED_EXPERTS
                     else "all inputs of one read must describe the same model",
                 )
@@ -153,7 +153,7 @@ class Accumulator(_AggregateInputs):
                 raise TraceError(
                     f"top_k is {k} here but {self._top_k} in {self._top_k_from}",
                     where=where,
-                    hint="check --model and --top-k against the trace"
+                    hint="check `model` and `top_k` against the trace"
                     if self._top_k_from == _DECLARED_TOP_K
                     else "all inputs of one read must describe the same model",
                 )
@@ -469,9 +469,9 @@ class Accumulator(_AggregateInputs):
                 "no routing rows" + (f" (skipped: {skipped})" if skipped else ""),
                 where=", ".join(self.sources) or None,
                 hint="every row is part of a warm-up pass (identical routing): pass"
-                " keep_warmup=True (--keep-warmup) to count them"
+                " `keep_warmup` to count them"
                 if self._warmup_rows
-                else "a routing row needs 'layer' and 'experts'; check --layers and the format",
+                else "a routing row needs 'layer' and 'experts'; check `layers` and the format",
             )
         if self._result is None:
             self._result = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from placer import constants
-from placer.errors import TraceError, UsageError
+from placer.errors import Param, TraceError, UsageError
 from placer.stats import format_ranges
 from placer.traces.limits import _LIMITS_HINT, check_counts
 from placer.traces.results import _Results
@@ -39,7 +39,7 @@ class _AggregateInputs(_Results):
             if missing:
                 raise UsageError(
                     f"layer {missing[0]} is not in {where}",
-                    where="--layers",
+                    where=Param("layers"),
                     hint=f"layers present: {format_ranges(lid)}",
                 )
             cols = np.isin(lid, self._layer_filter)
@@ -51,7 +51,7 @@ class _AggregateInputs(_Results):
             raise TraceError(
                 f"load has {e} experts but num_experts is {self._num_experts}"
                 f" ({self._experts_from})",
-                where=where, hint="check --num-experts and --model against the file",
+                where=where, hint="check `num_experts` and `model` against the file",
             )
         if self._load.size == 0 and not self._layer_ids:
             self._layer_ids = [int(i) for i in lid]
@@ -116,7 +116,7 @@ class _AggregateInputs(_Results):
             raise TraceError(
                 f"counts have {e} experts but num_experts is {self._num_experts}"
                 f" ({self._experts_from})",
-                where=where, hint="check --num-experts and --model against the file",
+                where=where, hint="check `num_experts` and `model` against the file",
             )
         load = check_counts(load, "counts", where)
         self._add_total(load, where)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 
 
 @dataclass(frozen=True)
@@ -27,18 +27,19 @@ class ReadOptions:
     def __post_init__(self) -> None:
         if self.window_tokens is not None and self.window_tokens < 1:
             raise UsageError(
-                f"window_tokens must be >= 1, got {self.window_tokens}", where="--window-tokens",
+                f"window_tokens must be >= 1, got {self.window_tokens}",
+                where=Param("window_tokens"),
                 hint="a window is this many consecutive tokens",
             )
         if self.num_experts is not None and not 1 <= self.num_experts <= constants.MAX_EXPERTS:
             raise UsageError(
                 f"num_experts must be in [1, {constants.MAX_EXPERTS}], got {self.num_experts}",
-                where="--num-experts", hint="the routed experts of one MoE layer",
+                where=Param("num_experts"), hint="the routed experts of one MoE layer",
             )
         if self.top_k is not None and not 1 <= self.top_k <= constants.MAX_TOP_K:
             raise UsageError(
                 f"top_k must be in [1, {constants.MAX_TOP_K}], got {self.top_k}",
-                where="--top-k", hint="the experts each token selects per layer",
+                where=Param("top_k"), hint="the experts each token selects per layer",
             )
         if (
             self.top_k is not None and self.num_experts is not None
@@ -46,11 +47,11 @@ class ReadOptions:
         ):
             raise UsageError(
                 f"top_k {self.top_k} is more than num_experts {self.num_experts}",
-                where="--top-k", hint="a token selects top_k of the layer's experts",
+                where=Param("top_k"), hint="a token selects top_k of the layer's experts",
             )
         if self.layers is not None and any(i < 0 for i in self.layers):
             raise UsageError(
-                "layer ids are >= 0", where="--layers",
+                "layer ids are >= 0", where=Param("layers"),
                 hint="layers are the model's absolute layer indices, from 0",
             )
 

@@ -424,5 +424,12 @@ def _floats(scan: Scan, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         inside = np.arange(chars.shape[1])[None, :] < length[:, None]
         ok = ~(_NOT_FLOAT[chars] & inside).any(axis=1) & (length > 0)
         out = np.zeros(t.size, dtype=np.float32)
-        out[ok] = texts[ok].astype(np.float64)
+        try:
+            out[ok] = texts[ok].astype(np.float64)
+        except ValueError:  # number characters that are no number ("0.0.5", "1e"): one by one
+            for i in np.flatnonzero(ok).tolist():
+                try:
+                    out[i] = float(texts[i])
+                except ValueError:
+                    ok[i] = False
         return out, ok

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from placer.errors import TraceError, UsageError
+from placer.errors import Param, TraceError, UsageError
 
 if TYPE_CHECKING:
     from placer.traces.accumulate import Accumulator
@@ -92,7 +92,7 @@ def get_format(name: str) -> TraceFormat:
     except KeyError:
         raise UsageError(
             f"unknown trace format {name!r}",
-            where="--format",
+            where=Param("format"),
             hint=f"formats: {', '.join(_FORMATS)}",
         ) from None
 
@@ -136,7 +136,7 @@ def detect_format(path: Path) -> TraceFormat:
         raise TraceError(
             "is a folder that no trace format recognises",
             where=str(path),
-            hint="name the trace files in it, or pass format= (--format)",
+            hint="name the trace files in it, or pass `format`",
         )
     head = read_head(path)
     if not head:
@@ -158,7 +158,7 @@ def detect_format(path: Path) -> TraceFormat:
     raise TraceError(
         "cannot tell the trace format from the name and content",
         where=str(path),
-        hint=f"pass format= (--format) one of: {claimed}",
+        hint=f"pass `format` one of: {claimed}",
     )
 
 

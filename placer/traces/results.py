@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from placer import constants
-from placer.errors import TraceError, TraceWarning, UsageError
+from placer.errors import Param, TraceError, TraceWarning, UsageError
 from placer.stats import (
     ExpertStats,
     PairCounts,
@@ -41,7 +41,7 @@ class _Results(_WarmUp):
                 f"left out {self._warmup_rows} routing rows of a profiling or warm-up pass:"
                 f" runs of {constants.WARMUP_RUN_ROWS} or more identical consecutive"
                 f" selections in one layer (the longest: {rows} rows for layer {layer},"
-                f" ending at {where}); pass keep_warmup=True (--keep-warmup) to count them"
+                f" ending at {where}); pass `keep_warmup` to count them"
             )
         elif rows >= constants.WARMUP_RUN_ROWS:
             out.append(
@@ -99,7 +99,7 @@ class _Results(_WarmUp):
             present = np.array(sorted(self._all_layers | set(layer_ids.tolist())))
             raise UsageError(
                 f"layer {missing[0]} has no rows in the trace",
-                where="--layers",
+                where=Param("layers"),
                 hint=f"layers present: {format_ranges(present)}",
             )
 
@@ -229,7 +229,7 @@ class _Results(_WarmUp):
                     "top_k is unknown: the file does not give it and co-activation cannot"
                     " tell it",
                     where=", ".join(self.sources),
-                    hint="pass top_k= (--top-k), or add a top_k entry to the file",
+                    hint="pass `top_k`, or add a top_k entry to the file",
                 )
             self.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
         self._check_top_k(top_k, load.shape[2], ", ".join(self.sources))

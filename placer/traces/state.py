@@ -128,7 +128,7 @@ class _AccumulatorState:
             raise TraceError(
                 f"top_k {top_k} ({source}) is more than the {num_e} experts of the data",
                 where=where,
-                hint="check top_k (--top-k, --model) and the expert count (--num-experts)",
+                hint="check `top_k` (or `model`) and the expert count (`num_experts`)",
             )
 
     def _begin_kind(self, kind: str) -> None:
@@ -204,7 +204,7 @@ class _AccumulatorState:
                 f"statistics of {nl} layers x {e} experts would take {_mib(need)} MiB, more"
                 f" than placer's {_mib(constants.MAX_LOAD_BYTES)} MiB",
                 where=self.source,
-                hint="declare the expert count (num_experts=, --num-experts) so a stray id"
+                hint="declare the expert count (`num_experts`) so a stray id"
                 " is reported, or read fewer layers (limits: docs/limits.md)",
             )
         self._num_e = e
@@ -262,7 +262,7 @@ class _AccumulatorState:
         """Stop counting co-activation and layer affinity (the load is still counted)."""
         self.notes.append(
             f"co-activation was left out: {why} (docs/limits.md); the load was read."
-            "  Declare the expert count (num_experts=, --num-experts) if a stray id raised"
+            "  Declare the expert count (`num_experts`) if a stray id raised"
             " it, or read fewer layers"
         )
         self.options = replace(self.options, coact=False)

@@ -89,7 +89,7 @@ class _Validation(_AccumulatorState):
                 f"expert id {int(experts.ravel()[i])} is out of range [0, {self._num_experts})",
                 where=wf(i),
                 hint=f"num_experts is {self._num_experts} ({self._experts_from}); check the"
-                " model, or pass num_experts= (--num-experts)",
+                " model, or pass `num_experts`",
             )
         if mx > constants.MAX_EXPERTS - 1:
             i = int(np.argmax(experts.ravel()))
@@ -110,7 +110,7 @@ class _Validation(_AccumulatorState):
             raise TraceError(
                 f"row selects {most} experts but top_k is {self._top_k} ({self._top_k_from})",
                 where=where(r),
-                hint="pass the model's top_k (--top-k), or fix the header",
+                hint="pass the model's top_k (`top_k`), or fix the header",
             )
         self._max_valid = max(self._max_valid, most)
         if mx > self._max_expert:
