@@ -135,3 +135,43 @@ def test_every_name_the_document_cites_exists(name):
             obj = getattr(obj, attr)
         return
     pytest.fail(f"{name} is not a module")
+
+
+#: Layers that may speak the command line's language: the command line itself and the
+#: study pages (compare, report), which describe how they were run.
+SPEAKS_FLAGS = {"cli", "demo", "compare", "compare_scenarios", "compare_sweep", "compare_rows",
+                "compare_recommend", "compare_study", "report"}
+#: A serving engine's own launch flags that share a name with one of placer's.
+ENGINE_FLAGS = {("engines", "--ep-size")}
+
+
+def _docstring_nodes(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def test_the_core_names_parameters_not_flags():
+    """Messages and hints of the core refer to parameters (``Param``, `` `name` ``);
+    placer.cli.flags turns them into flags for the command line."""
+    from placer.cli.flags import _all_flags
+
+    flags = _all_flags()
+    found = []
+    for name, path in _modules().items():
+        unit = _unit(name)
+        if unit in SPEAKS_FLAGS or not unit:
+            continue
+        tree = ast.parse(path.read_text("utf-8"))
+        docs = _docstring_nodes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docs:
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", node.value):
+                    if flag in flags and (unit, flag) not in ENGINE_FLAGS:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {flag}")
+    assert found == []

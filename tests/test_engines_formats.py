@@ -297,7 +297,7 @@ def test_sglang_needs_the_gpu_count(toy: ToyModel, tmp_path: Path) -> None:
     path = _json(tmp_path, {"physical_to_logical_map": _sglang_rows(toy)})
     with pytest.raises(UsageError, match="files do not record the number of GPUs") as info:
         read_engine(path, "sglang", model=toy)
-    assert info.value.where == "--ep-size"
+    assert info.value.where == "ep_size"
     with pytest.raises(EngineFormatError, match="6 slots per layer do not split over 4 GPUs"):
         read_engine(path, "sglang", model=toy, num_gpus=4)
 
@@ -363,7 +363,7 @@ def test_vllm_ascend_refuses_duplicates_on_write(
         "device 0 holds expert 0 twice in layer 1 (2 (layer, device) pairs in all);"
         " vLLM-Ascend's expert map keeps one slot per expert on a device"
     )
-    assert "--solver eplb-valid" in (info.value.hint or "")
+    assert "`solver` eplb-valid" in (info.value.hint or "")
     assert not path.exists()
 
 
@@ -466,7 +466,7 @@ def test_vllm_ascend_uneven_devices_and_layer_ids(
 def test_vllm_ascend_gpu_count_is_checked(plan: Placement, toy: ToyModel, tmp_path: Path) -> None:
     path = _json(tmp_path, vllm_ascend.to_document(plan))
     assert read_engine(path, "vllm-ascend", model=toy).num_gpus == 2
-    with pytest.raises(EngineFormatError, match="the map has 2 devices but --ep-size is 3"):
+    with pytest.raises(EngineFormatError, match="the map has 2 devices but `ep_size` is 3"):
         read_engine(path, "vllm-ascend", model=toy, num_gpus=3)
 
 

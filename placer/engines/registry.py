@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from placer.errors import EngineFormatError, PlacementError, UsageError
+from placer.errors import EngineFormatError, Param, PlacementError, UsageError
 from placer.placement import Placement
 from placer.stats import format_ranges
 from placer.yaml_schema import decode_text, load_json, parse_yaml, read_document
@@ -115,7 +115,7 @@ def get_engine(name: str) -> EngineFormat:
     if name not in _FORMATS:
         raise UsageError(
             f"unknown engine format {name!r}",
-            where="--format",
+            where=Param("format"),
             hint=f"choose one of: {', '.join(sorted(_FORMATS))}",
         )
     return _FORMATS[name]
@@ -173,7 +173,7 @@ def read_engine(
     path = Path(path)
     check_input(path)
     if num_gpus is not None and num_gpus <= 0:
-        raise UsageError(f"number of GPUs must be positive, got {num_gpus}", where="--ep-size")
+        raise UsageError(f"number of GPUs must be positive, got {num_gpus}", where=Param("ep_size"))
     try:
         return engine.read(path, model, num_gpus)
     except EngineFormatError as e:
@@ -181,8 +181,8 @@ def read_engine(
             raise
         raise EngineFormatError(
             e.message, where=e.where,
-            hint=f"is this {engine.engine}'s placement file for {model.name}? `placer export"
-            f" --format {engine.name}` writes one (docs/engines.md)",
+            hint=f"is this {engine.engine}'s placement file for {model.name}? placer's"
+            f" {engine.name!r} `format` writes one (docs/engines.md)",
         ) from None
 
 
@@ -221,8 +221,8 @@ def sniff_engine(path: str | Path) -> str:
         found = "no" if not hits else " and ".join(hits)
         raise UsageError(
             f"cannot tell the engine format of {path.name} ({found} format matches)",
-            where="--format",
-            hint=f"pass --format, one of: {', '.join(sorted(_FORMATS))}",
+            where=Param("format"),
+            hint=f"pass `format`, one of: {', '.join(sorted(_FORMATS))}",
         )
     return hits[0]
 
@@ -257,7 +257,7 @@ def fit_to_model(
         raise EngineFormatError(
             f"the placement has {placement.num_experts} experts per layer but"
             f" {model.name} has {model.num_experts}",
-            hint="export with the --model the placement was planned for",
+            hint="export with the `model` the placement was planned for",
         )
     have = [int(i) for i in placement.layer_ids]
     want = [int(i) for i in model.moe_layer_ids]
@@ -302,7 +302,7 @@ def int_list(value: Any, where: str, what: str) -> list[int]:
 
 def check_exact_keys(doc: Any, keys: Sequence[str], where: str, rule: str) -> dict[str, Any]:
     """``doc`` as a dict with exactly ``keys``; EngineFormatError citing ``rule`` otherwise."""
-    hint = "is this the right file, and --format the engine that wrote it?"
+    hint = "is this the right file, and `format` the engine that wrote it?"
     if not isinstance(doc, dict):
         raise EngineFormatError(
             f"expected an object with keys {', '.join(keys)}, got {type(doc).__name__}",
@@ -332,7 +332,7 @@ def check_slot_row(
         raise EngineFormatError(
             f"slot {bad[0]} holds expert {row[bad[0]]}, outside [0, {num_experts})",
             where=where,
-            hint=f"expert ids run from 0 to {num_experts - 1}; is --model the model the"
+            hint=f"expert ids run from 0 to {num_experts - 1}; is `model` the model the"
             " engine serves?",
         )
     absent = sorted(set(range(num_experts)) - set(row))
@@ -349,15 +349,15 @@ def check_num_gpus(num_slots: int, num_gpus: int | None, path: Path, engine: str
     if num_gpus is None:
         raise UsageError(
             f"{engine} placement files do not record the number of GPUs",
-            where="--ep-size",
-            hint="pass --ep-size with the EP size the engine serves with, or --topology with"
+            where=Param("ep_size"),
+            hint="pass `ep_size` with the EP size the engine serves with, or `topology` with"
             " the cluster it serves on",
         )
     if num_slots % num_gpus:
         raise EngineFormatError(
             f"{num_slots} slots per layer do not split over {num_gpus} GPUs"
             f" ({engine} needs the same number of slots on every GPU)",
-            where=str(path), hint="check --ep-size (or --topology): the EP size the engine ran",
+            where=str(path), hint="check `ep_size` (or `topology`): the EP size the engine ran",
         )
     return num_gpus
 

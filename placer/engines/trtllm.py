@@ -162,7 +162,7 @@ def from_document(
     extra = sorted(set(assignments) - set(moe) - set(mtp))
     if extra:
         with_mtp = f", MTP {format_ranges(mtp)}" if mtp else ""
-        hint = "is --model the model TensorRT-LLM serves with this file?"
+        hint = "is `model` the model TensorRT-LLM serves with this file?"
         if extra[0] == model.num_hidden_layers:
             hint = (
                 f"layer {extra[0]} follows {model.name}'s {model.num_hidden_layers} hidden"

@@ -135,7 +135,7 @@ def from_document(
         raise EngineFormatError("layer_list is empty", where=f"{path}: layer_list")
     if num_gpus is not None and num_gpus != gpus:
         raise EngineFormatError(
-            f"the map has {gpus} devices but --ep-size is {num_gpus}", where=str(path)
+            f"the map has {gpus} devices but `ep_size` is {num_gpus}", where=str(path)
         )
     return build_placement(np.asarray(rows, dtype=np.int64), model, gpus, path, ENGINE)
 
@@ -152,7 +152,7 @@ def check_no_duplicates(placement: Placement) -> None:
         f"device {gpu} holds expert {int(values[np.argmax(counts)])} twice in layer"
         f" {int(placement.layer_ids[row])} ({int(dup.sum())} (layer, device) pairs in all);"
         " vLLM-Ascend's expert map keeps one slot per expert on a device",
-        hint="plan with --solver eplb-valid or cpsat (no expert twice on a GPU), or export for"
+        hint="plan with `solver` eplb-valid or cpsat (no expert twice on a GPU), or export for"
         " an engine that loads such placements (sglang, trtllm, vllm)",
     )
 
