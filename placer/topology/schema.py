@@ -191,18 +191,8 @@ def _checked(section: Section, build: Callable[[Section], _T]) -> _T:
     return value
 
 
-def read_spec(doc: YamlDoc) -> TopologySpec:
-    """Check a topology document against the schema and return its spec.
-
-    Raises
-    ------
-    TopologyError (the document's error class), naming the YAML path: unknown or
-    missing keys, wrong types, non-positive figures, unknown GPU types, duplicate names.
-    """
-    root = doc.root()
-    name = root.string("name")
-    description = root.string("description", "")
-
+def _gpu_types(doc: YamlDoc, root: Section) -> dict[str, GpuType]:
+    """Read `gpu_types`: name -> GpuType, at least one."""
     gpu_types: dict[str, GpuType] = {}
     types_section = root.mapping("gpu_types")
     for type_name, value in types_section.value.items():
@@ -212,7 +202,11 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
         )
     if not gpu_types:
         raise types_section.fail(None, "gpu_types is empty", "define at least one GPU type")
+    return gpu_types
 
+
+def _nodes(doc: YamlDoc, root: Section, gpu_types: dict[str, GpuType]) -> list[NodeSpec]:
+    """Read `nodes`, expanding `count`; names unique, at most MAX_GPUS GPUs in all."""
     nodes: list[NodeSpec] = []
     node_paths: dict[str, str] = {}
     total_gpus = 0
@@ -256,22 +250,30 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
             nodes.append(NodeSpec(node_name, num_gpus, gpu_types[type_name], fabric, nic, path))
     if not nodes:
         raise root.fail("nodes", "nodes is empty", "list at least one node")
+    return nodes
 
-    network: NetworkSpec | None = None
+
+def _network(root: Section, num_nodes: int) -> NetworkSpec | None:
+    """Read `network`, required when there is more than one node."""
     net = root.section("network", None)
-    if net is not None:
-        network = NetworkSpec(
-            kind=net.string("kind", choices=NETWORK_KINDS),
-            latency_us=net.number("latency_us", DEFAULT_NETWORK_LATENCY_US, strict=False),
-        )
-        net.done()
-    elif len(nodes) > 1:
-        raise root.fail(
-            None,
-            f"missing key 'network': {len(nodes)} nodes need a network between them",
-            hint="add e.g. network: {kind: infiniband, latency_us: 2.0}",
-        )
+    if net is None:
+        if num_nodes > 1:
+            raise root.fail(
+                None,
+                f"missing key 'network': {num_nodes} nodes need a network between them",
+                hint="add e.g. network: {kind: infiniband, latency_us: 2.0}",
+            )
+        return None
+    network = NetworkSpec(
+        kind=net.string("kind", choices=NETWORK_KINDS),
+        latency_us=net.number("latency_us", DEFAULT_NETWORK_LATENCY_US, strict=False),
+    )
+    net.done()
+    return network
 
+
+def _switches(doc: YamlDoc, root: Section) -> list[tuple[str, str]]:
+    """Read `switches`: (name, YAML path) pairs."""
     switches: list[tuple[str, str]] = []
     for path, value in root.items("switches", None):
         if not isinstance(value, str) or not value.strip():
@@ -280,7 +282,11 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
                 hint="name switches like box/plx0",
             )
         switches.append((value, path))
+    return switches
 
+
+def _links(doc: YamlDoc, root: Section) -> list[LinkSpec]:
+    """Read `links`: explicit links between GPUs, switches or NICs."""
     links: list[LinkSpec] = []
     for path, value in root.items("links", None):
         link = Section(doc, value, path)
@@ -295,6 +301,25 @@ def read_spec(doc: YamlDoc) -> TopologySpec:
             )
         )
         link.done()
+    return links
+
+
+def read_spec(doc: YamlDoc) -> TopologySpec:
+    """Check a topology document against the schema and return its spec.
+
+    Raises
+    ------
+    TopologyError (the document's error class), naming the YAML path: unknown or
+    missing keys, wrong types, non-positive figures, unknown GPU types, duplicate names.
+    """
+    root = doc.root()
+    name = root.string("name")
+    description = root.string("description", "")
+    gpu_types = _gpu_types(doc, root)
+    nodes = _nodes(doc, root, gpu_types)
+    network = _network(root, len(nodes))
+    switches = _switches(doc, root)
+    links = _links(doc, root)
     calibration = None
     calibration_section = root.section("calibration", None)
     if calibration_section is not None:
