@@ -303,6 +303,77 @@ def _header(cells: list[str], source: str, line: int) -> list[str]:
     return cells
 
 
+class _Cells:
+    """One data row's cells by column name, with the checks that name their cell."""
+
+    def __init__(self, header: list[str], cells: list[str], source: str, line: int) -> None:
+        self.value = dict(zip(header, cells, strict=True))
+        self.column = {name: i + 1 for i, name in enumerate(header)}
+        self.at = f"{source}:{line}"
+
+    def where(self, name: str) -> str:
+        return f"{self.at}:{self.column[name]}" if name in self.column else self.at
+
+    def integer(self, name: str, low: int = 1) -> int:
+        value, where = self.value[name], self.where(name)
+        try:
+            out = int(value)
+        except ValueError:
+            out = low - 1
+            if value.replace(".", "", 1).isdigit() and float(value).is_integer():
+                out = int(float(value))
+        if out < low:
+            raise DataError(f"{name}: expected an integer >= {low}, got {value!r:.40}",
+                            where=where, hint=f"{_MEANING[name]}; {_SEE_DOCS}")
+        if out > _LIMITS[name]:
+            raise DataError(
+                f"{name}: {value:.40} is more than placer handles ({_LIMITS[name]:,})",
+                where=where, hint=f"{_MEANING[name]}; limits: docs/limits.md",
+            )
+        return out
+
+    def choice(self, name: str, options: Sequence[str]) -> str:
+        if self.value[name] not in options:
+            raise DataError(
+                f"{name}: expected one of {', '.join(options)}, got {self.value[name]!r}",
+                where=self.where(name), hint=f"{_MEANING[name]}; {_SEE_DOCS}",
+            )
+        return self.value[name]
+
+    def measured_us(self) -> float:
+        try:
+            measured = float(self.value["measured_us"])
+        except ValueError:
+            measured = math.nan
+        if not (math.isfinite(measured) and measured > 0):
+            raise DataError(f"measured_us: expected a time > 0 in microseconds, got"
+                            f" {self.value['measured_us']!r}", where=self.where("measured_us"),
+                            hint=f"{_MEANING['measured_us']}; {_SEE_DOCS}")
+        return measured
+
+
+def _check_columns(row: _Cells, header: list[str], benchmark: str) -> None:
+    """Each column the benchmark uses is present and filled; no other column is filled."""
+    fields = FIELDS[benchmark]
+    value = row.value
+    for name in header:
+        if value[name] and name not in fields and name not in _ALWAYS:
+            raise DataError(
+                f"{name}: {benchmark} rows do not use this column, got {value[name]!r}",
+                where=row.where(name), hint=f"leave it empty; {benchmark} rows use"
+                f" {', '.join(fields)}, measured_us and note",
+            )
+    for name in (*fields, "measured_us"):
+        if name not in row.column:
+            raise DataError(
+                f"{benchmark} rows need a {name!r} column and the header has none",
+                where=row.at, hint=f"add {name} to the header; {_SEE_DOCS}",
+            )
+        if not value[name]:
+            raise DataError(f"{name}: empty cell", where=row.where(name),
+                            hint=f"{benchmark} rows give {', '.join(fields)} and measured_us")
+
+
 def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
     if len(cells) > len(header):
         raise DataError(
@@ -310,68 +381,15 @@ def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
             where=f"{source}:{line}:{len(header) + 1}",
             hint="quote cells that contain commas (\"a, b\")",
         )
-    cells = cells + [""] * (len(header) - len(cells))
-    value = dict(zip(header, cells, strict=True))
-    column = {name: i + 1 for i, name in enumerate(header)}
-
-    def where(name: str) -> str:
-        return f"{source}:{line}:{column[name]}" if name in column else f"{source}:{line}"
-
-    benchmark = value["benchmark"]
+    row = _Cells(header, cells + [""] * (len(header) - len(cells)), source, line)
+    benchmark = row.value["benchmark"]
     if benchmark not in BENCHMARKS:
-        raise DataError(f"benchmark: unknown benchmark {benchmark!r}", where=where("benchmark"),
+        raise DataError(f"benchmark: unknown benchmark {benchmark!r}", where=row.where("benchmark"),
                         hint=f"one of: {', '.join(BENCHMARKS)}")
-    fields = FIELDS[benchmark]
-    for name in header:
-        if value[name] and name not in fields and name not in _ALWAYS:
-            raise DataError(
-                f"{name}: {benchmark} rows do not use this column, got {value[name]!r}",
-                where=where(name), hint=f"leave it empty; {benchmark} rows use"
-                f" {', '.join(fields)}, measured_us and note",
-            )
-    for name in (*fields, "measured_us"):
-        if name not in column:
-            raise DataError(
-                f"{benchmark} rows need a {name!r} column and the header has none",
-                where=f"{source}:{line}", hint=f"add {name} to the header; {_SEE_DOCS}",
-            )
-        if not value[name]:
-            raise DataError(f"{name}: empty cell", where=where(name),
-                            hint=f"{benchmark} rows give {', '.join(fields)} and measured_us")
-
-    def integer(name: str, low: int = 1) -> int:
-        try:
-            out = int(value[name])
-        except ValueError:
-            out = low - 1
-            if value[name].replace(".", "", 1).isdigit() and float(value[name]).is_integer():
-                out = int(float(value[name]))
-        if out < low:
-            raise DataError(f"{name}: expected an integer >= {low}, got {value[name]!r:.40}",
-                            where=where(name), hint=f"{_MEANING[name]}; {_SEE_DOCS}")
-        if out > _LIMITS[name]:
-            raise DataError(
-                f"{name}: {value[name]:.40} is more than placer handles ({_LIMITS[name]:,})",
-                where=where(name), hint=f"{_MEANING[name]}; limits: docs/limits.md",
-            )
-        return out
-
-    def choice(name: str, options: Sequence[str]) -> str:
-        if value[name] not in options:
-            raise DataError(f"{name}: expected one of {', '.join(options)}, got {value[name]!r}",
-                            where=where(name), hint=f"{_MEANING[name]}; {_SEE_DOCS}")
-        return value[name]
-
-    try:
-        measured = float(value["measured_us"])
-    except ValueError:
-        measured = math.nan
-    if not (math.isfinite(measured) and measured > 0):
-        raise DataError(f"measured_us: expected a time > 0 in microseconds, got"
-                        f" {value['measured_us']!r}", where=where("measured_us"),
-                        hint=f"{_MEANING['measured_us']}; {_SEE_DOCS}")
-    note = value.get("note", "")
-    at = f"{source}:{line}"
+    _check_columns(row, header, benchmark)
+    measured = row.measured_us()
+    note = row.value.get("note", "")
+    integer, choice, at = row.integer, row.choice, row.at
     try:
         if benchmark == EXPERT_GEMM:
             return GemmTiming(
@@ -383,7 +401,7 @@ def _row(header: list[str], cells: list[str], source: str, line: int) -> Timing:
         if integer("num_gpus") * integer("tokens_per_gpu") > constants.MAX_CALIBRATE_TOKENS:
             raise DataError(
                 f"num_gpus x tokens_per_gpu is more than the {constants.MAX_CALIBRATE_TOKENS:,}"
-                " tokens placer routes for one case", where=where("tokens_per_gpu"),
+                " tokens placer routes for one case", where=row.where("tokens_per_gpu"),
                 hint="measure fewer tokens per GPU (limits: docs/limits.md)",
             )
         case = AllToAllCase(
