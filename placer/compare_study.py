@@ -6,6 +6,7 @@ The schema is :func:`study_from_yaml`'s (docs/compare.md); the comparison itself
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,25 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         trace = tuple(resolve(_yaml_string(root, p, v, "trace")) for p, v in root.items("trace"))
     elif raw_trace is not None:
         trace = (resolve(root.string("trace")),)
+    settings_kwargs = _yaml_settings(root, resolve)
+    topologies = tuple(resolve(_yaml_string(root, p, v, "topology"))
+                       for p, v in root.items("topologies", []))
+    sweep = _yaml_sweep(root)
+    solvers = tuple(_yaml_string(root, p, v, "solver") for p, v in root.items("solvers", []))
+    grid = Grid(topologies, sweep, solvers or ("eplb",)) if topologies else None
+    scenarios = _yaml_scenarios(doc, root, resolve)
+    root.done()
+    if not scenarios and grid is None:
+        raise doc.fail("", "the scenario file names no scenario",
+                       hint="give 'topologies' (with 'redundant' and 'solvers') or 'scenarios'")
+    return Study(tuple(scenarios), CompareSettings(**settings_kwargs), trace,
+                 {"source": source}, grid=grid)
+
+
+def _yaml_settings(root: Any, resolve: Callable[[str], str]) -> dict[str, Any]:
+    """The scenario file's settings, as keyword arguments of :class:`CompareSettings`
+    (keys the file leaves out keep their defaults)."""
+    from placer.workload import ENGINES, PHASES
 
     model = root.string("model", None)
     settings_kwargs: dict[str, Any] = {"model": resolve(model) if model else ""}
@@ -176,8 +196,6 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         if count is not None:
             settings_kwargs[key] = count
     settings_kwargs["holdout"] = root.boolean("holdout", True)
-    from placer.workload import ENGINES, PHASES
-
     engine = root.string("engine", None, choices=ENGINES)
     if engine is not None:
         settings_kwargs["engine"] = engine
@@ -187,23 +205,21 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
     tokens = root.integer("tokens_per_gpu", None, minimum=1)
     if tokens is not None:
         settings_kwargs["tokens_per_gpu"] = tokens
-
     target = root.number("p99_target_us", None)
     if target is not None:
         settings_kwargs["p99_target_us"] = target
     slack = root.number("p99_slack_pct", None, strict=False)
     if slack is not None:
         settings_kwargs["p99_slack_pct"] = slack
+    return settings_kwargs
 
-    topologies = tuple(resolve(_yaml_string(root, p, v, "topology"))
-                       for p, v in root.items("topologies", []))
-    sweep = _yaml_sweep(root)
-    solvers = tuple(_yaml_string(root, p, v, "solver") for p, v in root.items("solvers", []))
-    grid = Grid(topologies, sweep, solvers or ("eplb",)) if topologies else None
+
+def _yaml_scenarios(doc: Any, root: Any, resolve: Callable[[str], str]) -> list[Scenario]:
+    """The file's explicit ``scenarios`` list, in order."""
+    from placer.yaml_schema import Section
+
     scenarios: list[Scenario] = []
     for path, value in root.items("scenarios", []):
-        from placer.yaml_schema import Section
-
         item = Section(doc, value, path)
         scenarios.append(Scenario(
             topology=resolve(item.string("topology")),
@@ -212,12 +228,7 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
             name=item.string("name", ""),
         ))
         item.done()
-    root.done()
-    if not scenarios and grid is None:
-        raise doc.fail("", "the scenario file names no scenario",
-                       hint="give 'topologies' (with 'redundant' and 'solvers') or 'scenarios'")
-    return Study(tuple(scenarios), CompareSettings(**settings_kwargs), trace,
-                 {"source": source}, grid=grid)
+    return scenarios
 
 
 def read_study(path: str | Path) -> Study:
