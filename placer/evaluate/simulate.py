@@ -34,7 +34,7 @@ from placer.evaluate.metrics import (
     vllm_balancedness,
 )
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE, comm_time_us, compute_time_us
-from placer.evaluate.traffic import Fabric, Segments, layer_traffic
+from placer.evaluate.traffic import Fabric, LayerTraffic, Segments, layer_traffic
 from placer.placement import Placement, hot_shard_ratio
 
 if TYPE_CHECKING:
@@ -110,188 +110,337 @@ def simulate(
     ``table`` is the ``[layers, G, E]`` static dispatch table of the ``sglang`` and
     ``local_first`` policies (:func:`_static_table`).
     """
-    num_layers = placement.num_layers
-    num_gpus = placement.num_gpus
-    num_slots = placement.num_physical
-    num_experts = placement.num_experts
-    slots_per_gpu = placement.slots_per_gpu
-    num_batches = batches.num_batches
-    l2p = placement.logical_to_physical
-    counts = placement.replica_counts
-    p2l = placement.physical_to_logical
     if params.policy in STATIC_POLICIES and table is None:
         table = static_dispatch_table(placement, params.seed, policy=params.policy,
                                       node_of_gpu=np.asarray(topology.node_of_gpu))
-    # round robin: selections per (expert, k position), to tell when the order matters
-    watch_order = params.policy == "round_robin"
-    kpos_counts: np.ndarray | None = None
-    slot_total = np.zeros((num_layers, num_slots))
-
-    activation_bytes = float(model.activation_bytes(dtype))
-    combine_bytes = float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE)
-    expert_bytes = float(model.expert_bytes(dtype))
-    flops_per_token = float(
-        constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size * model.moe_intermediate_size
+    replay = _Replay(
+        batches=batches, fabric=fabric, costs=_UnitCosts.of(fabric, topology, model, dtype),
+        policy=params.policy, mode=params.mode, table=table,
+        logical_to_physical=placement.logical_to_physical,
+        replica_counts=placement.replica_counts,
+        physical_to_logical=placement.physical_to_logical,
+        num_experts=placement.num_experts, slots_per_gpu=placement.slots_per_gpu,
     )
-    hbm = np.asarray(topology.hbm_gbps, dtype=np.float64) * topology.hbm_efficiency
-    tflops = topology.tflops(dtype) * topology.flops_efficiency
-    intra = (fabric.link_class == INTRA_NODE)
-    inter = (fabric.link_class == INTER_NODE)
-
-    shape = (num_batches, num_layers)
-    batch_max = np.full(shape, np.nan)
-    batch_mean = np.full(shape, np.nan)
-    split_max = np.full(shape, np.nan)  # each expert's count split evenly over replicas
-    split_mean = np.full(shape, np.nan)
-    layer_time = np.full(shape, np.nan)
-    a2a_time = np.full(shape, np.nan)
-    dispatch_time = np.full(shape, np.nan)
-    combine_time = np.full(shape, np.nan)
-    compute_time = np.full(shape, np.nan)
-    gpu_load = np.zeros((num_layers, num_gpus))
-    tokens = np.zeros(num_layers)
-    remote_gpu = np.zeros(num_layers)
-    remote_node = np.zeros(num_layers)
-    copies_intra = np.zeros(num_layers)
-    copies_inter = np.zeros(num_layers)
-
-    block_list = blocks(batches, num_gpus)
-    for row in range(num_layers):
+    tally = _Tally.empty(batches.num_batches, placement)
+    block_list = blocks(batches, placement.num_gpus)
+    for row in range(placement.num_layers):
         ids_all = experts_of(row)
         rng = random_generator(params.seed, int(placement.layer_ids[row]))
         for blk in block_list:
-            nb = blk.num_batches
-            ids = ids_all[blk.lo : blk.hi]
-            num_tok, top_k = ids.shape
-            batch = batches.batch_of_token[blk.lo : blk.hi] - blk.first_batch
-            source = batches.source[blk.lo : blk.hi]
-            valid = ids >= 0
-            if valid.all():
-                tok = np.repeat(np.arange(num_tok), top_k)
-                kpos = np.tile(np.arange(top_k), num_tok)
-                experts = ids.ravel()
-            else:
-                tok, kpos = np.nonzero(valid)
-                experts = ids[valid]
-            slots = choose_slots(
-                params.policy, experts, kpos, source[tok],
-                batches.rank_position[blk.lo : blk.hi][tok],
-                top_k=top_k, logical_to_physical=l2p[row], replica_counts=counts[row],
-                static_table=None if table is None else table[row], rng=rng,
-            )
-            gpu = slots // slots_per_gpu
-            slot_load = np.bincount(batch[tok] * num_slots + slots, minlength=nb * num_slots)
-            slot_load = slot_load.reshape(nb, num_slots)
-            # TensorRT-LLM's report: expert counts split evenly over replicas, per rank
-            expert_load = np.bincount(batch[tok] * num_experts + experts,
-                                      minlength=nb * num_experts).reshape(nb, num_experts)
-            share = expert_load[:, p2l[row]] / counts[row][p2l[row]]  # [nb, P]
-            split_bg = share.reshape(nb, num_gpus, slots_per_gpu).sum(axis=2)
-            if watch_order:
-                if kpos_counts is None:
-                    kpos_counts = np.zeros((num_layers, num_experts, top_k), dtype=np.int64)
-                kpos_counts[row] += np.bincount(
-                    experts * top_k + kpos, minlength=num_experts * top_k
-                ).reshape(num_experts, top_k)
-            tok_per_batch = np.bincount(batch[valid.any(axis=1)], minlength=nb)
-            traffic = layer_traffic(
-                tok, kpos, gpu, num_tok, top_k, blk.segments, fabric, params.mode
-            )
-            load_bg = traffic.gpu_load.astype(np.float64)
+            _replay_block(replay, tally, row, blk, ids_all[blk.lo : blk.hi], rng)
 
-            t_dispatch = comm_time_us(traffic.copies, activation_bytes, fabric)
-            t_combine = comm_time_us(traffic.copies.transpose(0, 2, 1), combine_bytes, fabric)
-            t_compute = compute_time_us(
-                slot_load, slots_per_gpu, expert_bytes, flops_per_token, hbm, tflops
-            )
-            empty = tok_per_batch == 0
-            sl = slice(blk.first_batch, blk.first_batch + nb)
+    batch_hot = ratio(tally.batch_max, tally.batch_mean)
+    per_layer = _per_layer_figures(tally, batch_hot, placement.layer_ids, replay.costs)
+    metrics = _metrics(tally, batch_hot, per_layer, model, replay.costs)
+    order_bias = None
+    if tally.kpos_counts is not None:
+        order_bias = round_robin_order_bias(tally.kpos_counts, tally.slot_total,
+                                            placement.physical_to_logical,
+                                            placement.num_gpus, placement.layer_ids)
+    return Simulation(metrics, per_layer, batch_hot, tally.layer_time, tally.gpu_load,
+                      order_bias)
 
-            def put(target: np.ndarray, values: np.ndarray, sl: slice = sl,
-                    empty: np.ndarray = empty, row: int = row) -> None:
-                target[sl, row] = np.where(empty, np.nan, values)
 
-            put(batch_max, load_bg.max(axis=1))
-            put(batch_mean, load_bg.mean(axis=1))
-            put(split_max, split_bg.max(axis=1))
-            put(split_mean, split_bg.mean(axis=1))
-            put(layer_time, (t_dispatch + t_compute + t_combine).max(axis=1))
-            put(a2a_time, (t_dispatch + t_combine).max(axis=1))
-            put(dispatch_time, t_dispatch.max(axis=1))
-            put(combine_time, t_combine.max(axis=1))
-            put(compute_time, t_compute.max(axis=1))
-            gpu_load[row] += load_bg.sum(axis=0)
-            slot_total[row] += slot_load.sum(axis=0)
-            tokens[row] += tok_per_batch.sum()
-            remote_gpu[row] += traffic.remote_gpu.sum()
-            remote_node[row] += traffic.remote_node.sum()
-            summed = traffic.copies.sum(axis=0)
-            copies_intra[row] += summed[intra].sum()
-            copies_inter[row] += summed[inter].sum()
+@dataclass(frozen=True)
+class _UnitCosts:
+    """What a copy, an expert and a token cost (the timing model's inputs).
 
-    batch_hot = ratio(batch_max, batch_mean)
-    split_imbalance = ratio(split_max, split_mean) - 1.0  # NaN where a batch has no token
-    per_token = np.maximum(tokens, 1)
-    total_tokens = max(float(tokens.sum()), 1.0)
-    bytes_per_copy = activation_bytes + combine_bytes
-    layer_ratio = hot_shard_ratio(gpu_load)
-    step = np.where(np.isfinite(layer_time).any(axis=1), np.nansum(layer_time, axis=1), np.nan)
-    p50 = nan_percentile(layer_time, 50)
-    p99 = nan_percentile(layer_time, 99)
+    Attributes
+    ----------
+    activation_bytes: bytes of one dispatch copy (``model.activation_bytes(dtype)``).
+    combine_bytes: bytes of one combine copy (``hidden x 2``).
+    expert_bytes: bytes of one expert's weights at the evaluated dtype.
+    flops_per_token: expert FFN flops of one token.
+    hbm: ``[G]`` float64 achieved HBM bandwidth, GB/s.
+    tflops: ``[G]`` float64 achieved TFLOPS at the evaluated dtype.
+    intra, inter: ``[G, G]`` bool pairs whose copies travel inside / across nodes.
+    """
 
-    def col_pct(values: np.ndarray, q: float) -> np.ndarray:
-        return np.array([nan_percentile(values[:, i], q) for i in range(num_layers)])
+    activation_bytes: float
+    combine_bytes: float
+    expert_bytes: float
+    flops_per_token: float
+    hbm: np.ndarray
+    tflops: np.ndarray
+    intra: np.ndarray
+    inter: np.ndarray
 
-    def col_mean(values: np.ndarray) -> np.ndarray:
-        finite = np.isfinite(values)
-        total = np.where(finite, values, 0.0).sum(axis=0)
-        return total / np.maximum(finite.sum(axis=0), 1)
+    @classmethod
+    def of(cls, fabric: Fabric, topology: Topology, model: ModelSpec, dtype: str) -> _UnitCosts:
+        return cls(
+            activation_bytes=float(model.activation_bytes(dtype)),
+            combine_bytes=float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE),
+            expert_bytes=float(model.expert_bytes(dtype)),
+            flops_per_token=float(constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size
+                                  * model.moe_intermediate_size),
+            hbm=np.asarray(topology.hbm_gbps, dtype=np.float64) * topology.hbm_efficiency,
+            tflops=topology.tflops(dtype) * topology.flops_efficiency,
+            intra=(fabric.link_class == INTRA_NODE),
+            inter=(fabric.link_class == INTER_NODE),
+        )
 
-    per_layer = {
-        "layer_id": placement.layer_ids.astype(np.float64),
-        "tokens": tokens,
-        "gpu_load_max": gpu_load.max(axis=1),
-        "gpu_load_mean": gpu_load.mean(axis=1),
-        "hot_shard_ratio": layer_ratio,
-        "batch_hot_shard_p50": col_pct(batch_hot, 50),
-        "batch_hot_shard_p99": col_pct(batch_hot, 99),
-        "remote_copies_gpu": remote_gpu / per_token,
-        "remote_copies_node": remote_node / per_token,
+    @property
+    def bytes_per_copy(self) -> float:
+        """Bytes a copy moves over both phases (dispatch then combine)."""
+        return self.activation_bytes + self.combine_bytes
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """What every (layer, block) step of the replay reads and never changes.
+
+    ``logical_to_physical``, ``replica_counts``, ``physical_to_logical``: the placement's
+    arrays, one row per evaluated layer; ``table``: the static dispatch table or None.
+    """
+
+    batches: Batches
+    fabric: Fabric
+    costs: _UnitCosts
+    policy: str
+    mode: str
+    table: np.ndarray | None
+    logical_to_physical: np.ndarray
+    replica_counts: np.ndarray
+    physical_to_logical: np.ndarray
+    num_experts: int
+    slots_per_gpu: int
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.physical_to_logical.shape[1])
+
+
+@dataclass
+class _Tally:
+    """The replay's figures, filled in place block by block.
+
+    ``[batches, layers]`` float64 (NaN where the batch has no token in the layer):
+    ``batch_max`` / ``batch_mean`` GPU load, ``split_max`` / ``split_mean`` the same with
+    each expert's count split evenly over its replicas (TensorRT-LLM's report), and the
+    max over GPUs of ``layer_time`` (dispatch + compute + combine), ``a2a_time``
+    (dispatch + combine), ``dispatch_time``, ``combine_time``, ``compute_time``,
+    microseconds.  ``gpu_load``: ``[layers, G]`` tokens each GPU processed;
+    ``slot_total``: ``[layers, P]`` selections each slot served; ``[layers]`` totals:
+    ``tokens``, ``remote_gpu`` / ``remote_node`` deliveries, ``copies_intra`` /
+    ``copies_inter``.  ``kpos_counts``: ``[layers, E, top_k]`` selections per (expert, k
+    position), round robin only (to tell when the order matters), else None.
+    """
+
+    batch_max: np.ndarray
+    batch_mean: np.ndarray
+    split_max: np.ndarray
+    split_mean: np.ndarray
+    layer_time: np.ndarray
+    a2a_time: np.ndarray
+    dispatch_time: np.ndarray
+    combine_time: np.ndarray
+    compute_time: np.ndarray
+    gpu_load: np.ndarray
+    slot_total: np.ndarray
+    tokens: np.ndarray
+    remote_gpu: np.ndarray
+    remote_node: np.ndarray
+    copies_intra: np.ndarray
+    copies_inter: np.ndarray
+    kpos_counts: np.ndarray | None = None
+
+    @classmethod
+    def empty(cls, num_batches: int, placement: Placement) -> _Tally:
+        shape = (num_batches, placement.num_layers)
+        num_layers = placement.num_layers
+
+        def cells() -> np.ndarray:
+            return np.full(shape, np.nan)
+
+        return cls(
+            batch_max=cells(), batch_mean=cells(), split_max=cells(), split_mean=cells(),
+            layer_time=cells(), a2a_time=cells(), dispatch_time=cells(),
+            combine_time=cells(), compute_time=cells(),
+            gpu_load=np.zeros((num_layers, placement.num_gpus)),
+            slot_total=np.zeros((num_layers, placement.num_physical)),
+            tokens=np.zeros(num_layers), remote_gpu=np.zeros(num_layers),
+            remote_node=np.zeros(num_layers), copies_intra=np.zeros(num_layers),
+            copies_inter=np.zeros(num_layers),
+        )
+
+    def count_positions(self, row: int, experts: np.ndarray, kpos: np.ndarray, top_k: int,
+                        num_experts: int) -> None:
+        """Add the selections per (expert, k position) of one block of layer ``row``."""
+        if self.kpos_counts is None:
+            self.kpos_counts = np.zeros((self.tokens.size, num_experts, top_k), dtype=np.int64)
+        self.kpos_counts[row] += np.bincount(
+            experts * top_k + kpos, minlength=num_experts * top_k
+        ).reshape(num_experts, top_k)
+
+
+@dataclass(frozen=True)
+class _PhaseTimes:
+    """``[batches, G]`` float64 microseconds of each phase of one layer on one block."""
+
+    dispatch: np.ndarray
+    compute: np.ndarray
+    combine: np.ndarray
+
+
+def _replay_block(replay: _Replay, tally: _Tally, row: int, blk: Block, ids: np.ndarray,
+                  rng: np.random.Generator) -> None:
+    """Replay layer ``row`` on one block (``ids``: the block's ``[tokens, k]`` experts)."""
+    batches = replay.batches
+    num_tok, top_k = ids.shape
+    batch = batches.batch_of_token[blk.lo : blk.hi] - blk.first_batch
+    source = batches.source[blk.lo : blk.hi]
+    valid = ids >= 0
+    tok, kpos, experts = _selections(ids, valid)
+    slots = choose_slots(
+        replay.policy, experts, kpos, source[tok],
+        batches.rank_position[blk.lo : blk.hi][tok],
+        top_k=top_k, logical_to_physical=replay.logical_to_physical[row],
+        replica_counts=replay.replica_counts[row],
+        static_table=None if replay.table is None else replay.table[row], rng=rng,
+    )
+    slot_load, split_bg = _slot_loads(replay, row, blk.num_batches, batch[tok], slots, experts)
+    if replay.policy == "round_robin":
+        tally.count_positions(row, experts, kpos, top_k, replay.num_experts)
+    tok_per_batch = np.bincount(batch[valid.any(axis=1)], minlength=blk.num_batches)
+    traffic = layer_traffic(tok, kpos, slots // replay.slots_per_gpu, num_tok, top_k,
+                            blk.segments, replay.fabric, replay.mode)
+    costs = replay.costs
+    times = _PhaseTimes(
+        dispatch=comm_time_us(traffic.copies, costs.activation_bytes, replay.fabric),
+        compute=compute_time_us(slot_load, replay.slots_per_gpu, costs.expert_bytes,
+                                costs.flops_per_token, costs.hbm, costs.tflops),
+        combine=comm_time_us(traffic.copies.transpose(0, 2, 1), costs.combine_bytes,
+                             replay.fabric),
+    )
+    _record(tally, row, blk, tok_per_batch, traffic, slot_load, split_bg, times, costs)
+
+
+def _selections(ids: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                              np.ndarray]:
+    """``(token, k position, expert)`` of each selection of ``[tokens, k]`` ``ids``."""
+    num_tok, top_k = ids.shape
+    if valid.all():
+        return (np.repeat(np.arange(num_tok), top_k), np.tile(np.arange(top_k), num_tok),
+                ids.ravel())
+    tok, kpos = np.nonzero(valid)
+    return tok, kpos, ids[valid]
+
+
+def _slot_loads(replay: _Replay, row: int, nb: int, batch: np.ndarray, slots: np.ndarray,
+                experts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``([nb, P], [nb, G])``: selections each slot served per batch, and each GPU's load
+    with every expert's count split evenly over its replicas (TensorRT-LLM's report).
+
+    ``batch``, ``slots``, ``experts``: ``[selections]`` batch (in the block), chosen slot
+    and expert of each selection.
+    """
+    num_slots, num_experts = replay.num_slots, replay.num_experts
+    p2l, counts = replay.physical_to_logical[row], replay.replica_counts[row]
+    slot_load = np.bincount(batch * num_slots + slots, minlength=nb * num_slots)
+    slot_load = slot_load.reshape(nb, num_slots)
+    expert_load = np.bincount(batch * num_experts + experts,
+                              minlength=nb * num_experts).reshape(nb, num_experts)
+    share = expert_load[:, p2l] / counts[p2l]  # [nb, P]
+    split_bg = share.reshape(nb, replay.fabric.num_gpus, replay.slots_per_gpu).sum(axis=2)
+    return slot_load, split_bg
+
+
+def _record(tally: _Tally, row: int, blk: Block, tok_per_batch: np.ndarray,
+            traffic: LayerTraffic, slot_load: np.ndarray, split_bg: np.ndarray,
+            times: _PhaseTimes, costs: _UnitCosts) -> None:
+    """Write one (layer, block)'s figures into ``tally`` (NaN for batches without tokens)."""
+    load_bg = traffic.gpu_load.astype(np.float64)
+    empty = tok_per_batch == 0
+    sl = slice(blk.first_batch, blk.first_batch + blk.num_batches)
+
+    def put(target: np.ndarray, values: np.ndarray) -> None:
+        target[sl, row] = np.where(empty, np.nan, values)
+
+    put(tally.batch_max, load_bg.max(axis=1))
+    put(tally.batch_mean, load_bg.mean(axis=1))
+    put(tally.split_max, split_bg.max(axis=1))
+    put(tally.split_mean, split_bg.mean(axis=1))
+    put(tally.layer_time, (times.dispatch + times.compute + times.combine).max(axis=1))
+    put(tally.a2a_time, (times.dispatch + times.combine).max(axis=1))
+    put(tally.dispatch_time, times.dispatch.max(axis=1))
+    put(tally.combine_time, times.combine.max(axis=1))
+    put(tally.compute_time, times.compute.max(axis=1))
+    tally.gpu_load[row] += load_bg.sum(axis=0)
+    tally.slot_total[row] += slot_load.sum(axis=0)
+    tally.tokens[row] += tok_per_batch.sum()
+    tally.remote_gpu[row] += traffic.remote_gpu.sum()
+    tally.remote_node[row] += traffic.remote_node.sum()
+    summed = traffic.copies.sum(axis=0)
+    tally.copies_intra[row] += summed[costs.intra].sum()
+    tally.copies_inter[row] += summed[costs.inter].sum()
+
+
+def _per_layer_figures(tally: _Tally, batch_hot: np.ndarray, layer_ids: np.ndarray,
+                       costs: _UnitCosts) -> dict[str, np.ndarray]:
+    """``[layers]`` figures of :attr:`Evaluation.per_layer` the replay gives."""
+    per_token = np.maximum(tally.tokens, 1)
+    bytes_per_copy = costs.bytes_per_copy
+    copies_intra, copies_inter = tally.copies_intra, tally.copies_inter
+    return {
+        "layer_id": layer_ids.astype(np.float64),
+        "tokens": tally.tokens,
+        "gpu_load_max": tally.gpu_load.max(axis=1),
+        "gpu_load_mean": tally.gpu_load.mean(axis=1),
+        "hot_shard_ratio": hot_shard_ratio(tally.gpu_load),
+        "batch_hot_shard_p50": _column_percentile(batch_hot, 50),
+        "batch_hot_shard_p99": _column_percentile(batch_hot, 99),
+        "remote_copies_gpu": tally.remote_gpu / per_token,
+        "remote_copies_node": tally.remote_node / per_token,
         "copies_intra": copies_intra / per_token,
         "copies_inter": copies_inter / per_token,
         "bytes_intra": copies_intra * bytes_per_copy / per_token,
         "bytes_inter": copies_inter * bytes_per_copy / per_token,
-        "dispatch_us": col_mean(dispatch_time),
-        "compute_us": col_mean(compute_time),
-        "combine_us": col_mean(combine_time),
-        "all_to_all_us": col_mean(a2a_time),
-        "layer_time_p50_us": col_pct(layer_time, 50),
-        "layer_time_p99_us": col_pct(layer_time, 99),
-        "trtllm_imbalance": col_mean(split_imbalance),
+        "dispatch_us": _column_mean(tally.dispatch_time),
+        "compute_us": _column_mean(tally.compute_time),
+        "combine_us": _column_mean(tally.combine_time),
+        "all_to_all_us": _column_mean(tally.a2a_time),
+        "layer_time_p50_us": _column_percentile(tally.layer_time, 50),
+        "layer_time_p99_us": _column_percentile(tally.layer_time, 99),
+        # NaN where a batch has no token
+        "trtllm_imbalance": _column_mean(ratio(tally.split_max, tally.split_mean) - 1.0),
     }
+
+
+def _metrics(tally: _Tally, batch_hot: np.ndarray, per_layer: dict[str, np.ndarray],
+             model: ModelSpec, costs: _UnitCosts) -> dict[str, Any]:
+    """The flat figures of the replay (keys of :data:`placer.evaluate.core.METRIC_KEYS`)."""
+    layer_ratio = per_layer["hot_shard_ratio"]
+    has_layers = tally.tokens.size > 0
+    total_tokens = max(float(tally.tokens.sum()), 1.0)
+    bytes_per_copy = costs.bytes_per_copy
+    layer_time = tally.layer_time
+    step = np.where(np.isfinite(layer_time).any(axis=1), np.nansum(layer_time, axis=1), np.nan)
+    p50 = nan_percentile(layer_time, 50)
+    p99 = nan_percentile(layer_time, 99)
     layer_p50 = per_layer["layer_time_p50_us"]
     layer_p99 = per_layer["layer_time_p99_us"]
     step_p50 = nan_percentile(step, 50)
     step_p99 = nan_percentile(step, 99)
-    metrics: dict[str, Any] = {
-        "hot_shard_ratio_median": float(np.median(layer_ratio)) if num_layers else np.nan,
-        "hot_shard_ratio_worst": float(np.max(layer_ratio)) if num_layers else np.nan,
+    copies_intra, copies_inter = tally.copies_intra, tally.copies_inter
+    return {
+        "hot_shard_ratio_median": float(np.median(layer_ratio)) if has_layers else np.nan,
+        "hot_shard_ratio_worst": float(np.max(layer_ratio)) if has_layers else np.nan,
         "batch_hot_shard_p50": nan_percentile(batch_hot, 50),
         "batch_hot_shard_p99": nan_percentile(batch_hot, 99),
-        "vllm_balancedness": vllm_balancedness(batch_max, batch_mean),
+        "vllm_balancedness": vllm_balancedness(tally.batch_max, tally.batch_mean),
         "sglang_balancedness": sglang_balancedness(
-            batch_max, batch_mean,
+            tally.batch_max, tally.batch_mean,
             dense_layers=max(model.num_hidden_layers - model.num_moe_layers, 0),
         ),
-        "trtllm_imbalance": trtllm_imbalance(split_max, split_mean),
-        "remote_copies_per_token_gpu": remote_gpu.sum() / total_tokens,
-        "remote_copies_per_token_node": remote_node.sum() / total_tokens,
+        "trtllm_imbalance": trtllm_imbalance(tally.split_max, tally.split_mean),
+        "remote_copies_per_token_gpu": tally.remote_gpu.sum() / total_tokens,
+        "remote_copies_per_token_node": tally.remote_node.sum() / total_tokens,
         "copies_per_token_intra": copies_intra.sum() / total_tokens,
         "copies_per_token_inter": copies_inter.sum() / total_tokens,
         "bytes_per_token_intra": copies_intra.sum() * bytes_per_copy / total_tokens,
         "bytes_per_token_inter": copies_inter.sum() * bytes_per_copy / total_tokens,
-        "all_to_all_us": _finite_mean(a2a_time),
-        "compute_us": _finite_mean(compute_time),
+        "all_to_all_us": _finite_mean(tally.a2a_time),
+        "compute_us": _finite_mean(tally.compute_time),
         "moe_layer_p50_us": p50,
         "moe_layer_p99_us": p99,
         "p99_over_p50": p99 / p50 if p50 > 0 else np.nan,
@@ -304,11 +453,18 @@ def simulate(
         "step_mean_us": _finite_mean(step),
         "step_p99_over_p50": step_p99 / step_p50 if step_p50 > 0 else np.nan,
     }
-    order_bias = None
-    if kpos_counts is not None:
-        order_bias = round_robin_order_bias(kpos_counts, slot_total, p2l, num_gpus,
-                                            placement.layer_ids)
-    return Simulation(metrics, per_layer, batch_hot, layer_time, gpu_load, order_bias)
+
+
+def _column_percentile(values: np.ndarray, q: float) -> np.ndarray:
+    """``[columns]`` percentile ``q`` of each column of ``values``, NaN ignored."""
+    return np.array([nan_percentile(values[:, i], q) for i in range(values.shape[1])])
+
+
+def _column_mean(values: np.ndarray) -> np.ndarray:
+    """``[columns]`` mean of each column's finite entries (0 where there is none)."""
+    finite = np.isfinite(values)
+    total = np.where(finite, values, 0.0).sum(axis=0)
+    return total / np.maximum(finite.sum(axis=0), 1)
 
 
 def _finite_mean(values: np.ndarray) -> float:
