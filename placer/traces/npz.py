@@ -174,13 +174,7 @@ def _scalar(a: np.ndarray) -> Any:
 
 def _read(path: Path, acc: Accumulator) -> None:
     where = str(path)
-    try:
-        zf = zipfile.ZipFile(path)
-    except ZIP_READ_ERRORS as e:
-        raise TraceError(
-            f"not a readable .npz file ({e})", where=where, hint=_DAMAGED_HINT
-        ) from None
-    with zf:
+    with _open_zip(path, where) as zf:
         check_zip(zf, where, TraceError)
         names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
         if "topk_ids" not in names:
@@ -192,87 +186,133 @@ def _read(path: Path, acc: Accumulator) -> None:
             )
         f_ids, shape, dtype, fortran = _open_array(zf, "topk_ids", where)
         with f_ids:
-            if len(shape) != 3:
-                raise TraceError(
-                    f"topk_ids has shape {shape}, expected [tokens, layers, k]",
-                    where=f"{where}: topk_ids", hint=_SHAPE_HINT,
-                )
-            if not np.issubdtype(dtype, np.integer):
-                raise TraceError(
-                    f"topk_ids has dtype {dtype}, expected integers (int16 or int32)",
-                    where=f"{where}: topk_ids", hint=_SHAPE_HINT,
-                )
-            t, nl, k = shape
-            if not 1 <= k <= constants.MAX_TOP_K:
-                raise TraceError(
-                    f"topk_ids has k = {k} experts per row; expected 1 to"
-                    f" {constants.MAX_TOP_K}", where=f"{where}: topk_ids", hint=_SHAPE_HINT,
-                )
-            if not 1 <= nl <= constants.MAX_LAYERS:
-                raise TraceError(
-                    f"topk_ids has {nl} layers; expected 1 to {constants.MAX_LAYERS}",
-                    where=f"{where}: topk_ids", hint=_SHAPE_HINT,
-                )
+            t, nl, _ = _check_ids_header(shape, dtype, where)
             meta = {
                 key: _scalar(read_member(zf, key, where)) for key in META_KEYS if key in names
             }
             acc.declare(where=where, **meta)
             layer_ids = _layer_ids(zf, names, nl, where)
-            order = np.argsort(layer_ids, kind="stable")
-            sort_cols = bool((order != np.arange(nl)).any())
             step = _token_array(zf, names, "step", t, where)
             rank = _token_array(zf, names, "rank", t, where)
-            f_w = None
-            if "topk_weights" in names:
-                f_w, w_shape, w_dtype, w_fortran = _open_array(zf, "topk_weights", where)
-                if w_shape != shape:
-                    f_w.close()
-                    raise TraceError(
-                        f"topk_weights has shape {w_shape}, expected {shape} like topk_ids",
-                        where=f"{where}: topk_weights", hint=_SHAPE_HINT,
-                    )
-                if not np.issubdtype(w_dtype, np.floating):
-                    f_w.close()
-                    raise TraceError(
-                        f"topk_weights has dtype {w_dtype}, expected floats",
-                        where=f"{where}: topk_weights", hint="gate weights are float32",
-                    )
-            if fortran or (f_w is not None and w_fortran):
+            weights = _open_weights(zf, names, shape, where)
+            if fortran or (weights is not None and weights[2]):
                 raise TraceError(
                     "arrays in Fortran order cannot be streamed",
                     where=where,
                     hint="save them with np.ascontiguousarray",
                 )
-            if f_w is not None and not acc.options.keep_tokens:
+            if weights is not None and not acc.options.keep_tokens:
                 # only the per-token trace carries weights: do not inflate them
-                f_w.close()
-                f_w = None
-            per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
-            buffers: dict[str, np.ndarray] = {}
+                weights[0].close()
+                weights = None
             try:
-                done = 0
-                while done < t:
-                    n = min(per_tok, t - done)
-                    ids = _read_rows(f_ids, dtype, (n, nl, k), where, "topk_ids", buffers)
-                    w = None
-                    if f_w is not None:
-                        w = _read_rows(f_w, w_dtype, (n, nl, k), where, "topk_weights",
-                                       buffers)
-                    if sort_cols:
-                        ids = ids[:, order]
-                        w = None if w is None else w[:, order]
-                    chunk = TokenChunk(
-                        topk_ids=ids,
-                        step=None if step is None else step[done : done + n],
-                        rank=None if rank is None else rank[done : done + n],
-                        topk_weights=w,
-                    )
-                    acc.add_tokens(chunk, layer_ids[order], token_offset=done)
-                    acc.advance(int(ids.nbytes * _ratio(path, zf)))
-                    done += n
+                _stream_tokens(
+                    acc, (f_ids, dtype), None if weights is None else weights[:2],
+                    shape, layer_ids, step, rank, where=where, ratio=_ratio(path, zf),
+                )
             finally:
-                if f_w is not None:
-                    f_w.close()
+                if weights is not None:
+                    weights[0].close()
+
+
+def _open_zip(path: Path, where: str) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(path)
+    except ZIP_READ_ERRORS as e:
+        raise TraceError(
+            f"not a readable .npz file ({e})", where=where, hint=_DAMAGED_HINT
+        ) from None
+
+
+def _check_ids_header(
+    shape: tuple[int, ...], dtype: np.dtype[Any], where: str
+) -> tuple[int, int, int]:
+    """``(tokens, layers, k)`` of ``topk_ids``, once its shape and dtype are checked."""
+    if len(shape) != 3:
+        raise TraceError(
+            f"topk_ids has shape {shape}, expected [tokens, layers, k]",
+            where=f"{where}: topk_ids", hint=_SHAPE_HINT,
+        )
+    if not np.issubdtype(dtype, np.integer):
+        raise TraceError(
+            f"topk_ids has dtype {dtype}, expected integers (int16 or int32)",
+            where=f"{where}: topk_ids", hint=_SHAPE_HINT,
+        )
+    t, nl, k = shape
+    if not 1 <= k <= constants.MAX_TOP_K:
+        raise TraceError(
+            f"topk_ids has k = {k} experts per row; expected 1 to"
+            f" {constants.MAX_TOP_K}", where=f"{where}: topk_ids", hint=_SHAPE_HINT,
+        )
+    if not 1 <= nl <= constants.MAX_LAYERS:
+        raise TraceError(
+            f"topk_ids has {nl} layers; expected 1 to {constants.MAX_LAYERS}",
+            where=f"{where}: topk_ids", hint=_SHAPE_HINT,
+        )
+    return t, nl, k
+
+
+def _open_weights(
+    zf: zipfile.ZipFile, names: set[str], shape: tuple[int, ...], where: str
+) -> tuple[IO[bytes], np.dtype[Any], bool] | None:
+    """Member ``topk_weights`` opened (stream, dtype, fortran order), or None without one."""
+    if "topk_weights" not in names:
+        return None
+    f_w, w_shape, w_dtype, w_fortran = _open_array(zf, "topk_weights", where)
+    if w_shape != shape:
+        f_w.close()
+        raise TraceError(
+            f"topk_weights has shape {w_shape}, expected {shape} like topk_ids",
+            where=f"{where}: topk_weights", hint=_SHAPE_HINT,
+        )
+    if not np.issubdtype(w_dtype, np.floating):
+        f_w.close()
+        raise TraceError(
+            f"topk_weights has dtype {w_dtype}, expected floats",
+            where=f"{where}: topk_weights", hint="gate weights are float32",
+        )
+    return f_w, w_dtype, w_fortran
+
+
+def _stream_tokens(
+    acc: Accumulator,
+    ids_member: tuple[IO[bytes], np.dtype[Any]],
+    weights_member: tuple[IO[bytes], np.dtype[Any]] | None,
+    shape: tuple[int, ...],
+    layer_ids: np.ndarray,
+    step: np.ndarray | None,
+    rank: np.ndarray | None,
+    *,
+    where: str,
+    ratio: float,
+) -> None:
+    """Feed ``topk_ids`` (and weights) to the accumulator in chunks of about
+    ``constants.CHUNK_ROWS`` rows, columns in layer order."""
+    t, nl, k = shape
+    order = np.argsort(layer_ids, kind="stable")
+    sort_cols = bool((order != np.arange(nl)).any())
+    sorted_ids = layer_ids[order]
+    per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
+    buffers: dict[str, np.ndarray] = {}
+    done = 0
+    while done < t:
+        n = min(per_tok, t - done)
+        ids = _read_rows(*ids_member, (n, nl, k), where, "topk_ids", buffers)
+        w = None
+        if weights_member is not None:
+            w = _read_rows(*weights_member, (n, nl, k), where, "topk_weights", buffers)
+        if sort_cols:
+            ids = ids[:, order]
+            w = None if w is None else w[:, order]
+        chunk = TokenChunk(
+            topk_ids=ids,
+            step=None if step is None else step[done : done + n],
+            rank=None if rank is None else rank[done : done + n],
+            topk_weights=w,
+        )
+        acc.add_tokens(chunk, sorted_ids, token_offset=done)
+        acc.advance(int(ids.nbytes * ratio))
+        done += n
 
 
 _SHAPE_HINT = "topk_ids is [tokens, layers, k] int16/int32 expert ids, -1 where none"
@@ -426,46 +466,7 @@ def write_npz_trace(
     )
     path = Path(path)
     with tempfile.TemporaryDirectory(prefix=".placer-npz-", dir=path.parent or ".") as folder:
-        spools: dict[str, _Spool] = {}
-        shape_k: int | None = None
-        total = 0
-        present: dict[str, bool] = {}
-        for c in chunks:
-            ids = np.asarray(c.topk_ids)
-            if ids.ndim != 3 or ids.shape[1] != lid.size:
-                raise UsageError(
-                    f"topk_ids chunk has shape {ids.shape}, expected [tokens, {lid.size}, k]"
-                )
-            if shape_k is not None and ids.shape[2] != shape_k:
-                raise UsageError(f"topk_ids chunk has k={ids.shape[2]}, earlier chunks {shape_k}")
-            if ids.size and (ids.max() >= constants.MAX_EXPERTS or ids.min() < -1):
-                raise UsageError(
-                    f"expert ids must be in [-1, {constants.MAX_EXPERTS}), got"
-                    f" [{ids.min()}, {ids.max()}]"
-                )
-            shape_k = ids.shape[2]
-            t = ids.shape[0]
-            parts = {
-                "topk_ids": ids, "topk_weights": c.topk_weights, "step": c.step, "rank": c.rank
-            }
-            for name, a in parts.items():
-                has = a is not None
-                if name in present and present[name] != has:
-                    raise UsageError(f"{name} is in some chunks but not in others")
-                present[name] = has
-                if a is None:
-                    continue
-                a = np.asarray(a)
-                expect = ids.shape if name in ("topk_ids", "topk_weights") else (t,)
-                if a.shape != expect:
-                    raise UsageError(f"{name} chunk has shape {a.shape}, expected {expect}")
-                if name not in spools:
-                    dtype = {"topk_ids": np.int16, "topk_weights": np.float32}.get(name, np.int64)
-                    spools[name] = _Spool(folder, name, np.dtype(dtype))
-                spools[name].write(a)
-            total += t
-        for s in spools.values():
-            s.close()
+        spools, shape_k, total = _spool_chunks(chunks, lid, folder)
         k = shape_k if shape_k is not None else 0
         scalars = {"top_k": k, **dict(meta or {})}
         with atomic_path(path) as tmp:
@@ -479,14 +480,73 @@ def write_npz_trace(
                     shape = (total, lid.size, k) if per_token else (total,)
                     _write_spool(zf, name, s, shape)
                 _write_member(zf, "layer_ids", lid)
-                for key, value in scalars.items():
-                    if value is None:
-                        continue
-                    a = np.asarray(value)
-                    if a.dtype == object:
-                        raise UsageError(f"meta[{key!r}] is not a plain value: {value!r}")
-                    _write_member(zf, key, a)
+                _write_scalars(zf, scalars)
     return total
+
+
+def _spool_chunks(
+    chunks: Iterator[TokenChunk], lid: np.ndarray, folder: str
+) -> tuple[dict[str, _Spool], int | None, int]:
+    """Write every chunk's arrays to spools in ``folder`` (closed on return): the spools
+    by member name, ``k`` (None without chunks) and the tokens written."""
+    spools: dict[str, _Spool] = {}
+    shape_k: int | None = None
+    total = 0
+    present: dict[str, bool] = {}
+    for c in chunks:
+        ids = np.asarray(c.topk_ids)
+        _check_chunk_ids(ids, lid, shape_k)
+        shape_k = ids.shape[2]
+        t = ids.shape[0]
+        parts = {
+            "topk_ids": ids, "topk_weights": c.topk_weights, "step": c.step, "rank": c.rank
+        }
+        for name, a in parts.items():
+            has = a is not None
+            if name in present and present[name] != has:
+                raise UsageError(f"{name} is in some chunks but not in others")
+            present[name] = has
+            if a is None:
+                continue
+            a = np.asarray(a)
+            expect = ids.shape if name in ("topk_ids", "topk_weights") else (t,)
+            if a.shape != expect:
+                raise UsageError(f"{name} chunk has shape {a.shape}, expected {expect}")
+            if name not in spools:
+                dtype = {"topk_ids": np.int16, "topk_weights": np.float32}.get(name, np.int64)
+                spools[name] = _Spool(folder, name, np.dtype(dtype))
+            spools[name].write(a)
+        total += t
+    for s in spools.values():
+        s.close()
+    return spools, shape_k, total
+
+
+def _check_chunk_ids(ids: np.ndarray, lid: np.ndarray, shape_k: int | None) -> None:
+    """A chunk's ``topk_ids``: ``[tokens, layers, k]`` with the earlier chunks' ``k``, ids
+    in ``[-1, MAX_EXPERTS)``."""
+    if ids.ndim != 3 or ids.shape[1] != lid.size:
+        raise UsageError(
+            f"topk_ids chunk has shape {ids.shape}, expected [tokens, {lid.size}, k]"
+        )
+    if shape_k is not None and ids.shape[2] != shape_k:
+        raise UsageError(f"topk_ids chunk has k={ids.shape[2]}, earlier chunks {shape_k}")
+    if ids.size and (ids.max() >= constants.MAX_EXPERTS or ids.min() < -1):
+        raise UsageError(
+            f"expert ids must be in [-1, {constants.MAX_EXPERTS}), got"
+            f" [{ids.min()}, {ids.max()}]"
+        )
+
+
+def _write_scalars(zf: zipfile.ZipFile, scalars: Mapping[str, Any]) -> None:
+    """One member per scalar that is not None."""
+    for key, value in scalars.items():
+        if value is None:
+            continue
+        a = np.asarray(value)
+        if a.dtype == object:
+            raise UsageError(f"meta[{key!r}] is not a plain value: {value!r}")
+        _write_member(zf, key, a)
 
 
 #: Timestamp of every member (the earliest a zip can store): same inputs, same bytes.

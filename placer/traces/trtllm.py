@@ -208,15 +208,42 @@ def _balancer_source(path: Path) -> tuple[dict[object, object], str, Path] | Non
 
 def read(path: Path, acc: Accumulator) -> None:
     """Accumulate a statistics folder, given as its ``meta_info.json`` or the folder."""
-    if path.is_dir():
-        path = path / META
-        if not path.is_file():
-            raise TraceError(
-                f"no {META} in the folder", where=str(path.parent),
-                hint="pass TensorRT-LLM's EXPERT_STATISTIC_PATH folder"
-                " (rank 0 writes meta_info.json there)",
-            )
+    path = _meta_path(path)
     folder = path.parent
+    meta, num_counts = _read_meta(path)
+    counts = _sum_rank_files(_rank_files(folder), num_counts, acc)
+    load, iters, layers = _iteration_load(counts, num_counts, folder)
+    balancer = _find_load_balancer(folder)
+    if balancer is not None:
+        load = _slots_to_experts(load, layers, *balancer)
+    else:
+        _check_not_slots(path, num_counts, acc)
+    acc.declare(
+        where=str(path),
+        num_experts=load.shape[2],
+        top_k=meta.get("num_experts_per_token"),
+    )
+    load, starts = fold_windows(load, np.asarray(iters, dtype=np.int64))
+    acc.add_aggregate(load, layer_ids=np.asarray(layers, dtype=np.int64), window_starts=starts,
+                      where=str(folder))
+
+
+def _meta_path(path: Path) -> Path:
+    """The ``meta_info.json`` a path names (itself, or the one in the folder it is)."""
+    if not path.is_dir():
+        return path
+    meta = path / META
+    if not meta.is_file():
+        raise TraceError(
+            f"no {META} in the folder", where=str(path),
+            hint="pass TensorRT-LLM's EXPERT_STATISTIC_PATH folder"
+            " (rank 0 writes meta_info.json there)",
+        )
+    return meta
+
+
+def _read_meta(path: Path) -> tuple[dict[str, object], int]:
+    """``meta_info.json`` as a dict, and the number of counts per row (its ``num_experts``)."""
     meta = load_json(
         read_document(path, TraceError, what="meta_info.json"), str(path), TraceError,
         hint="TensorRT-LLM writes {\"num_experts\": N, \"num_experts_per_token\": k}",
@@ -237,6 +264,11 @@ def read(path: Path, acc: Accumulator) -> None:
             f"num_experts {num_counts} is more than placer handles", where=f"{path}: num_experts",
             hint="limits: docs/limits.md",
         )
+    return meta, num_counts
+
+
+def _rank_files(folder: Path) -> list[Path]:
+    """The folder's ``rank{r}.safetensors`` files, by rank."""
     rank_files = sorted(
         (p for p in folder.iterdir() if _RANK_FILE.match(p.name)),
         key=lambda p: int(_RANK_FILE.match(p.name).group(1)),  # type: ignore[union-attr]
@@ -248,29 +280,18 @@ def read(path: Path, acc: Accumulator) -> None:
             hint="TensorRT-LLM writes them when EXPERT_STATISTIC_ITER_RANGE covers iterations"
             " that ran",
         )
+    return rank_files
+
+
+def _sum_rank_files(
+    rank_files: list[Path], num_counts: int, acc: Accumulator
+) -> dict[tuple[int, int], np.ndarray]:
+    """The counts of every ``(iteration, layer)``, summed over the rank files."""
     counts: dict[tuple[int, int], np.ndarray] = {}
     total = 0.0
     for rank_file in rank_files:
         for key, array in read_safetensors(rank_file).items():
-            match = _KEY.match(key)
-            if match is None:
-                raise TraceError(
-                    f"key {key!r:.60} is not '{{iter}}_{{layer}}'", where=str(rank_file),
-                    hint="TensorRT-LLM names each count '{iter}_{layer}'",
-                )
-            if array.shape != (num_counts,):
-                raise TraceError(
-                    f"{key} has shape {array.shape}, expected [{num_counts}] (num_experts in"
-                    " meta_info.json)",
-                    where=str(rank_file), hint="the rank files and meta_info.json must be of"
-                    " one run",
-                )
-            cell = (int(match.group(1)), int(match.group(2)))
-            if cell[1] > constants.MAX_LAYER_ID or cell[0] >= 1 << 62:
-                raise TraceError(
-                    f"key {key:.60} names layer {cell[1]} or iteration {cell[0]}, beyond"
-                    " placer's range", where=str(rank_file), hint="limits: docs/limits.md",
-                )
+            cell = _cell(key, array, num_counts, rank_file)
             # NaN, negative and fractional counts are refused before any conversion
             array = check_counts(array, key, str(rank_file))
             total += float(array.sum(dtype=np.float64))
@@ -283,10 +304,41 @@ def read(path: Path, acc: Accumulator) -> None:
         acc.advance(rank_file.stat().st_size)
     if not counts:
         raise TraceError(
-            "the rank files hold no counts", where=str(folder),
+            "the rank files hold no counts", where=str(rank_files[0].parent),
             hint="TensorRT-LLM writes them when EXPERT_STATISTIC_ITER_RANGE covers iterations"
             " that ran",
         )
+    return counts
+
+
+def _cell(key: str, array: np.ndarray, num_counts: int, rank_file: Path) -> tuple[int, int]:
+    """The ``(iteration, layer)`` a tensor's key ``{iter}_{layer}`` names."""
+    match = _KEY.match(key)
+    if match is None:
+        raise TraceError(
+            f"key {key!r:.60} is not '{{iter}}_{{layer}}'", where=str(rank_file),
+            hint="TensorRT-LLM names each count '{iter}_{layer}'",
+        )
+    if array.shape != (num_counts,):
+        raise TraceError(
+            f"{key} has shape {array.shape}, expected [{num_counts}] (num_experts in"
+            " meta_info.json)",
+            where=str(rank_file), hint="the rank files and meta_info.json must be of"
+            " one run",
+        )
+    cell = (int(match.group(1)), int(match.group(2)))
+    if cell[1] > constants.MAX_LAYER_ID or cell[0] >= 1 << 62:
+        raise TraceError(
+            f"key {key:.60} names layer {cell[1]} or iteration {cell[0]}, beyond"
+            " placer's range", where=str(rank_file), hint="limits: docs/limits.md",
+        )
+    return cell
+
+
+def _iteration_load(
+    counts: dict[tuple[int, int], np.ndarray], num_counts: int, folder: Path
+) -> tuple[np.ndarray, list[int], list[int]]:
+    """``[iters, layers, num_counts]`` int64 counts, with the iterations and layers, sorted."""
     iters = sorted({i for i, _ in counts})
     layers = sorted({lay for _, lay in counts})
     need = len(iters) * len(layers) * num_counts * 8
@@ -301,19 +353,7 @@ def read(path: Path, acc: Accumulator) -> None:
     load = np.zeros((len(iters), len(layers), num_counts), dtype=np.int64)
     for (it, layer), array in counts.items():
         load[iters.index(it), layers.index(layer)] = array
-    balancer = _find_load_balancer(folder)
-    if balancer is not None:
-        load = _slots_to_experts(load, layers, *balancer)
-    else:
-        _check_not_slots(path, num_counts, acc)
-    acc.declare(
-        where=str(path),
-        num_experts=load.shape[2],
-        top_k=meta.get("num_experts_per_token"),
-    )
-    load, starts = fold_windows(load, np.asarray(iters, dtype=np.int64))
-    acc.add_aggregate(load, layer_ids=np.asarray(layers, dtype=np.int64), window_starts=starts,
-                      where=str(folder))
+    return load, iters, layers
 
 
 def _check_not_slots(path: Path, num_counts: int, acc: Accumulator) -> None:
