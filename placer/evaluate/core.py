@@ -309,30 +309,12 @@ def evaluate(
         warnings.warn(OrderBiasWarning(sim.order_bias, stats.top_k, source_name),
                       stacklevel=2)
 
-    # -- figures on the evaluated statistics (no batches) ------------------------------
-    window_stats = stats.select_windows(*windows)
-    static_load = gpu_loads(placement, window_stats.load[:, stats_rows].sum(axis=0))
-    static_ratio = hot_shard_ratio(static_load)
-    window_max = window_hot_shard(placement, window_stats)  # [W, L]
-    window_mean = window_stats.load[:, stats_rows].sum(axis=2) / num_gpus
-    per_window = ratio(window_max, window_mean)  # NaN where a window has no load
-    window_ratio = np.where(np.isfinite(per_window), per_window, -np.inf).max(axis=0)
-    window_ratio = np.where(np.isfinite(window_ratio), window_ratio, 1.0)
-
-    per_layer = dict(sim.per_layer)
-    per_layer["static_hot_shard_ratio"] = static_ratio
-    per_layer["window_hot_shard_max"] = window_max.max(axis=0)
-    per_layer["window_hot_shard_mean"] = window_max.mean(axis=0)
-    per_layer["window_hot_shard_ratio"] = window_ratio
-
+    per_layer, m = _statistics_figures(placement, stats, stats_rows, windows)
+    per_layer = {**sim.per_layer, **per_layer}
+    m = {**sim.metrics, **m}
     expert_gb = (
         placement.slots_per_gpu * model.expert_bytes(dtype) * model.num_moe_layers / constants.GB
     )
-    m = dict(sim.metrics)
-    m["static_hot_shard_ratio_median"] = float(np.median(static_ratio))
-    m["static_hot_shard_ratio_worst"] = float(np.max(static_ratio))
-    m["window_hot_shard_ratio_median"] = float(np.median(window_ratio))
-    m["window_hot_shard_ratio_worst"] = float(np.max(window_ratio))
     m["expert_memory_gb"] = float(expert_gb)
     m["kv_left_gb"] = _kv_left_gb(model, topology, dtype, placement.slots_per_gpu, expert_gb)
     m["num_tokens"] = float(num_tokens)
@@ -352,6 +334,32 @@ def evaluate(
     )
 
 
+def _statistics_figures(
+    placement: Placement, stats: ExpertStats, stats_rows: np.ndarray, windows: tuple[int, int]
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """The figures on the evaluated windows' statistics (no batches): ``[layers]`` arrays
+    of :attr:`Evaluation.per_layer` and the static and per-window hot-shard metrics."""
+    window_stats = stats.select_windows(*windows)
+    static_load = gpu_loads(placement, window_stats.load[:, stats_rows].sum(axis=0))
+    static_ratio = hot_shard_ratio(static_load)
+    window_max = window_hot_shard(placement, window_stats)  # [W, L]
+    window_mean = window_stats.load[:, stats_rows].sum(axis=2) / placement.num_gpus
+    per_window = ratio(window_max, window_mean)  # NaN where a window has no load
+    window_ratio = np.where(np.isfinite(per_window), per_window, -np.inf).max(axis=0)
+    window_ratio = np.where(np.isfinite(window_ratio), window_ratio, 1.0)
+    per_layer = {
+        "static_hot_shard_ratio": static_ratio,
+        "window_hot_shard_max": window_max.max(axis=0),
+        "window_hot_shard_mean": window_max.mean(axis=0),
+        "window_hot_shard_ratio": window_ratio,
+    }
+    metrics = {
+        "static_hot_shard_ratio_median": float(np.median(static_ratio)),
+        "static_hot_shard_ratio_worst": float(np.max(static_ratio)),
+        "window_hot_shard_ratio_median": float(np.median(window_ratio)),
+        "window_hot_shard_ratio_worst": float(np.max(window_ratio)),
+    }
+    return per_layer, metrics
 
 
 def _static_table(
