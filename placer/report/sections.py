@@ -177,8 +177,31 @@ def placements_sections(
         which = f"Layer {layer}, the layer where the hot shard of {names[0]} is worst."
     else:
         which = f"Layer {layer}, as asked."
-    sections = [_metrics_section(names, placements, evaluations)]
+    sections = [_metrics_section(names, placements, evaluations),
+                _maps_section(names, placements, loads, nodes, layer, which, gallery)]
+    if stats.coact is not None:
+        sections.append(_coact_section(names, placements, loads, nodes, layer, gallery))
+    load_section = _load_section(names, placements, evaluations, loads, gallery)
+    if load_section is not None:
+        sections.append(load_section)
+    tails = [(n, e.batch_hot_shard) for n, e in zip(names, evaluations, strict=True)
+             if e is not None and np.size(getattr(e, "batch_hot_shard", [])) > 0]
+    if tails:
+        fig = plots.hot_shard_tail([t for _, t in tails], [n for n, _ in tails])
+        sections.append(Section("Per-batch hot shard", (gallery.add(
+            "hot-shard-tail", fig, "Hottest GPU over the mean GPU in each (batch, layer): the"
+            " right-hand tail sets p99 latency."),)))
+    return sections
 
+
+_Loads = Sequence[tuple[ExpertStats, np.ndarray]]  # per placement: its layers' stats, GPU loads
+
+
+def _maps_section(
+    names: Sequence[str], placements: Sequence[Placement], loads: _Loads,
+    nodes: Sequence[np.ndarray | None], layer: int, which: str, gallery: _Gallery,
+) -> Section:
+    """Each placement's map of layer ``layer``, side by side (stacked when wide)."""
     maps = []
     wide = False
     for p, name, (layer_stats, _), node in zip(placements, names, loads, nodes, strict=True):
@@ -189,31 +212,43 @@ def placements_sections(
         maps.append(gallery.add(f"placement-map-{name}-layer{layer}", fig,
                                 f"{name}: experts on each GPU in layer {layer}, coloured by the"
                                 " slot's load (* = replicated expert)."))
-    sections.append(Section(
-        "Placement maps", (SideBySide(tuple(maps), tuple(names), stack=wide),), intro=which))
+    return Section(
+        "Placement maps", (SideBySide(tuple(maps), tuple(names), stack=wide),), intro=which)
 
-    if stats.coact is not None:
-        heat = []
-        for p, name, (layer_stats, _), node in zip(placements, names, loads, nodes, strict=True):
-            row = p.layer_row(layer)
-            coact = _layer_coact(layer_stats, row)
-            if coact is None:
-                continue
-            fig = plots.coactivation_heatmap(
-                coact, p.physical_to_logical[row], p.num_gpus,
-                load=layer_stats.mean_load[row], node_of_gpu=node, layer_id=layer)
-            blocks = ("GPUs are the squares outlined on the diagonal"
-                      if p.num_gpus > plots.COACT_FULL_GRID_MAX_GPUS
-                      else "red lines separate the GPUs (the squares on the diagonal)")
-            nodes_drawn = node is not None and len(set(np.asarray(node).tolist())) > 1
-            heat.append(gallery.add(f"coactivation-{name}-layer{layer}", fig,
-                                    f"{name}: co-activation in layer {layer} over {p.num_gpus}"
-                                    f" GPUs; {blocks}"
-                                    + ("; white lines separate the nodes." if nodes_drawn
-                                       else ".")))
-        sections.append(Section("Co-activation and GPU boundaries",
-                                (SideBySide(tuple(heat), tuple(names)),)))
 
+def _coact_section(
+    names: Sequence[str], placements: Sequence[Placement], loads: _Loads,
+    nodes: Sequence[np.ndarray | None], layer: int, gallery: _Gallery,
+) -> Section:
+    """Each placement's co-activation heatmap of layer ``layer`` with its GPU boundaries."""
+    heat = []
+    for p, name, (layer_stats, _), node in zip(placements, names, loads, nodes, strict=True):
+        row = p.layer_row(layer)
+        coact = _layer_coact(layer_stats, row)
+        if coact is None:
+            continue
+        fig = plots.coactivation_heatmap(
+            coact, p.physical_to_logical[row], p.num_gpus,
+            load=layer_stats.mean_load[row], node_of_gpu=node, layer_id=layer)
+        blocks = ("GPUs are the squares outlined on the diagonal"
+                  if p.num_gpus > plots.COACT_FULL_GRID_MAX_GPUS
+                  else "red lines separate the GPUs (the squares on the diagonal)")
+        nodes_drawn = node is not None and len(set(np.asarray(node).tolist())) > 1
+        heat.append(gallery.add(f"coactivation-{name}-layer{layer}", fig,
+                                f"{name}: co-activation in layer {layer} over {p.num_gpus}"
+                                f" GPUs; {blocks}"
+                                + ("; white lines separate the nodes." if nodes_drawn
+                                   else ".")))
+    return Section("Co-activation and GPU boundaries", (SideBySide(tuple(heat), tuple(names)),))
+
+
+def _load_section(
+    names: Sequence[str], placements: Sequence[Placement], evaluations: Sequence[Any],
+    loads: _Loads, gallery: _Gallery,
+) -> Section | None:
+    """Per-GPU load bars: measured when every placement was evaluated, else expected;
+    None when the placements' layer counts differ."""
+    first = placements[0]
     measured = [_evaluated_gpu_load(e, p) for e, p in zip(evaluations, placements, strict=True)]
     if all(m is not None for m in measured):
         bars = [m for m in measured if m is not None]
@@ -222,23 +257,15 @@ def placements_sections(
     else:
         bars, ids = [g for _, g in loads], first.layer_ids
         what = "Expected tokens per GPU (each expert's load split evenly over its replicas)"
-    if all(b.shape[0] == bars[0].shape[0] for b in bars):
-        fig = plots.gpu_load_bars(bars, list(names), layer_ids=ids)
-        split = len({b.shape[1] for b in bars}) > 1
-        sections.append(Section("Per-GPU load", (gallery.add(
-            "gpu-load", fig, f"{what}, over the mean, in the layers where the hot shard of"
-            f" {names[0]} is worst"
-            + ("; one column per placement, since their GPU counts differ." if split
-               else "."),),)))
-
-    tails = [(n, e.batch_hot_shard) for n, e in zip(names, evaluations, strict=True)
-             if e is not None and np.size(getattr(e, "batch_hot_shard", [])) > 0]
-    if tails:
-        fig = plots.hot_shard_tail([t for _, t in tails], [n for n, _ in tails])
-        sections.append(Section("Per-batch hot shard", (gallery.add(
-            "hot-shard-tail", fig, "Hottest GPU over the mean GPU in each (batch, layer): the"
-            " right-hand tail sets p99 latency."),)))
-    return sections
+    if not all(b.shape[0] == bars[0].shape[0] for b in bars):
+        return None
+    fig = plots.gpu_load_bars(bars, list(names), layer_ids=ids)
+    split = len({b.shape[1] for b in bars}) > 1
+    return Section("Per-GPU load", (gallery.add(
+        "gpu-load", fig, f"{what}, over the mean, in the layers where the hot shard of"
+        f" {names[0]} is worst"
+        + ("; one column per placement, since their GPU counts differ." if split
+           else "."),),))
 
 
 def _layer_coact(stats: ExpertStats, row: int) -> np.ndarray | None:
@@ -380,26 +407,10 @@ def compare_report(
     lowest estimated MoE-layer p99 (ties: the earlier); when they are the same,
     only it is drawn.
     """
-    from placer.compare import TABLE_COLUMNS, status_notes, table_cells
-
     gallery = _Gallery(dpi or constants.REPORT_DPI)
     rows = [o.row for o in outcomes]
-    short, notes = status_notes(rows)
-    cells = tuple((*table_cells(r)[:-1], status) for r, status in zip(rows, short, strict=True))
-    table = Table(tuple(c.header for c in TABLE_COLUMNS), cells,
-                  caption="Scenarios (units in the headers; KB = 1e3 bytes per token and layer)")
-    p99 = np.array([r.moe_layer_p99_us if r.moe_layer_p99_us is not None else np.nan
-                    for r in rows], dtype=np.float64)
-    kv = np.array([r.kv_left_gb if r.kv_left_gb is not None and r.ok else np.nan for r in rows],
-                  dtype=np.float64)
-    missing = [_short_status(r.status) for r in rows]
-    fig = plots.whatif_chart([r.scenario for r in rows], p99, kv, notes=missing)
-    whatif = gallery.add("what-if", fig, "Estimated MoE-layer p99 time and KV-cache memory left"
-                         " per GPU, per scenario (shorter time and longer memory bars are better).")
+    blocks, p99 = _scenario_blocks(rows, gallery)
     intro = description or ""
-    blocks: list[Block] = [table]
-    blocks += [Text(f"[{i}] {reason}") for i, reason in enumerate(notes, 1)]
-    blocks.append(whatif)
     from placer import __version__
 
     rows_of_settings = compare_settings_rows(settings, scenarios) if settings is not None else []
@@ -430,6 +441,29 @@ def compare_report(
             [outcomes[i].evaluation for i in chosen], stats, gallery, node_of_gpu=nodes)
     title = "placer compare"
     return Report(title, tuple(sections), tuple(gallery.pictures), subtitle)
+
+
+def _scenario_blocks(rows: Sequence[Any], gallery: _Gallery) -> tuple[list[Block], np.ndarray]:
+    """The scenarios table, its status notes and the what-if chart; with ``p99: [rows]``
+    float64, µs, each row's estimated MoE-layer p99 (NaN where there is none)."""
+    from placer.compare import TABLE_COLUMNS, status_notes, table_cells
+
+    short, notes = status_notes(rows)
+    cells = tuple((*table_cells(r)[:-1], status) for r, status in zip(rows, short, strict=True))
+    table = Table(tuple(c.header for c in TABLE_COLUMNS), cells,
+                  caption="Scenarios (units in the headers; KB = 1e3 bytes per token and layer)")
+    p99 = np.array([r.moe_layer_p99_us if r.moe_layer_p99_us is not None else np.nan
+                    for r in rows], dtype=np.float64)
+    kv = np.array([r.kv_left_gb if r.kv_left_gb is not None and r.ok else np.nan for r in rows],
+                  dtype=np.float64)
+    missing = [_short_status(r.status) for r in rows]
+    fig = plots.whatif_chart([r.scenario for r in rows], p99, kv, notes=missing)
+    whatif = gallery.add("what-if", fig, "Estimated MoE-layer p99 time and KV-cache memory left"
+                         " per GPU, per scenario (shorter time and longer memory bars are better).")
+    blocks: list[Block] = [table]
+    blocks += [Text(f"[{i}] {reason}") for i, reason in enumerate(notes, 1)]
+    blocks.append(whatif)
+    return blocks, p99
 
 
 def _short_status(status: str) -> str:
