@@ -128,16 +128,7 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
     if has_cost:
         cap = balance_cap(balance1, hint_balance, bound, opts.balance_tolerance,
                           opts.traffic_first)
-        x2 = _relabel_to_current(data, x1) if data.current is not None else x1
-        # start from the cheapest placement that meets the cap: pass 1's, the current one,
-        # or the hint's (pass 1 may have traded the hint's co-location for balance)
-        for other in (current, hint):
-            if (
-                other is not None
-                and data.balance(other) <= cap
-                and _cost(data, other, params) < _cost(data, x2, params)
-            ):
-                x2 = other
+        x2 = _cost_start(data, x1, (current, hint), cap, params)
         if full:
             x = _full_cost(data, x2, scale, cap, params, clock)
         else:
@@ -169,6 +160,24 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
         seconds=time.perf_counter() - clock.start,
         hit_wall_limit=clock.left() <= 0,
     )
+
+
+def _cost_start(
+    data: LayerData, first: np.ndarray, others: tuple[np.ndarray | None, ...], cap: float,
+    params: SearchParams,
+) -> np.ndarray:
+    """Where pass 2 starts: the cheapest placement that meets the cap among pass 1's
+    (relabelled to the current slots) and ``others`` (the current one, the hint's: pass 1
+    may have traded the hint's co-location for balance)."""
+    start = _relabel_to_current(data, first) if data.current is not None else first
+    for other in others:
+        if (
+            other is not None
+            and data.balance(other) <= cap
+            and _cost(data, other, params) < _cost(data, start, params)
+        ):
+            start = other
+    return start
 
 
 def balance_cap(

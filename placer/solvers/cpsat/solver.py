@@ -198,12 +198,13 @@ def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
     return backend.run(_solve_one, tasks, on_done=done)
 
 
-def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
-    """Plan every layer with CP-SAT; see the module docstring for what is read and returned."""
-    started = time.perf_counter()
-    options = CpsatOptions.from_options(params.options)
-    hint_result = solve(problem, options.hint, params.shared())
-    hint = hint_result.placement
+_Task = tuple[LayerData, np.ndarray, SearchParams]
+
+
+def _layer_tasks(
+    problem: PlacementProblem, hint: Placement, options: CpsatOptions, params: SolveParams,
+) -> list[_Task]:
+    """One search task per layer: its data, the hint's [experts, gpus] mask, the search."""
     hint_mask = to_mask(hint)
     stats = problem.stats
     search = SearchParams(seed=params.seed, time_limit_s=params.time_limit_s, options=options)
@@ -221,53 +222,84 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         data = layer_data(problem, row, hint_mask[hint_row].sum(axis=1), options.robust, options,
                           options.batch_tokens, allowed)
         tasks.append((data, hint_mask[hint_row], search))
+    return tasks
 
-    if params.total_time_limit_s is not None:  # the whole plan's budget, split over layers
-        spent = time.perf_counter() - started
-        share = (params.total_time_limit_s * SEARCH_SHARE - spent) * min(
-            params.jobs, len(tasks)) / max(len(tasks), 1)
-        per_layer = min(params.time_limit_s, max(MIN_LAYER_SECONDS, share))
-        tasks = [(data, mask, replace(search, time_limit_s=per_layer))
-                 for data, mask, search in tasks]
-    outcomes = _run_layers(tasks, params)
 
-    outcomes = [replace(o, winner=hint_result.solver) if o.winner == "hint" else o
-                for o in outcomes]
+def _split_budget(tasks: list[_Task], params: SolveParams, started: float) -> list[_Task]:
+    """Share the whole plan's time budget (what is left of it) over the layers."""
+    if params.total_time_limit_s is None:
+        return tasks
+    spent = time.perf_counter() - started
+    share = (params.total_time_limit_s * SEARCH_SHARE - spent) * min(
+        params.jobs, len(tasks)) / max(len(tasks), 1)
+    per_layer = min(params.time_limit_s, max(MIN_LAYER_SECONDS, share))
+    return [(data, mask, replace(search, time_limit_s=per_layer))
+            for data, mask, search in tasks]
+
+
+def _placement_of(
+    outcomes: list[LayerOutcome], problem: PlacementProblem, hint: Placement,
+) -> Placement:
+    """The layers' solutions as a placement; replicas stay in their slots where they can."""
     current = problem.current
+    stats = problem.stats
     rows = []
     for row, outcome in enumerate(outcomes):
         before = None
         if current is not None:
             before = current.physical_to_logical[current.layer_row(int(stats.layer_ids[row]))]
         rows.append(_mask_to_row(outcome.x, problem.slots_per_gpu, before))
-    placement = Placement(
+    return Placement(
         physical_to_logical=np.stack(rows),
         layer_ids=stats.layer_ids,
         num_experts=stats.num_experts,
         num_gpus=problem.num_gpus,
         meta=dict(hint.meta),
     )
+
+
+def _judged(
+    placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
+    problem: PlacementProblem, params: SolveParams, hint_result: SolveResult,
+) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
+    """Judge the plan against the hint, EPLB, spread variants and the current placement."""
+    hint = hint_result.placement
+    candidates = [(hint_result.solver, hint)]
+    reference = hint if hint_result.solver == "eplb" else solve(
+        problem, "eplb", params.shared()).placement
+    if params.workload.policy == "sglang" and problem.num_nodes > 1:
+        # node-local dispatch: the same plans with replicas spread over nodes
+        load = problem.stats.load.sum(axis=0).astype(np.float64)
+        candidates += [
+            ("cpsat+spread", spread_replicas(placement, problem.node_of_gpu, load)),
+            ("eplb+spread", spread_replicas(reference, problem.node_of_gpu, load)),
+        ]
+    if hint_result.solver != "eplb":  # the reference EPLB is what users compare with
+        candidates.append(("eplb", reference))
+    if problem.current is not None:  # re-planning: moving nothing is the baseline
+        candidates.append(("current", problem.current))
+    return _keep_faster(placement, candidates, outcomes, layers, problem, params)
+
+
+def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
+    """Plan every layer with CP-SAT; see the module docstring for what is read and returned."""
+    started = time.perf_counter()
+    options = CpsatOptions.from_options(params.options)
+    hint_result = solve(problem, options.hint, params.shared())
+    hint = hint_result.placement
+    tasks = _split_budget(_layer_tasks(problem, hint, options, params), params, started)
+    outcomes = _run_layers(tasks, params)
+
+    outcomes = [replace(o, winner=hint_result.solver) if o.winner == "hint" else o
+                for o in outcomes]
+    placement = _placement_of(outcomes, problem, hint)
+    layers = [task[0] for task in tasks]
     times = current_times = None
     if can_judge(problem):
-        candidates = [(hint_result.solver, hint)]
-        reference = hint if hint_result.solver == "eplb" else solve(
-            problem, "eplb", params.shared()).placement
-        if params.workload.policy == "sglang" and problem.num_nodes > 1:
-            # node-local dispatch: the same plans with replicas spread over nodes
-            load = problem.stats.load.sum(axis=0).astype(np.float64)
-            candidates += [
-                ("cpsat+spread", spread_replicas(placement, problem.node_of_gpu, load)),
-                ("eplb+spread", spread_replicas(reference, problem.node_of_gpu, load)),
-            ]
-        if hint_result.solver != "eplb":  # the reference EPLB is what users compare with
-            candidates.append(("eplb", reference))
-        if problem.current is not None:  # re-planning: moving nothing is the baseline
-            candidates.append(("current", problem.current))
-        placement, outcomes, times, current_times = _keep_faster(
-            placement, candidates, outcomes, [task[0] for task in tasks], problem, params)
+        placement, outcomes, times, current_times = _judged(
+            placement, outcomes, layers, problem, params, hint_result)
     budget: dict[str, Any] | None = None
     if problem.current is not None:
-        layers = [task[0] for task in tasks]
         if times is None or current_times is None:  # no judge: the hot shard is the cost
             chosen_cost = np.array([o.balance for o in outcomes])
             current_cost = np.array([
