@@ -273,38 +273,60 @@ def layer_traffic(
     segments: the (batch, source) runs of the block's tokens.
     mode: one of :data:`MODES` (see the module docstring).
     """
-    num_gpus, num_nodes = fabric.num_gpus, fabric.num_nodes
-    nb, num_seg = segments.num_batches, segments.num_segments
-    sb, ss = segments.batch, segments.source
-    seg_rows = np.arange(num_seg)
-
-    def per_segment(seg: np.ndarray, col: np.ndarray, width: int) -> np.ndarray:
-        out = np.bincount(seg * width + col, minlength=num_seg * width)
-        return out.reshape(num_seg, width)
-
-    def per_batch(per_seg: np.ndarray) -> np.ndarray:
-        return np.bincount(sb, weights=per_seg, minlength=nb).astype(np.int64)
-
-    served = per_segment(segments.of_token[token], gpu, num_gpus)  # selections [S, G]
-    gpu_load = np.zeros((nb, num_gpus), dtype=np.int64)
-    np.add.at(gpu_load, sb, served)
-    copies = np.zeros((nb, num_gpus, num_gpus), dtype=np.int64)
-
+    served = _per_segment(segments, segments.of_token[token], gpu, fabric.num_gpus)  # [S, G]
+    gpu_load = np.zeros((segments.num_batches, fabric.num_gpus), dtype=np.int64)
+    np.add.at(gpu_load, segments.batch, served)
     if mode in PER_SELECTION_MODES:
-        local = served[seg_rows, ss].copy()
-        remote = served.copy()
-        remote[seg_rows, ss] = 0
-        copies[sb, ss] += remote
-        return LayerTraffic(
-            gpu_load, copies, per_batch(local), per_batch(remote.sum(axis=1)),
-            per_batch((remote * fabric.off_node[ss]).sum(axis=1)),
-        )
+        return _per_selection_traffic(served, gpu_load, segments, fabric)
     if mode != "normal":
         raise ValueError(f"unknown mode {mode!r}")
+    return _normal_traffic(token, position, gpu, num_tokens, width, gpu_load, segments,
+                           fabric)
 
-    # distinct (token, GPU) and (token, node) pairs: sort each token's GPUs in node-major
-    # order, keep the first of each run
-    sentinel = num_gpus
+
+def _per_segment(segments: Segments, seg: np.ndarray, col: np.ndarray,
+                 width: int) -> np.ndarray:
+    """``[segments, width]`` int64 count of the (segment, column) pairs ``(seg, col)``."""
+    num_seg = segments.num_segments
+    out = np.bincount(seg * width + col, minlength=num_seg * width)
+    return out.reshape(num_seg, width)
+
+
+def _per_batch(segments: Segments, per_seg: np.ndarray) -> np.ndarray:
+    """``[batches]`` int64 sums of ``[segments]`` values over each batch's segments."""
+    return np.bincount(segments.batch, weights=per_seg,
+                       minlength=segments.num_batches).astype(np.int64)
+
+
+def _per_selection_traffic(served: np.ndarray, gpu_load: np.ndarray, segments: Segments,
+                           fabric: Fabric) -> LayerTraffic:
+    """Low-latency modes: one copy per selection served off its source GPU.
+
+    ``served``: ``[segments, G]`` selections each GPU serves for each segment.
+    """
+    sb, ss = segments.batch, segments.source
+    seg_rows = np.arange(segments.num_segments)
+    copies = np.zeros((segments.num_batches, fabric.num_gpus, fabric.num_gpus),
+                      dtype=np.int64)
+    local = served[seg_rows, ss].copy()
+    remote = served.copy()
+    remote[seg_rows, ss] = 0
+    copies[sb, ss] += remote
+    return LayerTraffic(
+        gpu_load, copies, _per_batch(segments, local),
+        _per_batch(segments, remote.sum(axis=1)),
+        _per_batch(segments, (remote * fabric.off_node[ss]).sum(axis=1)),
+    )
+
+
+def _distinct_destinations(
+    token: np.ndarray, position: np.ndarray, gpu: np.ndarray, num_tokens: int, width: int,
+    fabric: Fabric,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(token, gpu, new_node)`` of each distinct (token, GPU) pair, in token then
+    node-major GPU order; ``new_node`` marks the first pair of each (token, node)."""
+    # sort each token's GPUs in node-major order, keep the first of each run
+    sentinel = fabric.num_gpus
     key = np.full((num_tokens, width), sentinel, dtype=np.int64)
     key.reshape(-1)[token * width + position] = fabric.node_major_index[gpu]
     key.sort(axis=1)
@@ -316,13 +338,29 @@ def layer_traffic(
     pair_node = fabric.node_of_gpu[pair_gpu]
     new_node = np.ones(pair_token.size, dtype=bool)
     new_node[1:] = (pair_token[1:] != pair_token[:-1]) | (pair_node[1:] != pair_node[:-1])
+    return pair_token, pair_gpu, new_node
+
+
+def _normal_traffic(
+    token: np.ndarray, position: np.ndarray, gpu: np.ndarray, num_tokens: int, width: int,
+    gpu_load: np.ndarray, segments: Segments, fabric: Fabric,
+) -> LayerTraffic:
+    """Normal mode: one copy per distinct destination GPU, relayed once per node."""
+    num_gpus = fabric.num_gpus
+    sb, ss = segments.batch, segments.source
+    seg_rows = np.arange(segments.num_segments)
+    pair_token, pair_gpu, new_node = _distinct_destinations(
+        token, position, gpu, num_tokens, width, fabric)
+    pair_node = fabric.node_of_gpu[pair_gpu]
     pair_seg = segments.of_token[pair_token]
-    dest = per_segment(pair_seg, pair_gpu, num_gpus)  # tokens [S, G]
-    dest_node = per_segment(pair_seg[new_node], pair_node[new_node], num_nodes)  # [S, N]
+    dest = _per_segment(segments, pair_seg, pair_gpu, num_gpus)  # tokens [S, G]
+    dest_node = _per_segment(segments, pair_seg[new_node], pair_node[new_node],
+                             fabric.num_nodes)  # [S, N]
     local = dest[seg_rows, ss].copy()
     dest[seg_rows, ss] = 0
     dest_node[seg_rows, fabric.node_of_gpu[ss]] = 0
 
+    copies = np.zeros((segments.num_batches, num_gpus, num_gpus), dtype=np.int64)
     # intra-node: source -> each destination GPU of its own node
     copies[sb, ss] += dest * fabric.same_node[ss]
     # inter-node: source -> the relay of each destination node
@@ -333,6 +371,6 @@ def layer_traffic(
         copies, (sb[:, None], fabric.relay_of_dest[ss], np.arange(num_gpus)[None, :]), forward
     )
     return LayerTraffic(
-        gpu_load, copies, per_batch(local), per_batch(dest.sum(axis=1)),
-        per_batch(dest_node.sum(axis=1)),
+        gpu_load, copies, _per_batch(segments, local),
+        _per_batch(segments, dest.sum(axis=1)), _per_batch(segments, dest_node.sum(axis=1)),
     )
