@@ -398,29 +398,11 @@ def round_robin_order_bias(
     An :class:`OrderBias`, or None.  Cost: ``O(layers x (E x top_k + P))``.
     """
     kpos_counts = np.asarray(kpos_counts, dtype=np.int64)
-    num_layers, num_experts, top_k = kpos_counts.shape
+    num_layers, num_experts, _ = kpos_counts.shape
     p2l = np.asarray(physical_to_logical, dtype=np.int64)
     replicas = np.stack([np.bincount(row, minlength=num_experts) for row in p2l]) \
         if num_layers else np.zeros((0, num_experts), dtype=np.int64)
-    flagged = np.zeros((num_layers, num_experts), dtype=bool)
-    excess = np.ones((num_layers, num_experts))
-    for d in range(2, top_k + 1):
-        if top_k % d:
-            continue
-        share = (np.gcd(replicas, top_k) == d) & (replicas > 1)
-        if not share.any():
-            continue
-        layer, expert = np.nonzero(share)
-        by_class = kpos_counts[layer, expert].reshape(-1, top_k // d, d).sum(axis=1)
-        total = by_class.sum(axis=1).astype(np.float64)
-        even = total / d
-        top = by_class.max(axis=1).astype(np.float64)
-        sigma = np.sqrt(total * (1.0 / d) * (1.0 - 1.0 / d))
-        ratio = np.divide(top, even, out=np.ones_like(top), where=even > 0)
-        noise = ORDER_BIAS_SIGMAS * np.maximum(sigma, 1.0)
-        hit = (ratio >= ORDER_BIAS_RATIO) & (top - even >= noise)
-        flagged[layer[hit], expert[hit]] = True
-        excess[layer, expert] = ratio
+    flagged, excess = _uneven_classes(kpos_counts, replicas)
     if not flagged.any():
         return None
     load = np.asarray(slot_load, dtype=np.float64)
@@ -444,6 +426,37 @@ def round_robin_order_bias(
         hot_shard_even=float(hot_even[worst]), expert=top_expert,
         replicas=int(replicas[worst, top_expert]), replica_ratio=float(in_layer[top_expert]),
     )
+
+
+def _uneven_classes(kpos_counts: np.ndarray,
+                    replicas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``([layers, E] bool, [layers, E] float64)``: the experts whose busiest replica class
+    carries more than chance allows (see :func:`round_robin_order_bias`), and that class's
+    load over an even share (1 where the k position cannot pick a class).
+
+    ``kpos_counts``: ``[layers, E, top_k]`` int64; ``replicas``: ``[layers, E]`` counts.
+    """
+    num_layers, num_experts, top_k = kpos_counts.shape
+    flagged = np.zeros((num_layers, num_experts), dtype=bool)
+    excess = np.ones((num_layers, num_experts))
+    for d in range(2, top_k + 1):
+        if top_k % d:
+            continue
+        share = (np.gcd(replicas, top_k) == d) & (replicas > 1)
+        if not share.any():
+            continue
+        layer, expert = np.nonzero(share)
+        by_class = kpos_counts[layer, expert].reshape(-1, top_k // d, d).sum(axis=1)
+        total = by_class.sum(axis=1).astype(np.float64)
+        even = total / d
+        top = by_class.max(axis=1).astype(np.float64)
+        sigma = np.sqrt(total * (1.0 / d) * (1.0 - 1.0 / d))
+        ratio = np.divide(top, even, out=np.ones_like(top), where=even > 0)
+        noise = ORDER_BIAS_SIGMAS * np.maximum(sigma, 1.0)
+        hit = (ratio >= ORDER_BIAS_RATIO) & (top - even >= noise)
+        flagged[layer[hit], expert[hit]] = True
+        excess[layer, expert] = ratio
+    return flagged, excess
 
 
 class OrderBiasWarning(PlacerWarning):
