@@ -131,67 +131,10 @@ def _add(
     model: Any = None,
     window_starts: Any = None,
 ) -> None:
-    load = _counts(load, "load", where)
-    if load.ndim == 2:
-        load = load[None]
-    if load.ndim != 3 or 0 in load.shape:
-        raise TraceError(
-            f"load has shape {load.shape}, expected [layers, experts] or"
-            " [windows, layers, experts]",
-            where=f"{where}: load", hint=_LAYOUT_HINT,
-        )
+    load = _check_load(load, where)
     w, nl, e = load.shape
-    if e > constants.MAX_EXPERTS or nl > constants.MAX_LAYERS:
-        raise TraceError(
-            f"load has {nl} layers of {e} experts; placer handles {constants.MAX_LAYERS}"
-            f" layers of {constants.MAX_EXPERTS} experts", where=f"{where}: load",
-            hint="is this the right file? (limits: docs/limits.md)",
-        )
-    _check_size(load.shape, "load", where, constants.MAX_LOAD_BYTES)
-    lid = None
-    if layer_ids is not None:
-        lid = np.asarray(layer_ids)
-        if lid.shape != (nl,) or not np.issubdtype(lid.dtype, np.integer):
-            raise TraceError(
-                f"layer_ids has shape {lid.shape} and dtype {lid.dtype}, expected [{nl}] integers",
-                where=f"{where}: layer_ids", hint="one absolute layer id per layer row of load",
-            )
-        if (
-            len(np.unique(lid)) != nl or (lid < 0).any()
-            or (lid > constants.MAX_LAYER_ID).any()
-        ):
-            raise TraceError(
-                f"layer_ids {lid.tolist()!s:.80} must be distinct layer indices in [0,"
-                f" {constants.MAX_LAYER_ID}]",
-                where=f"{where}: layer_ids", hint="one absolute layer id per layer row of load",
-            )
-        lid = lid.astype(np.int64)
-    co = None
-    if coact is not None:
-        _check_size(np.shape(coact), "coact", where, constants.MAX_COACT_BYTES)
-        co = _counts(coact, "coact", where)
-        if co.shape != (nl, e, e):
-            raise TraceError(
-                f"coact has shape {co.shape}, expected [{nl}, {e}, {e}] like load",
-                where=f"{where}: coact", hint="coact is [layers, experts, experts]",
-            )
-        asym = co != co.transpose(0, 2, 1)
-        if asym.any():
-            a, i, j = (int(x) for x in np.argwhere(asym)[0])
-            raise TraceError(
-                f"coact is not symmetric: coact[{a}, {i}, {j}] = {co[a, i, j]} but"
-                f" coact[{a}, {j}, {i}] = {co[a, j, i]}",
-                where=f"{where}: coact[{a}, {i}, {j}]",
-                hint="coact counts unordered same-token pairs",
-            )
-        diag = np.einsum("lii->li", co)
-        if diag.any():
-            acc.notes.append(
-                f"{where}: the diagonal of coact is not zero (it holds self-pairs); set to 0"
-            )
-            co = co.copy()
-            idx = np.arange(e)
-            co[:, idx, idx] = 0
+    lid = None if layer_ids is None else _check_layer_ids(layer_ids, nl, where)
+    co = None if coact is None else _check_coact(acc, coact, nl, e, where)
     starts = None
     if window_starts is not None:
         starts = np.asarray(window_starts)
@@ -204,6 +147,77 @@ def _add(
             )
     acc.declare(where=where, top_k=top_k, num_experts=num_experts, model=model)
     acc.add_aggregate(load, layer_ids=lid, coact=co, window_starts=starts, where=where)
+
+
+def _check_load(load: Any, where: str) -> np.ndarray:
+    """``load`` as ``[windows, layers, experts]`` counts, within placer's limits."""
+    load = _counts(load, "load", where)
+    if load.ndim == 2:
+        load = load[None]
+    if load.ndim != 3 or 0 in load.shape:
+        raise TraceError(
+            f"load has shape {load.shape}, expected [layers, experts] or"
+            " [windows, layers, experts]",
+            where=f"{where}: load", hint=_LAYOUT_HINT,
+        )
+    _, nl, e = load.shape
+    if e > constants.MAX_EXPERTS or nl > constants.MAX_LAYERS:
+        raise TraceError(
+            f"load has {nl} layers of {e} experts; placer handles {constants.MAX_LAYERS}"
+            f" layers of {constants.MAX_EXPERTS} experts", where=f"{where}: load",
+            hint="is this the right file? (limits: docs/limits.md)",
+        )
+    _check_size(load.shape, "load", where, constants.MAX_LOAD_BYTES)
+    return load
+
+
+def _check_layer_ids(layer_ids: Any, nl: int, where: str) -> np.ndarray:
+    """``layer_ids`` as ``[layers]`` int64: distinct ids in ``[0, MAX_LAYER_ID]``."""
+    lid = np.asarray(layer_ids)
+    if lid.shape != (nl,) or not np.issubdtype(lid.dtype, np.integer):
+        raise TraceError(
+            f"layer_ids has shape {lid.shape} and dtype {lid.dtype}, expected [{nl}] integers",
+            where=f"{where}: layer_ids", hint="one absolute layer id per layer row of load",
+        )
+    if (
+        len(np.unique(lid)) != nl or (lid < 0).any()
+        or (lid > constants.MAX_LAYER_ID).any()
+    ):
+        raise TraceError(
+            f"layer_ids {lid.tolist()!s:.80} must be distinct layer indices in [0,"
+            f" {constants.MAX_LAYER_ID}]",
+            where=f"{where}: layer_ids", hint="one absolute layer id per layer row of load",
+        )
+    return lid.astype(np.int64)
+
+
+def _check_coact(acc: Accumulator, coact: Any, nl: int, e: int, where: str) -> np.ndarray:
+    """``coact`` as symmetric ``[layers, E, E]`` counts; a diagonal is zeroed with a note."""
+    _check_size(np.shape(coact), "coact", where, constants.MAX_COACT_BYTES)
+    co = _counts(coact, "coact", where)
+    if co.shape != (nl, e, e):
+        raise TraceError(
+            f"coact has shape {co.shape}, expected [{nl}, {e}, {e}] like load",
+            where=f"{where}: coact", hint="coact is [layers, experts, experts]",
+        )
+    asym = co != co.transpose(0, 2, 1)
+    if asym.any():
+        a, i, j = (int(x) for x in np.argwhere(asym)[0])
+        raise TraceError(
+            f"coact is not symmetric: coact[{a}, {i}, {j}] = {co[a, i, j]} but"
+            f" coact[{a}, {j}, {i}] = {co[a, j, i]}",
+            where=f"{where}: coact[{a}, {i}, {j}]",
+            hint="coact counts unordered same-token pairs",
+        )
+    diag = np.einsum("lii->li", co)
+    if diag.any():
+        acc.notes.append(
+            f"{where}: the diagonal of coact is not zero (it holds self-pairs); set to 0"
+        )
+        co = co.copy()
+        idx = np.arange(e)
+        co[:, idx, idx] = 0
+    return co
 
 
 # -- readers ------------------------------------------------------------------------
@@ -290,6 +304,14 @@ def _read_csv(path: Path, acc: Accumulator) -> None:
     where = str(path)
     text = decode_text(read_document(path, TraceError, what="load CSV"), where, TraceError)
     reader = csv.reader(io.StringIO(text))
+    header, idx, load_col = _csv_header(reader, where)
+    arr = _csv_cells(reader, len(header), idx, load_col, where, acc)
+    load, layer_ids, wins = _csv_load(arr, where)
+    _add(acc, where, load, layer_ids=layer_ids, window_starts=wins if "window" in idx else None)
+
+
+def _csv_header(reader: Any, where: str) -> tuple[list[str], dict[str, int], str]:
+    """The header's columns, the index of each known one, and the name of the load's."""
     try:
         header = [c.strip().lower() for c in next(reader)]
     except StopIteration:
@@ -309,6 +331,13 @@ def _read_csv(path: Path, acc: Accumulator) -> None:
     if extra:
         raise TraceError(f"unknown column {extra[0]!r:.40}", where=f"{where}:1", hint=_CSV_HINT)
     idx = {c: header.index(c) for c in ("layer", "expert", "window", load_col) if c in header}
+    return header, idx, load_col
+
+
+def _csv_cells(
+    reader: Any, width: int, idx: dict[str, int], load_col: str, where: str, acc: Accumulator
+) -> np.ndarray:
+    """``[cells, 5]`` int64 rows ``(window, layer, expert, count, line)``, values checked."""
     # largest value of each column: ids index arrays, counts add up (docs/limits.md)
     top = {"window": _INT64_MAX, "layer": constants.MAX_LAYER_ID,
            "expert": constants.MAX_EXPERTS - 1, load_col: constants.MAX_TOTAL_COUNT}
@@ -320,23 +349,12 @@ def _read_csv(path: Path, acc: Accumulator) -> None:
             if not rec or all(not c.strip() for c in rec):
                 acc.skip("blank line")
                 continue
-            if len(rec) != len(header):
+            if len(rec) != width:
                 raise TraceError(
-                    f"row has {len(rec)} fields, the header {len(header)}",
+                    f"row has {len(rec)} fields, the header {width}",
                     where=f"{where}:{line_no}", hint=_CSV_HINT,
                 )
-            vals = {}
-            for c, i in idx.items():
-                v = vals[c] = _int_cell(rec[i], c, f"{where}:{line_no}")
-                if not 0 <= v <= top[c]:
-                    text = str(v)
-                    text = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
-                    raise TraceError(
-                        f"{c} is {text}; expected 0 to {top[c]:,}"
-                        if v > 0 else f"{c} is {text}; expected >= 0",
-                        where=f"{where}:{line_no}",
-                        hint=_CSV_HINT if v < 0 else "limits: docs/limits.md",
-                    )
+            vals = {c: _csv_value(rec[i], c, top[c], f"{where}:{line_no}") for c, i in idx.items()}
             cells.append(
                 (vals.get("window", 0), vals["layer"], vals["expert"], vals[load_col], line_no)
             )
@@ -351,7 +369,26 @@ def _read_csv(path: Path, acc: Accumulator) -> None:
         blocks.append(np.array(cells, dtype=np.int64))
     if not blocks:
         raise TraceError("no rows after the header", where=where, hint=_CSV_HINT)
-    arr = np.concatenate(blocks)
+    return np.concatenate(blocks)
+
+
+def _csv_value(text: str, column: str, top: int, where: str) -> int:
+    """A cell's whole number, in ``[0, top]``."""
+    v = _int_cell(text, column, where)
+    if not 0 <= v <= top:
+        shown = str(v)
+        shown = shown if len(shown) <= 24 else f"{shown[:12]}... ({len(shown)} digits)"
+        raise TraceError(
+            f"{column} is {shown}; expected 0 to {top:,}"
+            if v > 0 else f"{column} is {shown}; expected >= 0",
+            where=where,
+            hint=_CSV_HINT if v < 0 else "limits: docs/limits.md",
+        )
+    return v
+
+
+def _csv_load(arr: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[windows, layers, experts]`` load of the cells, with the layer ids and windows."""
     win, lay, exp, cnt, lines = arr.T
     layer_ids = np.unique(lay)
     num_e = int(exp.max()) + 1
@@ -376,7 +413,7 @@ def _read_csv(path: Path, acc: Accumulator) -> None:
         )
     load = np.zeros((wins.size, layer_ids.size, num_e), dtype=np.int64)
     load.reshape(-1)[code] = cnt
-    _add(acc, where, load, layer_ids=layer_ids, window_starts=wins if "window" in idx else None)
+    return load, layer_ids, wins
 
 
 _CSV_HINT = "columns: layer,expert,load and optionally window, whole numbers >= 0"
