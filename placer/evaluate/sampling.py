@@ -521,30 +521,7 @@ def plan_sampled_batches(
     num_windows = stop - start
     per_window = np.bincount(sampled_batch_windows((0, num_windows), num_batches),
                              minlength=num_windows)
-
-    def enough(have: int, need: int) -> bool:
-        return total == 0 or (have >= per_batch * need and have >= batch_tokens)
-
-    groups: list[tuple[int, int]] = []
-    group_batches: list[int] = []
-    lo = 0
-    while lo < num_windows:
-        if per_window[lo] == 0:
-            lo += 1
-            continue
-        hi, have, need = lo + 1, int(counts[lo]), int(per_window[lo])
-        while not enough(have, need) and hi < num_windows:
-            have += int(counts[hi])
-            need += int(per_window[hi])
-            hi += 1
-        while not enough(have, need) and groups:
-            # the range's end came first: fold into the group before
-            lo, _ = groups.pop()
-            need += group_batches.pop()
-            have = int(counts[lo:hi].sum())
-        groups.append((lo, hi))
-        group_batches.append(need)
-        lo = hi
+    groups, group_batches = _group_windows(counts, per_window, per_batch, batch_tokens)
     merged = [(start + a, start + b) for a, b in groups if b - a > 1]
     if merged:
         shown = ", ".join(f"{a}:{b}" for a, b in merged[:4])
@@ -569,3 +546,42 @@ def plan_sampled_batches(
         num_batches=int(sum(group_batches)),
         message=message,
     )
+
+
+def _group_windows(counts: np.ndarray, per_window: np.ndarray, per_batch: int,
+                   batch_tokens: int) -> tuple[list[tuple[int, int]], list[int]]:
+    """``(groups, group_batches)`` of :class:`BatchPlan`, window indices relative to the
+    range: each window merged with the ones after it (before it, at the range's end)
+    until the group holds ``per_batch`` tokens per batch drawn from it and at least
+    ``batch_tokens`` (:func:`plan_sampled_batches`).
+
+    ``counts``: ``[windows]`` tokens of each window; ``per_window``: ``[windows]``
+    batches each window starts.
+    """
+    total = int(counts.sum())
+    num_windows = per_window.size
+
+    def enough(have: int, need: int) -> bool:
+        return total == 0 or (have >= per_batch * need and have >= batch_tokens)
+
+    groups: list[tuple[int, int]] = []
+    group_batches: list[int] = []
+    lo = 0
+    while lo < num_windows:
+        if per_window[lo] == 0:
+            lo += 1
+            continue
+        hi, have, need = lo + 1, int(counts[lo]), int(per_window[lo])
+        while not enough(have, need) and hi < num_windows:
+            have += int(counts[hi])
+            need += int(per_window[hi])
+            hi += 1
+        while not enough(have, need) and groups:
+            # the range's end came first: fold into the group before
+            lo, _ = groups.pop()
+            need += group_batches.pop()
+            have = int(counts[lo:hi].sum())
+        groups.append((lo, hi))
+        group_batches.append(need)
+        lo = hi
+    return groups, group_batches
