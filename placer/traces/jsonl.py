@@ -271,6 +271,37 @@ class _Reader:
 
     def _row(self, obj: dict[str, Any], line_no: int, cols: _Columns) -> None:
         where = self.where(line_no)
+        layer, experts = self._layer_experts(obj, where)
+        if self.k is None:
+            self.k = len(experts)
+        elif len(experts) != self.k:
+            raise TraceError(
+                f"row has {len(experts)} experts but earlier rows have {self.k}",
+                where=where,
+                hint="all rows must select the same number of experts (top_k); pad with -1",
+            )
+        weights = self._weights(obj, len(experts), where)
+        if weights is None:
+            cols.has_weights = False
+        token = self._count_field(obj, "token", where)
+        step = self._count_field(obj, "step", where)
+        if step is not None:
+            cols.has_step = True
+        rank = self._count_field(obj, "rank", where)
+        if rank is not None:
+            cols.has_rank = True
+        request = self._field(obj, "request")
+        cols.request.append(self._request(request, where))
+        cols.layer.append(layer)
+        cols.experts.append(experts)
+        cols.weights.append(weights)
+        cols.token.append(-1 if token is None else token)
+        cols.step.append(-1 if step is None else step)
+        cols.rank.append(-1 if rank is None else rank)
+        cols.lines.append(line_no)
+
+    def _layer_experts(self, obj: dict[str, Any], where: str) -> tuple[int, list[int]]:
+        """A row's ``layer`` and ``experts``: present, whole numbers within 64 bits."""
         layer = obj.get("layer")
         if layer is None:
             raise TraceError(
@@ -300,62 +331,38 @@ class _Reader:
                 f"layer or expert id beyond the 64-bit range in {experts!r:.60}",
                 where=where, hint="ids are small whole numbers; is the row corrupt?",
             )
-        if self.k is None:
-            self.k = len(experts)
-        elif len(experts) != self.k:
-            raise TraceError(
-                f"row has {len(experts)} experts but earlier rows have {self.k}",
-                where=where,
-                hint="all rows must select the same number of experts (top_k); pad with -1",
-            )
+        return layer, experts
+
+    def _weights(self, obj: dict[str, Any], k: int, where: str) -> list[float] | None:
+        """A row's gate weights (``k`` finite numbers), or None when it has none."""
         weights = self._field(obj, "weights")
         if weights is None:
-            cols.has_weights = False
-        elif (
+            return None
+        if (
             not isinstance(weights, list)
-            or len(weights) != len(experts)
+            or len(weights) != k
             or not all(isinstance(w, int | float) and not isinstance(w, bool) for w in weights)
         ):
             raise TraceError(
-                f"weights must be a list of {len(experts)} numbers, got {weights!r:.60}",
+                f"weights must be a list of {k} numbers, got {weights!r:.60}",
                 where=where, hint="one gate weight per expert, in the same order",
             )
-        elif not all(_finite(w) for w in weights):
+        if not all(_finite(w) for w in weights):
             raise TraceError(
                 f"weights must be finite numbers, got {weights!r:.60}", where=where,
                 hint="gate weights are probabilities; NaN or Infinity is not one",
             )
-        token = self._field(obj, "token")
-        if token is not None and (not _is_int(token) or not 0 <= token <= _INT64_MAX):
+        return weights
+
+    def _count_field(self, obj: dict[str, Any], name: str, where: str) -> int | None:
+        """Field ``name`` (``token``, ``step`` or ``rank``): a whole number >= 0, or None."""
+        value = self._field(obj, name)
+        if value is not None and (not _is_int(value) or not 0 <= value <= _INT64_MAX):
             raise TraceError(
-                f"token must be an integer >= 0, got {token!r:.40}", where=where,
-                hint="token numbers a token within its request (or the file)",
+                f"{name} must be an integer >= 0, got {value!r:.40}", where=where,
+                hint=_COUNT_FIELD_HINTS[name],
             )
-        step = self._field(obj, "step")
-        if step is not None:
-            if not _is_int(step) or not 0 <= step <= _INT64_MAX:
-                raise TraceError(
-                    f"step must be an integer >= 0, got {step!r:.40}", where=where,
-                    hint="step is the engine's forward pass (batch) number",
-                )
-            cols.has_step = True
-        rank = self._field(obj, "rank")
-        if rank is not None:
-            if not _is_int(rank) or not 0 <= rank <= _INT64_MAX:
-                raise TraceError(
-                    f"rank must be an integer >= 0, got {rank!r:.40}", where=where,
-                    hint="rank is the data-parallel rank the token came from",
-                )
-            cols.has_rank = True
-        request = self._field(obj, "request")
-        cols.request.append(self._request(request, where))
-        cols.layer.append(layer)
-        cols.experts.append(experts)
-        cols.weights.append(weights)
-        cols.token.append(-1 if token is None else token)
-        cols.step.append(-1 if step is None else step)
-        cols.rank.append(-1 if rank is None else rank)
-        cols.lines.append(line_no)
+        return value  # type: ignore[no-any-return]
 
     def _request(self, label: Any, where: str) -> int:
         if label is None:
@@ -425,6 +432,14 @@ class _Reader:
             order = np.argsort(lines, kind="stable")
             chunk = _reorder(chunk, order)
         self.acc.add_rows(chunk)
+
+
+#: Hint of the error about each whole-number field of a row.
+_COUNT_FIELD_HINTS = {
+    "token": "token numbers a token within its request (or the file)",
+    "step": "step is the engine's forward pass (batch) number",
+    "rank": "rank is the data-parallel rank the token came from",
+}
 
 
 def _read(path: Path, acc: Accumulator) -> None:
