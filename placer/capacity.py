@@ -11,7 +11,12 @@ MoE layer::
     max_redundant = num_gpus x slots_per_gpu - num_experts
 
 Engines need the same ``S`` on every GPU, so a mixed cluster is bounded by its smallest
-GPU.  ``slots_per_gpu`` is the memory bound; planners use ``min(slots_per_gpu, E)``.
+GPU.  ``slots_per_gpu`` is the memory bound; planners use ``min(slots_per_gpu, E)``: at
+``E`` slots every GPU holds every expert, and a second replica on one GPU takes memory but
+adds no dispatch bandwidth, so ``usable_max_redundant = num_gpus x min(S, E) - E`` is the
+most redundant experts a placement can use (``max_redundant`` may exceed it many times:
+Qwen3-30B-A3B on GB200 NVL72 holds 292 slots, 20,896 redundant experts, of which 9,088 can
+be used).
 
 Example, DeepSeek-V3 FP8 on 4 x DGX H100 (32 GPUs of 80 GB, default reserve 25%)::
 
@@ -44,7 +49,8 @@ class Capacity:
     model, topology: what was sized.
     dtype: expert dtype (``bf16``, ``fp8``, ``mxfp4``).
     slots_per_gpu: ``S``, the most slots every GPU can hold (memory bound; may exceed E).
-    max_redundant: ``G x S - E``, the most redundant experts per layer.
+    max_redundant: ``G x S - E``, the redundant experts per layer memory holds (may exceed
+        :attr:`usable_max_redundant`, what a placement can use).
     slot_bytes: bytes of one slot across all MoE layers.
     expert_gb_per_gpu: GB of expert weights per GPU at ``slots_per_gpu``.
     kv_left_gb: GB left for the KV cache on the tightest GPU at ``slots_per_gpu``.
@@ -83,6 +89,12 @@ class Capacity:
         return min(self.slots_per_gpu, self.model.num_experts)
 
     @property
+    def usable_max_redundant(self) -> int:
+        """``G x min(S, E) - E``: the most redundant experts per layer a placement can
+        use; beyond ``E`` slots per GPU every GPU already holds every expert."""
+        return self.num_gpus * self.usable_slots_per_gpu - self.model.num_experts
+
+    @property
     def available_gb(self) -> np.ndarray:
         """``[G]`` GB each GPU has for expert slots after weights, overhead and reserve."""
         return self.memory_gb - self.non_expert_gb - self.overhead_gb - self.kv_reserve_gb
@@ -107,6 +119,7 @@ class Capacity:
             "usable_slots_per_gpu": self.usable_slots_per_gpu,
             "min_slots_per_gpu": self.min_slots_per_gpu,
             "max_redundant": self.max_redundant,
+            "usable_max_redundant": self.usable_max_redundant,
             "memory_gb": float(self.memory_gb[self.limiting_gpu]),
             "non_expert_gb": self.non_expert_gb,
             "overhead_gb": self.overhead_gb,

@@ -150,3 +150,24 @@ def test_replan_from_an_imported_sglang_file(tmp_path: Path) -> None:
     assert gain, text
     before, after = (float(g.replace(",", "")) for g in gain.group(1, 2))
     assert after < before and float(gain.group(3)) < 0
+
+
+def test_capacity_bounds_redundancy_by_what_a_placement_can_use() -> None:
+    """Qwen3-30B-A3B on GB200 NVL72: memory holds 292 slots per GPU (20,896 redundant
+    experts), but at 128 slots every GPU already holds all 128 experts: the table prints
+    72 x 128 - 128 = 9,088 and says why; --json keeps both figures."""
+    result = _placer("capacity", "-m", "qwen3-30b-a3b", "-t", "gb200-nvl72")
+    lines = result.stdout.splitlines()
+    assert "max redundant experts per layer       9088" in lines
+    assert not any("20896" in line for line in lines)
+    assert lines[-1] == (
+        "max redundant experts per layer: 9,088 = 72 GPUs x 128 slots - 128 experts, not the"
+        " 20,896 the memory holds: with 128 slots every GPU holds every expert, and a second"
+        " replica on one GPU takes memory but adds no dispatch bandwidth")
+    doc = json.loads(_placer("capacity", "-m", "qwen3-30b-a3b", "-t", "gb200-nvl72",
+                             "--json").stdout)
+    assert (doc["max_redundant"], doc["usable_max_redundant"]) == (20896, 9088)
+    # where memory is the bound, the two agree and no note is printed
+    small = _placer("capacity", "-m", "deepseek-v3", "-t", "4x-dgx-h100").stdout
+    assert "max redundant experts per layer       192" in small
+    assert "the memory holds" not in small

@@ -450,17 +450,20 @@ def capacity(
         ("slots per GPU (memory bound)", c.slots_per_gpu),
         ("slots per GPU (usable, <= experts)", usable),
         ("slots per GPU (no redundancy)", c.min_slots_per_gpu),
-        ("max redundant experts per layer", c.max_redundant),
+        ("max redundant experts per layer", c.usable_max_redundant),
         ("expert weights per GPU at usable", f"{_gb(usable * c.slot_bytes / GB)} GB"),
         ("KV cache left per GPU at usable", f"{_gb(c.kv_left_gb_at(usable))} GB"),
         ("KV cache left per GPU, no redundancy", f"{_gb(c.kv_left_gb_at(c.min_slots_per_gpu))} GB"),
     ]
-    if usable < c.slots_per_gpu:
-        rows.insert(
-            10,
-            ("max redundant with usable slots", topo.num_gpus * usable - spec.num_experts),
-        )
     _echo(table(("figure", "value"), rows))
+    if usable < c.slots_per_gpu:
+        _echo(
+            f"max redundant experts per layer: {c.usable_max_redundant:,} = {topo.num_gpus}"
+            f" GPUs x {usable} slots - {spec.num_experts} experts, not the"
+            f" {c.max_redundant:,} the memory holds: with {usable} slots every GPU holds"
+            " every expert, and a second replica on one GPU takes memory but adds no"
+            " dispatch bandwidth"
+        )
 
 
 def register(app: typer.Typer) -> None:
