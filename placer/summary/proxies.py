@@ -105,6 +105,17 @@ def remote_figures(
             + ": the pairwise closed form is not an estimate here; with `model` and"
             " `topology` the evaluator samples one)" + windows)
         return out
+    _fill_sampled(out, problem, placement, stats, windows)
+    return out
+
+
+def _fill_sampled(
+    out: dict[str, Any], problem: PlacementProblem, placement: Placement, stats: ExpertStats,
+    windows: str,
+) -> None:
+    """Put the evaluator's sampled remote GPUs (and nodes) per token into ``out``, each
+    brought into its bracket (``out``'s bounds), and say how in ``remote_copies_from``."""
+    multi = problem.num_nodes > 1
     sampled = _sampled_remote(problem, placement, stats)
     how = "evaluator, sampled batches" + windows
     moved = []
@@ -120,7 +131,6 @@ def remote_figures(
     if moved:
         how += f"; brought into the bounds ({', '.join(moved)})"
     out["remote_copies_from"] = how
-    return out
 
 
 def _sampled_remote(
