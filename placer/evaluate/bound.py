@@ -40,7 +40,7 @@ largest entries of ``v``; ``P``: bytes per copy):
 
 Under round robin (``policy="round_robin"``) the replica rule is counted too: copies that
 can stay on their node, and the weight reads of redundant replicas (every replica whose
-residue class has a selection runs), see :func:`_round_robin_local`.
+residue class has a selection runs), see :mod:`placer.evaluate.round_robin_bound`.
 
 What it leaves out (so a plan's gap to it is an upper bound on what any placement could
 gain): per-batch load noise on the hottest GPU, pair-link and receive-side limits, and for
@@ -60,6 +60,7 @@ from placer.errors import Param
 from placer.evaluate.batches import Batches
 from placer.evaluate.core import EvalParams, token_source
 from placer.evaluate.metrics import nan_percentile
+from placer.evaluate.round_robin_bound import EXACT_REPLICAS, Selections, round_robin_local
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
 from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
 from placer.evaluate.windows import resolve_window_range
@@ -72,18 +73,6 @@ if TYPE_CHECKING:
 #: bytes / (GB/s) -> microseconds; flops / TFLOPS -> microseconds.
 _US_PER_BYTE_GBPS = 1e-3
 _US_PER_FLOP_TFLOPS = 1e-6
-#: Round robin's floor counts replicas exactly for as many of the most loaded experts as
-#: keep its ``[batches, experts, replicas, places]`` counts below this many cells (and at
-#: least twice the redundant replicas); the others are bounded more loosely.
-_ROUND_ROBIN_CELLS = 1 << 22
-#: Replica counts up to this are counted exactly per residue class; larger ones are
-#: bounded from the selections' distinct codes (cheaper; the floor stays valid).
-_EXACT_REPLICAS = 12
-#: ... except with this few places (nodes), where every count is counted exactly.
-_EXACT_ALL_PLACES = 16
-
-#: ``(batch, place, expert, code)`` of each selection (:func:`_round_robin_local`).
-_Selections = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -230,7 +219,7 @@ def layer_floor(
     # per batch (the cells' floors) counts few replica counts exactly; all batches together
     # (the mean's floor, the figure the gap is measured on) counts every one it can
     out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches,
-                                                           exact=_EXACT_REPLICAS)
+                                                           exact=EXACT_REPLICAS)
     out_all, inter_all, _ = copies.totals(
         n.sum(axis=0, keepdims=True), tokens.sum(axis=0, keepdims=True),
         k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1)
@@ -293,7 +282,7 @@ class _Copies:
                 _uncovered_tokens(n, tokens, k_min, node_slots))
 
     def totals(self, n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
-               at: _Selections, num_batches: int, exact: int | None = None,
+               at: Selections, num_batches: int, exact: int | None = None,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``([B], [B], [B])`` copies sent and copies across nodes, over all GPUs, and
         the least compute redundant replicas add (round robin; 0 otherwise).  ``exact``:
@@ -317,14 +306,15 @@ class _Copies:
         if self.policy == "round_robin":  # on several nodes the inter-node copies matter most
             batch, source, experts, code = at
             if fabric.num_nodes == 1:
-                local, compute = _round_robin_local(
-                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra, self.costs,
-                    exact)
+                local, compute = round_robin_local(
+                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra,
+                    self.costs.weight_us, self.costs.token_us, exact)
                 out = np.maximum(out, selections - local)
             else:
-                local, compute = _round_robin_local(
+                local, compute = round_robin_local(
                     (batch, fabric.node_of_gpu[source], experts, code), num_batches,
-                    fabric.num_nodes, self.num_experts, self.extra, self.costs, exact)
+                    fabric.num_nodes, self.num_experts, self.extra, self.costs.weight_us,
+                    self.costs.token_us, exact)
                 inter = np.maximum(inter, selections - local)
         if self.mode == "low_latency_rdma":
             inter = out
@@ -379,103 +369,6 @@ def _covering(n: np.ndarray, extra: int) -> np.ndarray:
     take = min(extra, rest.shape[1])
     top = -np.partition(-rest, take - 1, axis=1)[:, :take]
     return best + top.sum(axis=1)
-
-
-def _round_robin_local(
-    at: _Selections, num_batches: int,
-    num_places: int, num_experts: int, extra: int, costs: _Costs, exact: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``([B], [B])``: the most selections round-robin dispatch can serve where they
-    arise, and the least compute the ``extra`` replicas add, over every placement with
-    ``extra`` replicas beyond one per expert.
-
-    ``at``: ``(batch, place, expert, code)`` of each selection, ``code`` the number
-    round robin takes modulo the replica count (``rank position x k + k position``).
-    With ``c`` replicas, replica ``i`` receives the selections whose code is ``i`` modulo
-    ``c`` (``m[x, i]`` from place ``x``), so at best replica ``i`` sits where most of
-    them arise: ``f(c) = sum_i max_x m[x, i]``.  The best split of the ``extra``
-    replicas over experts is a knapsack (exact for the most loaded experts, as many as
-    :data:`_ROUND_ROBIN_CELLS` allows, and every count over a few places, counts up to
-    :data:`_EXACT_REPLICAS` over many; past those an expert gains at most ``n_e - f(1)``
-    however many replicas it gets).
-
-    Compute: every slot sits in the rotation, so replica ``i`` of an expert with ``c``
-    replicas runs whenever its residue class has a selection, at ``max(w, m_i t)``.  All
-    ``extra`` replicas must go somewhere, so the least they add over one replica per
-    expert is a knapsack with exactly ``extra`` items (exact when every expert is counted
-    exactly; otherwise the others may take replicas at no cost, which only lowers it).
-    """
-    batch, place, expert, code = at
-    cell = batch * num_experts + expert
-    per_place = np.bincount(cell * num_places + place,
-                            minlength=num_batches * num_experts * num_places)
-    per_place = per_place.reshape(num_batches, num_experts, num_places)
-    alone = per_place.max(axis=2).astype(np.float64)  # f(1) [B, E]
-    if extra <= 0:
-        return alone.sum(axis=1), np.zeros(num_batches)
-    headroom = per_place.sum(axis=2) - alone  # the most one expert can still gain
-    width = max(2 * extra, _ROUND_ROBIN_CELLS // ((extra + 1) * num_places * num_batches))
-    chosen = np.argsort(-per_place.sum(axis=(0, 2)), kind="stable")[: min(num_experts, width)]
-    index = np.full(num_experts, -1)
-    index[chosen] = np.arange(chosen.size)
-    keep = index[expert] >= 0
-    b, x, e, k = batch[keep], place[keep], index[expert[keep]], code[keep]
-    width = chosen.size
-    totals = per_place.sum(axis=2).astype(np.float64)  # [B, E] selections of each expert
-    one = np.where(totals > 0, np.maximum(costs.weight_us, totals * costs.token_us), 0.0)
-    # every expert, every count: at least ceil(D / ceil(K / c)) replicas run, D the
-    # distinct codes of its selections and K the codes' range (a residue class holds at
-    # most ceil(K / c) codes); counted exactly below for the chosen experts and few counts
-    span = int(code.max()) + 1 if code.size else 1
-    if num_batches * num_experts * span <= _ROUND_ROBIN_CELLS:
-        seen = np.bincount(cell * span + code, minlength=num_batches * num_experts * span)
-        codes = (seen.reshape(num_batches, num_experts, span) > 0).sum(axis=2)
-    else:
-        distinct = np.unique(cell * span + code) // span
-        codes = np.bincount(distinct, minlength=num_batches * num_experts).reshape(
-            num_batches, num_experts)
-    codes = codes.astype(np.float64)
-    counts = np.arange(1, extra + 2, dtype=np.float64)  # c = 1 .. extra + 1
-    running = np.ceil(codes[:, :, None] / np.ceil(span / counts)[None, None, :])
-    added = np.maximum(np.maximum(running * costs.weight_us, totals[:, :, None]
-                                  * costs.token_us) - one[:, :, None], 0.0)  # [B, E, c-1]
-    added[:, :, 0] = 0.0
-    gain = np.repeat(headroom[:, chosen, None].astype(np.float64), extra + 1, axis=2)
-    gain[:, :, 0] = 0.0
-    if exact is None:
-        exact = extra + 1 if num_places <= _EXACT_ALL_PLACES else _EXACT_REPLICAS
-    for count in range(2, min(extra + 1, exact) + 1):
-        key = ((b * width + e) * count + k % count) * num_places + x
-        m = np.bincount(key, minlength=num_batches * width * count * num_places)
-        m = m.reshape(num_batches, width, count, num_places)
-        gain[:, :, count - 1] = m.max(axis=3).sum(axis=2) - alone[:, chosen]
-        runs = m.sum(axis=3)
-        spent = np.where(runs > 0, np.maximum(costs.weight_us, runs * costs.token_us), 0.0)
-        added[:, chosen, count - 1] = spent.sum(axis=2) - one[:, chosen]
-    gain = np.maximum(gain, 0.0)
-    added = np.maximum(added, 0.0)
-    # multiple-choice knapsack over the chosen experts: budget[b, j] = best gain with <= j
-    budget = np.zeros((num_batches, extra + 1))
-    steps = np.arange(extra + 1)
-    before = steps[:, None] - steps[None, :]  # [j, used]: budget left before this item
-    allowed = before >= 0
-    before = np.where(allowed, before, 0)
-    for item in range(width):
-        options = budget[:, before] + gain[:, item][:, None, :]  # [B, j, used]
-        budget = np.where(allowed[None], options, -np.inf).max(axis=2)
-    others = np.ones(num_experts, dtype=bool)
-    others[chosen] = False
-    rest = -np.sort(-headroom[:, others], axis=1)[:, :extra]
-    prefix = np.concatenate([np.zeros((num_batches, 1)), rest.cumsum(axis=1)], axis=1)
-    spent = np.arange(prefix.shape[1])
-    total = (budget[:, extra - spent] + prefix).max(axis=1)
-    # the least compute the extra replicas add: exactly ``extra`` of them over the experts
-    least = np.full((num_batches, extra + 1), np.inf)
-    least[:, 0] = 0.0
-    for item in range(num_experts):
-        options = least[:, before] + added[:, item][:, None, :]
-        least = np.where(allowed[None], options, np.inf).min(axis=2)
-    return alone.sum(axis=1) + total, least[:, extra]
 
 
 def _uncovered_tokens(n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
