@@ -20,6 +20,36 @@ import pytest
 from readme_fixtures import REPO, readme_workdir
 
 
+def shown_outputs(text: str) -> dict[str, list[str]]:
+    """``command -> the output lines the README shows under it`` (fenced blocks)."""
+    shown: dict[str, list[str]] = {}
+    inside = False
+    current: str | None = None
+    pending: str | None = None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside, current, pending = not inside, None, None
+            continue
+        if not inside:
+            continue
+        if pending is not None or line.startswith("$ "):
+            pending = (pending + " " + line.strip()) if pending is not None else line[2:].strip()
+            if pending.endswith("\\"):
+                pending = pending[:-1].rstrip()
+                continue
+            current, pending = pending, None
+            shown[current] = []
+        elif current is not None and line.strip() and line.strip() != "...":
+            shown[current].append(line)  # "..." marks lines left out
+    return shown
+
+
+def _skeleton(line: str) -> str:
+    """A line with its figures masked and its spacing collapsed: what must not drift."""
+    masked = re.sub(r"\d+(?:[.,]\d+)*", "#", line)
+    return " ".join(masked.replace("─", "").split())
+
+
 def readme_commands(text: str) -> list[str]:
     """The ``$ ...`` commands of fenced blocks, continuation lines joined."""
     commands: list[str] = []
@@ -60,10 +90,21 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_readme_command_runs_as_written(workdir: Path) -> None:
+    """Each command succeeds, and every line the README shows under it is still printed
+    (figures masked: labels, units, rows and messages must not drift)."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["COLUMNS"] = "200"
+    shown = shown_outputs((REPO / "README.md").read_text(encoding="utf-8"))
+    compared = 0
     for command in COMMANDS:
         done = subprocess.run(["bash", "-c", command], cwd=workdir, env=env,
                               capture_output=True, text=True, timeout=600, check=False)
         assert done.returncode == 0, f"$ {command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, command
+        printed = {_skeleton(line) for line in (done.stdout + done.stderr).splitlines()}
+        missing = [line for line in shown.get(command, []) if _skeleton(line) not in printed]
+        assert missing == [], f"$ {command}\nthe README shows lines it no longer prints:\n" + \
+            "\n".join(missing)
+        compared += len(shown.get(command, []))
+    assert compared >= 50  # the README's outputs are really compared
