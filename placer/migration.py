@@ -72,9 +72,7 @@ class MoveCost:
         share = self.moves / slots if slots else 0.0
         text = f"{self.moves:,} weight moves of {slots:,} slots ({share:.1%}), {self.gb:,.1f} GB"
         if self.copy_s is not None:
-            took = (f"{self.copy_s:.2g} s" if self.copy_s >= 1 else
-                    f"{self.copy_s * 1e3:.2g} ms")
-            text += f", ~{took} to copy"
+            text += f", ~{_duration(self.copy_s)} to copy"
         return text
 
 
@@ -182,3 +180,18 @@ class Frontier:
             picked = self.chosen(budget)
             out.append((int(self.moves[picked].sum()), float(self.gain[picked].sum())))
         return out
+
+
+def _duration(seconds: float) -> str:
+    """Two significant figures without an exponent: ``0.9 s``, ``12 s``, ``400 ms``,
+    ``3,600 s``.
+
+    >>> [_duration(x) for x in (0.00042, 0.4, 0.94, 12.3, 3600.0)]
+    ['0.42 ms', '400 ms', '940 ms', '12 s', '3,600 s']
+    """
+    value, unit = (seconds, "s") if seconds >= 1 else (seconds * 1e3, "ms")
+    if value >= 100:
+        digits = len(str(int(value))) - 2
+        return f"{round(value, -digits):,.0f} {unit}"
+    return f"{float(f'{value:.2g}'):g} {unit}"
+

@@ -55,8 +55,9 @@ def resolve_window_range(
     stop = num_windows if rng[1] is None else rng[1]
     hint = f"ranges are START:STOP with 0 <= START < STOP <= {num_windows}"
     if start > stop:
+        swapped = f"write it {stop}:{start}; " if start <= num_windows else ""
         raise UsageError(f"window range {start}:{stop} is reversed", where=option,
-                         hint=f"write it {stop}:{start}; {hint}")
+                         hint=swapped + hint)
     if start == stop:
         raise UsageError(f"window range {start}:{stop} is empty", where=option, hint=hint)
     if not 0 <= start < stop <= num_windows:

@@ -52,3 +52,12 @@ def test_fit_alone_holds_out_what_follows():
     assert evaluation_parts(8, fit=(0, 5)) == [("fit", (0, 5)), ("held-out", (5, 8))]
     assert evaluation_parts(8, fit=(None, None)) == [("fit", (0, 8))]
     assert default_split(1) is None
+
+
+def test_a_reversed_range_suggests_the_swap_only_when_it_fits():
+    with pytest.raises(UsageError) as info:
+        resolve_window_range((5, 2), 8)
+    assert info.value.hint.startswith("write it 2:5;")
+    with pytest.raises(UsageError) as info:
+        resolve_window_range((5, 2), 1)
+    assert "write it" not in info.value.hint
