@@ -361,3 +361,15 @@ def test_a_configured_topology_yields_to_num_gpus_on_the_command_line(tmp_path):
     assert result.exit_code == 0, result.stderr
     problem = json.loads(result.stdout)["problem"]
     assert (problem["num_gpus"], problem["topology"]) == (8, None)
+
+
+def test_data_error_leaves_out_the_datas_warnings(tmp_path):
+    """The trace warns (synthetic, never-routed experts), but the placement does not fit the
+    cluster: the error and its hint alone."""
+    plan = tmp_path / "p.json"
+    made = _run("plan", str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-r", "8",
+                "--solver", "eplb", "-o", str(plan), "-q")
+    assert made.exit_code == 0, made.stderr
+    result = _run("evaluate", str(BUNDLED), "-p", str(plan), "-t", "2x-dgx-h100", "-q")
+    assert result.exit_code == 1, result.stderr
+    assert [line.split(":")[0] for line in result.stderr.splitlines()] == ["error", "hint"]

@@ -94,9 +94,9 @@ def handle_errors(fn: F) -> F:
     written: :mod:`placer.fileio`); any other exception -> ``error: internal error`` and
     exit 3.
 
-    A command that fails on a data error prints the warnings first, so that the error and
-    its hint end the output; one that fails on a usage error (exit 2) leaves the data's
-    warnings out: the command line needs fixing first, and the run that works says them."""
+    A command that fails on placer's error (data or usage) says only the error and its
+    hint: the data's warnings (a synthetic trace, never-routed experts) would bury it, and
+    the run that works says them."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -109,10 +109,8 @@ def handle_errors(fn: F) -> F:
                 try:
                     return fn(*args, **kwargs)
                 except PlacerError as e:
-                    shown, caught[:] = list(caught), []
-                    if e.exit_code != UsageError.exit_code:
-                        show_warnings(shown)
-                    fail(e)
+                    caught[:] = []  # the error ends the output alone; the run that works
+                    fail(e)  # says the data's warnings
                 except KeyboardInterrupt:
                     sys.stderr.write("interrupted: nothing was written\n")
                     raise typer.Exit(EXIT_INTERRUPTED) from None
