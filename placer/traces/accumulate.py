@@ -419,6 +419,15 @@ class Accumulator(_AggregateInputs):
                 t = int(counted.sum())
                 if t == 0:
                     return
+        glob, tok_win = self._token_windows(step, t)
+        self._count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
+        self.rows_read += lid.size * t if present is None else int(present.sum())
+        if self._keep is not None:
+            self._keep_whole_tokens(glob, lid, ids, weights, step, rank, present)
+
+    def _token_windows(self, step: np.ndarray | None, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Number ``t`` new tokens and place them in windows (by ``step`` when windows
+        follow steps): ``[t]`` global token indices and ``[t]`` windows."""
         if self._window_mode is None:
             self._start_windows(step is not None and bool((step >= 0).all()))
         if self._window_mode == "step" and (step is None or (step < 0).any()):
@@ -432,24 +441,36 @@ class Accumulator(_AggregateInputs):
         self._fit_windows(int(wkey.min()), int(wkey.max()))
         tok_win = self._window_of(wkey)
         self._tokens_w += np.bincount(tok_win, minlength=self._grid.count)
-        self._count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
-        keep_rows = None if present is None else present.ravel()  # layer-major
-        self.rows_read += lid.size * t if present is None else int(present.sum())
-        if self._keep is not None:
-            kept = slice(None) if keep_rows is None else keep_rows
-            self._keep.tokens.append(np.tile(glob, lid.size)[kept])
-            self._keep.layers.append(np.repeat(lid, t)[kept])
-            # copies: readers may reuse the chunk's arrays for the next chunk
-            original = np.array(ids.transpose(1, 0, 2)).reshape(-1, k)
-            self._keep.experts.append(original[kept])
-            self._keep.weights.append(
-                None if weights is None
-                else np.array(
-                    np.asarray(weights, dtype=np.float32).transpose(1, 0, 2)
-                ).reshape(-1, k)[kept]
-            )
-            self._keep.step.append(step if step is not None else np.full(t, -1, np.int64))
-            self._keep.rank.append(rank if rank is not None else np.full(t, -1, np.int64))
+        return glob, tok_win
+
+    def _keep_whole_tokens(
+        self,
+        glob: np.ndarray,
+        lid: np.ndarray,
+        ids: np.ndarray,
+        weights: Any,
+        step: np.ndarray | None,
+        rank: np.ndarray | None,
+        present: np.ndarray | None,
+    ) -> None:
+        """Append counted whole tokens to the kept-token trace, as layer-major rows
+        (``present``: ``[layers, tokens]`` rows with an expert, None when all have)."""
+        assert self._keep is not None
+        t, _, k = ids.shape
+        kept = slice(None) if present is None else present.ravel()  # layer-major
+        self._keep.tokens.append(np.tile(glob, lid.size)[kept])
+        self._keep.layers.append(np.repeat(lid, t)[kept])
+        # copies: readers may reuse the chunk's arrays for the next chunk
+        original = np.array(ids.transpose(1, 0, 2)).reshape(-1, k)
+        self._keep.experts.append(original[kept])
+        self._keep.weights.append(
+            None if weights is None
+            else np.array(
+                np.asarray(weights, dtype=np.float32).transpose(1, 0, 2)
+            ).reshape(-1, k)[kept]
+        )
+        self._keep.step.append(step if step is not None else np.full(t, -1, np.int64))
+        self._keep.rank.append(rank if rank is not None else np.full(t, -1, np.int64))
 
     # -- result -------------------------------------------------------------------
     def only_warmup(self) -> bool:

@@ -34,12 +34,47 @@ class _Validation(_AccumulatorState):
         :meth:`_raise_duplicate`).  Returns whether some entries are -1 (no expert).
         The ids keep their dtype; nothing is copied unless a check fails.
         """
+        k = self._check_width(experts, where)
+        lo = int(layer.min())
+        if lo < 0 or int(layer.max()) > constants.MAX_LAYER_ID:
+            i = int(np.flatnonzero((layer < 0) | (layer > constants.MAX_LAYER_ID))[0])
+            raise TraceError(
+                f"layer {int(layer[i])} is out of range [0, {constants.MAX_LAYER_ID}]",
+                where=(where_layer or where)(i),
+                hint="layer is the model's absolute layer index, from 0",
+            )
+        mn, mx = self._check_ids(experts, where_flat or (lambda i: where(i // k)))
+        if duplicates and k > 1 and _has_duplicate(experts.T):
+            self._raise_duplicate(experts, where)
+        has_none = mn < 0
+        if has_none:
+            valid = (experts >= 0).sum(axis=1)
+            most = int(valid.max())
+        else:
+            most = k
+        if self._top_k is not None and most > self._top_k:
+            r = int(np.argmax(valid)) if has_none else 0
+            raise TraceError(
+                f"row selects {most} experts but top_k is {self._top_k} ({self._top_k_from})",
+                where=where(r),
+                hint="pass the model's top_k (`top_k`), or fix the header",
+            )
+        self._max_valid = max(self._max_valid, most)
+        if mx > self._max_expert:
+            self._max_expert = mx
+            if mx >= self._num_e:
+                self._resize(num_e=mx + 1)
+        return has_none
+
+    def _check_width(self, experts: np.ndarray, where: Callable[[int], str]) -> int:
+        """``k``, the experts per row: from 1 to ``MAX_TOP_K``, integer ids, the same in
+        every row read (the first rows fix it)."""
         if experts.ndim != 2 or experts.shape[1] == 0:
             raise TraceError(
                 "routing rows need at least one expert", where=where(0),
                 hint="each row lists the top_k experts a token selected in a layer",
             )
-        k = experts.shape[1]
+        k = int(experts.shape[1])
         if k > constants.MAX_TOP_K:
             raise TraceError(
                 f"a row lists {k} experts, more than placer handles ({constants.MAX_TOP_K})",
@@ -65,15 +100,11 @@ class _Validation(_AccumulatorState):
                 where=where(0),
                 hint="all rows must select the same number of experts (top_k); pad with -1",
             )
-        lo = int(layer.min())
-        if lo < 0 or int(layer.max()) > constants.MAX_LAYER_ID:
-            i = int(np.flatnonzero((layer < 0) | (layer > constants.MAX_LAYER_ID))[0])
-            raise TraceError(
-                f"layer {int(layer[i])} is out of range [0, {constants.MAX_LAYER_ID}]",
-                where=(where_layer or where)(i),
-                hint="layer is the model's absolute layer index, from 0",
-            )
-        wf = where_flat or (lambda i: where(i // k))
+        return k
+
+    def _check_ids(self, experts: np.ndarray, wf: Callable[[int], str]) -> tuple[int, int]:
+        """The smallest and largest expert id, once each id is checked: -1 (none) or an
+        expert below ``num_experts`` and ``MAX_EXPERTS``.  ``wf`` names a flat index."""
         mn = int(experts.min())
         if mn < -1:
             i = int(np.argmin(experts.ravel()))
@@ -97,24 +128,4 @@ class _Validation(_AccumulatorState):
                 f"expert id {mx} is more than placer handles ({constants.MAX_EXPERTS} experts)",
                 where=wf(i), hint=_LIMITS_HINT,
             )
-        if duplicates and k > 1 and _has_duplicate(experts.T):
-            self._raise_duplicate(experts, where)
-        has_none = mn < 0
-        if has_none:
-            valid = (experts >= 0).sum(axis=1)
-            most = int(valid.max())
-        else:
-            most = k
-        if self._top_k is not None and most > self._top_k:
-            r = int(np.argmax(valid)) if has_none else 0
-            raise TraceError(
-                f"row selects {most} experts but top_k is {self._top_k} ({self._top_k_from})",
-                where=where(r),
-                hint="pass the model's top_k (`top_k`), or fix the header",
-            )
-        self._max_valid = max(self._max_valid, most)
-        if mx > self._max_expert:
-            self._max_expert = mx
-            if mx >= self._num_e:
-                self._resize(num_e=mx + 1)
-        return has_none
+        return mn, mx
