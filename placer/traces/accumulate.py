@@ -51,7 +51,7 @@ import numpy as np
 from placer import constants
 from placer.errors import TraceError
 from placer.stats import RoutingData
-from placer.traces.aggregate_inputs import _AggregateInputs
+from placer.traces.aggregate_inputs import AggregateBuilder
 from placer.traces.chunks import ReadOptions as ReadOptions
 from placer.traces.chunks import RowChunk as RowChunk
 from placer.traces.chunks import TokenChunk as TokenChunk
@@ -59,20 +59,26 @@ from placer.traces.chunks import _concat_rows, _HeldTokens, _take_rows
 from placer.traces.kernels import _has_duplicate
 from placer.traces.limits import _LIMITS_HINT, _positive_int
 from placer.traces.limits import check_counts as check_counts
+from placer.traces.results import _Results
 from placer.traces.state import _DECLARED_EXPERTS, _DECLARED_TOP_K
 from placer.traces.warmup import WARMUP_SKIP as WARMUP_SKIP
 
 __all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
 
 
-class Accumulator(_AggregateInputs):
+class Accumulator(_Results):
     """Builds one :class:`~placer.stats.RoutingData` from chunks of routing.
 
     Readers call :meth:`begin_source` once per file, then :meth:`declare` (header
     metadata), :meth:`add_rows` / :meth:`add_tokens` / :meth:`add_aggregate`,
     :meth:`skip` for rows they leave out on purpose, and :meth:`advance` for progress;
-    :meth:`result` ends the accumulation.
+    :meth:`result` ends the accumulation.  Aggregated inputs are handed to an
+    :class:`~placer.traces.aggregate_inputs.AggregateBuilder`.
     """
+
+    def __init__(self, options: ReadOptions | None = None) -> None:
+        super().__init__(options)
+        self._aggregates = AggregateBuilder()
 
     # -- reader API ----------------------------------------------------------------
     def begin_source(self, source: str, format_name: str) -> None:
@@ -183,6 +189,38 @@ class Accumulator(_AggregateInputs):
                     hint="synthetic: true marks a generated trace",
                 )
             self.synthetic = self.synthetic or bool(synthetic)
+
+    # -- aggregated inputs --------------------------------------------------------
+    def add_aggregate(
+        self,
+        load: np.ndarray,
+        *,
+        layer_ids: np.ndarray | None = None,
+        coact: np.ndarray | None = None,
+        window_starts: np.ndarray | None = None,
+        where: str | None = None,
+    ) -> None:
+        """Accumulate an aggregated load ``[windows, layers, experts]`` (summed over files).
+
+        ``coact``: ``[layers, experts, experts]`` symmetric pair counts, or None.
+        """
+        self._aggregates.add_aggregate(
+            self, load, layer_ids=layer_ids, coact=coact, window_starts=window_starts,
+            where=where,
+        )
+
+    def add_step_counts(
+        self,
+        load: np.ndarray,
+        steps: np.ndarray,
+        *,
+        layer_ids: np.ndarray,
+        where: str | None = None,
+    ) -> None:
+        """Accumulate counts of forward passes: ``load [passes, layers, experts]`` int,
+        pass ``i`` taken at step ``steps[i]`` (see
+        :meth:`~placer.traces.aggregate_inputs.AggregateBuilder.add_step_counts`)."""
+        self._aggregates.add_step_counts(self, load, steps, layer_ids=layer_ids, where=where)
 
     # -- per-token rows -----------------------------------------------------------
     def add_rows(self, chunk: RowChunk) -> None:
@@ -495,9 +533,10 @@ class Accumulator(_AggregateInputs):
                 else "a routing row needs 'layer' and 'experts'; check `layers` and the format",
             )
         if self._result is None:
-            self._result = (
-                self._result_aggregate() if self._kind == "aggregate" else self._result_tokens()
-            )
+            if self._kind == "aggregate":
+                self._result = self._aggregates.result(self)
+            else:
+                self._result = self._result_tokens()
         return self._result
 
     def _flush_held(self) -> None:

@@ -1,5 +1,10 @@
 """Aggregated inputs of :class:`~placer.traces.accumulate.Accumulator`: load matrices
-and counts per forward pass."""
+and counts per forward pass, and the statistics they make.
+
+:class:`AggregateBuilder` is a part the accumulator holds and delegates to: it owns
+what only aggregated inputs have (summed co-activation, window starts, which kind of
+aggregated input came first, the running total of counts) and adds the load into the
+accumulator's shared statistics (layers, experts, windows)."""
 
 from __future__ import annotations
 
@@ -7,16 +12,24 @@ import numpy as np
 
 from placer import constants
 from placer.errors import Param, TraceError, UsageError
-from placer.stats import format_ranges
+from placer.stats import ExpertStats, PairCounts, RoutingData, format_ranges
 from placer.traces.limits import _LIMITS_HINT, check_counts
-from placer.traces.results import _Results
+from placer.traces.results import _emit, _Results, _top_k_from_coact
 
 
-class _AggregateInputs(_Results):
-    """Load matrices and counts per forward pass."""
+class AggregateBuilder:
+    """Load matrices and counts per forward pass, added into an accumulator's
+    statistics (``acc``, the accumulator that holds this builder)."""
+
+    def __init__(self) -> None:
+        self.coact: np.ndarray | None = None  # [layers, E, E] summed over the files
+        self.window_starts: np.ndarray | None = None
+        self.by_step: bool | None = None  # add_step_counts (True) or add_aggregate
+        self.count_total = 0.0  # counts so far (MAX_TOTAL_COUNT)
 
     def add_aggregate(
         self,
+        acc: _Results,
         load: np.ndarray,
         *,
         layer_ids: np.ndarray | None = None,
@@ -28,58 +41,55 @@ class _AggregateInputs(_Results):
 
         ``coact``: ``[layers, experts, experts]`` symmetric pair counts, or None.
         """
-        where = where or self.source
-        self._begin_kind("aggregate")
-        self._begin_aggregate(by_step=False, where=where)
+        where = where or acc.source
+        acc._begin_kind("aggregate")
+        self._begin(by_step=False, where=where)
         w, nl, e = load.shape
         self._add_total(load, where)
         lid = np.arange(nl, dtype=np.int64) if layer_ids is None else layer_ids
-        if self._layer_filter is not None:
-            missing = [i for i in self._layer_filter.tolist() if i not in set(lid.tolist())]
+        if acc._layer_filter is not None:
+            missing = [i for i in acc._layer_filter.tolist() if i not in set(lid.tolist())]
             if missing:
                 raise UsageError(
                     f"layer {missing[0]} is not in {where}",
                     where=Param("layers"),
                     hint=f"layers present: {format_ranges(lid)}",
                 )
-            cols = np.isin(lid, self._layer_filter)
-            self.skip("layer not selected", int(w * (~cols).sum()))
+            cols = np.isin(lid, acc._layer_filter)
+            acc.skip("layer not selected", int(w * (~cols).sum()))
             load, lid = load[:, cols], lid[cols]
             coact = None if coact is None else coact[cols]
             nl = lid.size
-        if self._num_experts is not None and e != self._num_experts:
+        if acc._num_experts is not None and e != acc._num_experts:
             raise TraceError(
-                f"load has {e} experts but num_experts is {self._num_experts}"
-                f" ({self._experts_from})",
+                f"load has {e} experts but num_experts is {acc._num_experts}"
+                f" ({acc._experts_from})",
                 where=where, hint="check `num_experts` and `model` against the file",
             )
-        if self._load.size == 0 and not self._layer_ids:
-            self._layer_ids = [int(i) for i in lid]
-            self._load = load.astype(np.int64)
-            self._num_e = e
-            self._agg_coact = None if coact is None else coact.astype(np.int64)
-            self._agg_has_coact = coact is not None
-            self._agg_window_starts = window_starts
+        if acc._load.size == 0 and not acc._layer_ids:
+            acc._layer_ids = [int(i) for i in lid]
+            acc._load = load.astype(np.int64)
+            acc._num_e = e
+            self.coact = None if coact is None else coact.astype(np.int64)
+            self.window_starts = window_starts
         else:
-            if self._layer_ids != [int(i) for i in lid] or self._load.shape != (w, nl, e):
+            if acc._layer_ids != [int(i) for i in lid] or acc._load.shape != (w, nl, e):
                 raise TraceError(
                     f"load [{w}, {nl}, {e}] with layers {format_ranges(lid)} does not match"
-                    f" the first input's [{', '.join(map(str, self._load.shape))}] with layers"
-                    f" {format_ranges(np.asarray(self._layer_ids))}",
+                    f" the first input's [{', '.join(map(str, acc._load.shape))}] with layers"
+                    f" {format_ranges(np.asarray(acc._layer_ids))}",
                     where=where,
                     hint="aggregated files read together are summed: same windows, layers,"
                     " experts",
                 )
-            self._load = self._load + load
-            if coact is None or self._agg_coact is None:
-                self._agg_has_coact = False
-                self._agg_coact = None
-            else:
-                self._agg_coact = self._agg_coact + coact
-        self.rows_read += w * nl
+            acc._load = acc._load + load
+            # co-activation only while every file gives it
+            self.coact = None if coact is None or self.coact is None else self.coact + coact
+        acc.rows_read += w * nl
 
     def add_step_counts(
         self,
+        acc: _Results,
         load: np.ndarray,
         steps: np.ndarray,
         *,
@@ -93,9 +103,9 @@ class _AggregateInputs(_Results):
         merged pairwise past ``constants.MAX_WINDOWS``), so files read together (one per
         rank) add up step by step; layers and experts are the union of the files'.
         """
-        where = where or self.source
-        self._begin_kind("aggregate")
-        self._begin_aggregate(by_step=True, where=where)
+        where = where or acc.source
+        acc._begin_kind("aggregate")
+        self._begin(by_step=True, where=where)
         p, nl, e = load.shape
         lid = np.asarray(layer_ids, dtype=np.int64)
         steps = np.asarray(steps, dtype=np.int64)
@@ -104,52 +114,99 @@ class _AggregateInputs(_Results):
                 f"{p} passes with {steps.shape} steps and {nl} layers with {lid.shape} ids",
                 where=where, hint="each pass needs one step and each layer one id",
             )
-        if self._layer_filter is not None:
-            self._all_layers.update(lid.tolist())
-            cols = np.isin(lid, self._layer_filter)
-            self.skip("layer not selected", int(p * (~cols).sum()))
+        if acc._layer_filter is not None:
+            acc._all_layers.update(lid.tolist())
+            cols = np.isin(lid, acc._layer_filter)
+            acc.skip("layer not selected", int(p * (~cols).sum()))
             load, lid = load[:, cols], lid[cols]
             nl = lid.size
         if p == 0 or nl == 0:
             return
-        if self._num_experts is not None and e > self._num_experts:
+        if acc._num_experts is not None and e > acc._num_experts:
             raise TraceError(
-                f"counts have {e} experts but num_experts is {self._num_experts}"
-                f" ({self._experts_from})",
+                f"counts have {e} experts but num_experts is {acc._num_experts}"
+                f" ({acc._experts_from})",
                 where=where, hint="check `num_experts` and `model` against the file",
             )
         load = check_counts(load, "counts", where)
         self._add_total(load, where)
-        rows = self._rows_of(lid, lambda i: where)
-        if e > self._num_e:
-            self._resize(num_e=e)
-        self._max_expert = max(self._max_expert, e - 1)
-        if self._window_mode is None:
-            self._window_mode = "step"
-        self._fit_windows(int(steps.min()), int(steps.max()))
-        win = self._window_of(steps)
+        rows = acc._rows_of(lid, lambda i: where)
+        if e > acc._num_e:
+            acc._resize(num_e=e)
+        acc._max_expert = max(acc._max_expert, e - 1)
+        if acc._window_mode is None:
+            acc._window_mode = "step"
+        acc._fit_windows(int(steps.min()), int(steps.max()))
+        win = acc._window_of(steps)
         np.add.at(
-            self._load,
+            acc._load,
             (win[:, None, None], rows[None, :, None], np.arange(e)[None, None, :]),
             load.astype(np.int64, copy=False),
         )
-        self.rows_read += p * nl
+        acc.rows_read += p * nl
 
     def _add_total(self, load: np.ndarray, where: str) -> None:
         """Add an aggregated input's counts to the total, within MAX_TOTAL_COUNT."""
-        self._count_total += float(load.sum(dtype=np.float64))
-        if self._count_total > constants.MAX_TOTAL_COUNT:
+        self.count_total += float(load.sum(dtype=np.float64))
+        if self.count_total > constants.MAX_TOTAL_COUNT:
             raise TraceError(
-                f"the counts add up to {self._count_total:.4g} selections, more than placer"
+                f"the counts add up to {self.count_total:.4g} selections, more than placer"
                 " counts (2^53)", where=where, hint=_LIMITS_HINT,
             )
 
-    def _begin_aggregate(self, *, by_step: bool, where: str) -> None:
-        if self._agg_by_step is None:
-            self._agg_by_step = by_step
-        elif self._agg_by_step != by_step:
+    def _begin(self, *, by_step: bool, where: str) -> None:
+        if self.by_step is None:
+            self.by_step = by_step
+        elif self.by_step != by_step:
             raise TraceError(
                 "counts per forward pass and load matrices cannot be read together",
                 where=where,
                 hint="read them separately",
             )
+
+    def result(self, acc: _Results) -> RoutingData:
+        """The statistics of the aggregated inputs added so far."""
+        load = acc._load
+        if self.by_step:
+            num_e = acc._num_experts if acc._num_experts is not None else acc._num_e
+            load = load[:, :, :num_e]
+            self.window_starts = acc._grid.starts()
+        w, nl, _ = load.shape
+        lid = np.asarray(acc._layer_ids, dtype=np.int64)
+        order = np.argsort(lid)
+        load, lid = load[:, order], lid[order]
+        if self.by_step:
+            acc._check_selected_layers(lid)
+        coact = None if self.coact is None else PairCounts.from_dense(self.coact[order])
+        top_k = acc._top_k
+        if top_k is None:
+            top_k = _top_k_from_coact(load.sum(axis=0), coact)
+            if top_k is None:
+                raise TraceError(
+                    "top_k is unknown: the file does not give it and co-activation cannot"
+                    " tell it",
+                    where=", ".join(acc.sources),
+                    hint="pass `top_k`, or add a top_k entry to the file",
+                )
+            acc.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
+        acc._check_top_k(top_k, load.shape[2], ", ".join(acc.sources))
+        tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
+        starts = (
+            np.arange(w, dtype=np.int64)
+            if self.window_starts is None
+            else np.asarray(self.window_starts, dtype=np.int64)
+        )
+        warn = acc._warnings(load, lid)
+        stats = ExpertStats(
+            load=load,
+            tokens=tokens,
+            layer_ids=lid,
+            top_k=top_k,
+            coact=coact,
+            layer_affinity=None,
+            window_starts=starts,
+            provenance=acc._provenance(),
+            warnings=tuple(warn),
+        )
+        _emit(warn)
+        return RoutingData(stats=stats, trace=None)

@@ -208,52 +208,6 @@ class _Results(_WarmUp):
             topk_weights=weights,
         )
 
-    def _result_aggregate(self) -> RoutingData:
-        load = self._load
-        if self._agg_by_step:
-            num_e = self._num_experts if self._num_experts is not None else self._num_e
-            load = load[:, :, :num_e]
-            self._agg_window_starts = self._grid.starts()
-        w, nl, _ = load.shape
-        lid = np.asarray(self._layer_ids, dtype=np.int64)
-        order = np.argsort(lid)
-        load, lid = load[:, order], lid[order]
-        if self._agg_by_step:
-            self._check_selected_layers(lid)
-        coact = None if self._agg_coact is None else PairCounts.from_dense(self._agg_coact[order])
-        top_k = self._top_k
-        if top_k is None:
-            top_k = _top_k_from_coact(load.sum(axis=0), coact)
-            if top_k is None:
-                raise TraceError(
-                    "top_k is unknown: the file does not give it and co-activation cannot"
-                    " tell it",
-                    where=", ".join(self.sources),
-                    hint="pass `top_k`, or add a top_k entry to the file",
-                )
-            self.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
-        self._check_top_k(top_k, load.shape[2], ", ".join(self.sources))
-        tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
-        starts = (
-            np.arange(w, dtype=np.int64)
-            if self._agg_window_starts is None
-            else np.asarray(self._agg_window_starts, dtype=np.int64)
-        )
-        warn = self._warnings(load, lid)
-        stats = ExpertStats(
-            load=load,
-            tokens=tokens,
-            layer_ids=lid,
-            top_k=top_k,
-            coact=coact,
-            layer_affinity=None,
-            window_starts=starts,
-            provenance=self._provenance(),
-            warnings=tuple(warn),
-        )
-        _emit(warn)
-        return RoutingData(stats=stats, trace=None)
-
 
 def _nonzero_rows(
     dense: np.ndarray, rows: Sequence[int | None], num_e: int, *, symmetric: bool

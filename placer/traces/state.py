@@ -82,10 +82,6 @@ class _AccumulatorState:
         self._sparse = False
         self._sp_coact = _SparsePairs()  # by accumulator row
         self._sp_aff = _SparsePairs()  # by affinity index
-        self._agg_coact: np.ndarray | None = None
-        self._agg_has_coact = True
-        self._agg_window_starts: np.ndarray | None = None
-        self._agg_by_step: bool | None = None  # add_step_counts (True) or add_aggregate
         # windows
         self._window_mode: str | None = None  # "step", "order", "fixed"
         self._grid = WindowGrid()
@@ -114,7 +110,6 @@ class _AccumulatorState:
         self._scratch_buf: np.ndarray | None = None
         self._columns: np.ndarray | None = None
         self._hot: np.ndarray | None = None
-        self._count_total = 0.0  # counts of aggregated inputs so far (MAX_TOTAL_COUNT)
 
     def skip(self, reason: str, count: int = 1) -> None:
         """Count ``count`` rows left out on purpose because of ``reason``."""
