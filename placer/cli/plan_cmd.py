@@ -1,11 +1,10 @@
 """``placer plan``: fit a placement to a trace and write placement JSON.
 
 The command is thin: read the trace (keeping per-token routing when the inputs are small
-enough to replay), the model and the topology, build the problem
-(:func:`placer.planning.build_problem`), solve it (:func:`placer.solvers.solve`), solve
-EPLB once for the side-by-side, write the placement
-(:func:`placer.placement_io.write_placement`), and print the summary of
-:func:`placer.summary.summarize_plan` (``--json``: its ``to_dict()``).
+enough to replay), the model and the topology; plan and summarize with
+:func:`placer.summary.run.plan_routing` (build the problem, solve it, solve EPLB once for
+the side-by-side); write the placement (:func:`placer.placement_io.write_placement`) and
+print the summary (``--json``: its ``to_dict()``).
 
 ``--engine`` (implied by ``--export`` when it names one engine), ``--workload`` and
 ``--tokens-per-gpu`` make the :class:`placer.workload.Workload` the solver plans for
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +40,10 @@ from placer.cli.progress import progress
 from placer.errors import UsageError
 from placer.fileio import all_or_nothing, check_not_inputs, check_output_path, is_stream
 from placer.placement_io import read_placement, write_placement
-from placer.planning import build_problem
 from placer.problem import SolveParams
-from placer.solvers import solve, solver_names
-from placer.summary import BASELINE_SOLVER, basic_metrics, summarize_plan
+from placer.solvers import solver_names
 from placer.summary.replan import replan_rows
+from placer.summary.run import plan_routing
 from placer.windows import parse_window_range
 from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
 
@@ -291,25 +288,11 @@ def plan(
     if from_config("--engine") and any(fmt in EXPORT_ENGINE for fmt, _ in exports):
         engine = None
     _check_paths(output, exports, [trace, current, topology, model])
-    if exports and model is None:
-        raise UsageError(
-            "engine files need the model's layer layout", where="--export",
-            hint="pass --model with the served model",
-        )
-    names = solver_names()
-    if solver not in names:
-        raise UsageError(
-            f"unknown solver {solver!r}", where="--solver",
-            hint=f"choose one of: {', '.join(names)}",
-        )
+    _check_flags(exports, model, solver)
     target, target_note = resolve_workload(engine, workload, tokens_per_gpu,
                                            [fmt for fmt, _ in exports])
     if current is None:
-        for flag, value in (("--max-moves", max_moves), ("--max-move-gb", max_move_gb),
-                            ("--sweep-moves", sweep_moves or None)):
-            if value is not None:
-                raise UsageError(f"{flag} budgets weight moves from a deployed placement",
-                                 where=flag, hint="pass --current DEPLOYED.json")
+        _check_no_budget(max_moves, max_move_gb, sweep_moves)
     params = SolveParams(
         time_limit_s=layer_time_limit, total_time_limit_s=time_limit,
         max_moves=max_moves, max_move_gb=max_move_gb, move_tolerance=move_tolerance,
@@ -332,48 +315,31 @@ def plan(
     routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
                          num_experts=num_experts, keep_tokens=keep, keep_warmup=keep_warmup)
     current_placement = read_placement(current) if current is not None else None
-
-    def build(slots: int | None, spare: int | None) -> Any:
-        return build_problem(
-            routing, model=model_spec, topology=topo, num_gpus=num_gpus,
-            slots_per_gpu=slots, redundant=spare, dtype=dtype,
-            kv_reserve_gb=kv_reserve_gb, fit=fit_range, current=current_placement,
-        )
-
-    auto = None
-    if redundant is not None and redundant.strip().lower() == "auto":
-        auto = _auto_redundancy(build, routing, model_spec, topo, slots_per_gpu, dtype,
-                                kv_reserve_gb, target, seed)
-        problem = build(auto.chosen.slots_per_gpu, None)
-    else:
-        problem = build(slots_per_gpu, _redundant_count(redundant))
-    with progress("layers planned", enabled=not (quiet or json_out)) as report:
-        result = solve(problem, solver, replace(params, progress=report))
-    # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
-    baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER,
-                                                                 params.shared())
-    metrics = basic_metrics(result.placement, problem.stats)
-    windows = routing.stats.num_windows
-    fitted = None
-    if fit_range is not None:
-        fitted = (fit_range[0] or 0, windows if fit_range[1] is None else fit_range[1])
-    summary = summarize_plan(
-        problem, result, baseline, routing, workload=target, workload_note=target_note,
-        fit=fitted, output=str(output), dtype=dtype, no_trace_reason=no_trace,
+    auto = redundant is not None and redundant.strip().lower() == "auto"
+    if auto:
+        _check_auto(model_spec, topo, slots_per_gpu)
+    run = plan_routing(
+        routing, solver, params, model=model_spec, topology=topo, num_gpus=num_gpus,
+        slots_per_gpu=slots_per_gpu, redundant=None if auto else _redundant_count(redundant),
+        auto=auto, dtype=dtype, kv_reserve_gb=kv_reserve_gb, fit=fit_range,
+        current=current_placement, workload_note=target_note, output=str(output),
+        no_trace_reason=no_trace,
+        progress=progress("layers planned", enabled=not (quiet or json_out)),
     )
+    result, summary = run.result, run.summary
     with all_or_nothing():  # the placement and the engine files land together, or none
         write_placement(
             output, result.placement,
             model_name=getattr(model_spec, "name", None) or routing.stats.provenance.model,
             top_k=model_spec.top_k if model_spec is not None else (routing.stats.top_k or None),
-            topology=topo, solver=result, metrics=metrics,
+            topology=topo, solver=result, metrics=run.metrics,
         )
         exported = [export_to(result.placement, fmt, path, model_spec)
                     for fmt, path in exports]
     if json_out:
         doc = summary.to_dict()
-        if auto is not None:
-            doc["redundant_auto"] = auto.to_dict()
+        if run.auto is not None:
+            doc["redundant_auto"] = run.auto.to_dict()
         if exported:
             doc["exports"] = exported
         print_json(doc)
@@ -381,12 +347,37 @@ def plan(
     lines = summary.rows()
     if sweep_moves:
         lines += replan_rows(summary.replan, frontier=True)[len(replan_rows(summary.replan)):]
-    if auto is not None:
-        lines += ["", auto.reason, "candidates (redundant: estimated step us with EPLB): "
-                  + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in auto.options)]
+    if run.auto is not None:
+        lines += ["", run.auto.reason, "candidates (redundant: estimated step us with EPLB): "
+                  + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in run.auto.options)]
     for item in exported:
         lines += ["", *render_export(item)]
     sys.stdout.write(as_flags("\n".join(lines)) + "\n")  # the summary's words, as flags
+
+
+def _check_flags(exports: list[tuple[str, Path]], model: str | None, solver: str) -> None:
+    """Engine files need ``--model``; ``--solver`` names a solver."""
+    if exports and model is None:
+        raise UsageError(
+            "engine files need the model's layer layout", where="--export",
+            hint="pass --model with the served model",
+        )
+    names = solver_names()
+    if solver not in names:
+        raise UsageError(
+            f"unknown solver {solver!r}", where="--solver",
+            hint=f"choose one of: {', '.join(names)}",
+        )
+
+
+def _check_no_budget(max_moves: int | None, max_move_gb: float | None,
+                     sweep_moves: bool) -> None:
+    """Without ``--current`` no flag may budget weight moves."""
+    for flag, value in (("--max-moves", max_moves), ("--max-move-gb", max_move_gb),
+                        ("--sweep-moves", sweep_moves or None)):
+        if value is not None:
+            raise UsageError(f"{flag} budgets weight moves from a deployed placement",
+                             where=flag, hint="pass --current DEPLOYED.json")
 
 
 def _check_paths(output: Path, exports: list[tuple[str, Path]], inputs: list[Any]) -> None:
@@ -421,13 +412,8 @@ def _redundant_count(text: str | None) -> int | None:
     return value
 
 
-def _auto_redundancy(
-    build: Any, routing: Any, model: Any, topology: Any, slots_per_gpu: int | None,
-    dtype: str | None, kv_reserve_gb: float | None, workload: Any, seed: int,
-) -> Any:
-    """``--redundant auto``: check the flags, then :func:`placer.redundancy.auto_redundancy`."""
-    from placer.redundancy import auto_redundancy
-
+def _check_auto(model: Any, topology: Any, slots_per_gpu: int | None) -> None:
+    """``--redundant auto`` chooses the slots per GPU and needs the model and the cluster."""
     if slots_per_gpu is not None:
         raise UsageError("--redundant auto chooses the slots per GPU itself",
                          where="--slots-per-gpu", hint="drop --slots-per-gpu")
@@ -436,9 +422,6 @@ def _auto_redundancy(
             "--redundant auto times candidates with the evaluator, which needs the model and"
             " the cluster", where="--redundant", hint="pass --model and --topology",
         )
-    return auto_redundancy(lambda s: build(s, None), routing.stats.num_experts, model,
-                           topology, workload, dtype=dtype, kv_reserve_gb=kv_reserve_gb,
-                           seed=seed)
 
 
 def solver_options(items: list[str], flags: dict[str, tuple[str, Any]]) -> dict[str, Any]:
