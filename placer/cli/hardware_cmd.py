@@ -192,31 +192,38 @@ def topology_show(
         )
     )
     _echo()
-    _echo(
-        table(
-            ("traffic", "link", "nominal GB/s/GPU", "efficiency", "achieved GB/s/GPU",
-             "phase us"),
-            [
-                (r["link_class"], r["technology"] + ("" if r["calibrated"] else " (nominal)"),
-                 r["nominal_gbps_per_gpu"], r["efficiency"], r["achieved_gbps_per_gpu"],
-                 r["phase_us"])
-                for r in calibration_rows(topology)
-            ],
-        )
-    )
+    _echo(_calibration_table(topology))
     _echo(
         f"calibration: {topology.calibration.source or 'nominal'}; expert compute at"
         f" {topology.hbm_efficiency:g} of HBM, {topology.flops_efficiency:g} of peak FLOPS"
     )
     if matrix:
         _echo()
-        g = topology.num_gpus
-        rows = [
-            [rank, *(("-" if i == rank else topology.bandwidth_gbps[rank, i]) for i in range(g))]
-            for rank in range(g)
-        ]
-        rows = [[r[0], *(float(v) if not isinstance(v, str) else v for v in r[1:])] for r in rows]
-        _echo(table(("GB/s", *(str(i) for i in range(g))), rows))
+        _echo(_bandwidth_matrix(topology))
+
+
+def _calibration_table(topology: Topology) -> str:
+    """The achieved bandwidth per traffic class (calibrated or nominal)."""
+    return table(
+        ("traffic", "link", "nominal GB/s/GPU", "efficiency", "achieved GB/s/GPU", "phase us"),
+        [
+            (r["link_class"], r["technology"] + ("" if r["calibrated"] else " (nominal)"),
+             r["nominal_gbps_per_gpu"], r["efficiency"], r["achieved_gbps_per_gpu"],
+             r["phase_us"])
+            for r in calibration_rows(topology)
+        ],
+    )
+
+
+def _bandwidth_matrix(topology: Topology) -> str:
+    """``--matrix``: the GPU-to-GPU bandwidth (GB/s), ``-`` on the diagonal."""
+    g = topology.num_gpus
+    rows = [
+        [rank, *(("-" if i == rank else topology.bandwidth_gbps[rank, i]) for i in range(g))]
+        for rank in range(g)
+    ]
+    rows = [[r[0], *(float(v) if not isinstance(v, str) else v for v in r[1:])] for r in rows]
+    return table(("GB/s", *(str(i) for i in range(g))), rows)
 
 
 @topology_app.command("validate", cls=PlacerCommand, epilog=examples(
