@@ -88,9 +88,7 @@ class Accumulator(_Results):
         if format_name not in self.formats:
             self.formats.append(format_name)
         self.source = source
-        self._run_len[:] = 0
-        self._run_last[:] = -2
-        self._run_req[:] = -1
+        self._warmup.reset()
 
     def set_progress(self, callback: Callable[[int], None] | None) -> None:
         self._progress = callback
@@ -248,6 +246,17 @@ class Accumulator(_Results):
             chunk = _concat_rows(self._held_rows, chunk)
             self._held_rows = None
         self._count_rows(self._cut_warmup_rows(chunk, final=False))
+
+    def _cut_warmup_rows(self, chunk: RowChunk, *, final: bool) -> RowChunk | None:
+        """The rows of ``chunk`` to count now, less warm-up passes; rows whose run may
+        still grow into one (unless ``final``) are held back for the next chunk."""
+        rows = self._rows_of(chunk.layer, lambda i: self.source)
+        counted, held = self._warmup.cut_rows(
+            chunk, rows, self._layer_ids, self.source, final=final
+        )
+        if held is not None:
+            self._held_rows = held
+        return counted
 
     def _count_rows(self, chunk: RowChunk | None) -> None:
         """Count validated rows (see :meth:`add_rows`)."""
@@ -413,7 +422,9 @@ class Accumulator(_Results):
         xt = self._columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
         xt[...] = ids.transpose(1, 2, 0)
         present = np.asarray((xt >= 0).any(axis=1), dtype=bool) if has_none else None  # [L, t]
-        cut, excluded = self._cut_warmup_tokens(xt, rows, present, tokens, final=final)
+        cut, excluded = self._warmup.cut_tokens(
+            xt, rows, present, tokens, self._layer_ids, self.source, final=final
+        )
         if cut < t:
             self._held_tokens = tokens.tail(cut, has_none)
             if cut == 0:
@@ -515,7 +526,7 @@ class Accumulator(_Results):
         """Whether every per-token row read so far was left out as a warm-up pass."""
         if self._result is None:
             self._flush_held()
-        return self._kind == "tokens" and self.rows_read == 0 and self._warmup_rows > 0
+        return self._kind == "tokens" and self.rows_read == 0 and self._warmup.rows > 0
 
     def result(self) -> RoutingData:
         """The statistics (and per-token trace with ``keep_tokens``); ends the accumulation
@@ -529,7 +540,7 @@ class Accumulator(_Results):
                 where=", ".join(self.sources) or None,
                 hint="every row is part of a warm-up pass (identical routing): pass"
                 " `keep_warmup` to count them"
-                if self._warmup_rows
+                if self._warmup.rows
                 else "a routing row needs 'layer' and 'experts'; check `layers` and the format",
             )
         if self._result is None:

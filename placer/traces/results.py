@@ -18,11 +18,11 @@ from placer.stats import (
     RoutingTrace,
     format_ranges,
 )
+from placer.traces.counting import _Counting
 from placer.traces.limits import _SPARSE_TRACE_RATIO, _mib
-from placer.traces.warmup import _WarmUp
 
 
-class _Results(_WarmUp):
+class _Results(_Counting):
     """Builds the :class:`~placer.stats.RoutingData`."""
 
     def _finish_meta(self) -> tuple[int, int]:
@@ -35,10 +35,10 @@ class _Results(_WarmUp):
         if self.synthetic:
             out.append("the trace declares itself synthetic (synthetic: true): its statistics"
                        " are not measured routing")
-        rows, layer, where = self._run_best
-        if self._warmup_rows:
+        rows, layer, where = self._warmup.best
+        if self._warmup.rows:
             out.append(
-                f"left out {self._warmup_rows} routing rows of a profiling or warm-up pass:"
+                f"left out {self._warmup.rows} routing rows of a profiling or warm-up pass:"
                 f" runs of {constants.WARMUP_RUN_ROWS} or more identical consecutive"
                 f" selections in one layer (the longest: {rows} rows for layer {layer},"
                 f" ending at {where}); pass `keep_warmup` to count them"

@@ -18,6 +18,7 @@ from placer.traces.chunks import ReadOptions, RowChunk, _HeldTokens
 from placer.traces.limits import _coact_bytes, _mib
 from placer.traces.occurrences import _WORD_BITS, _grow, _TokenTable
 from placer.traces.pairs import _KEY_BITS, _KEY_DTYPE, _SparsePairs
+from placer.traces.warmup import WarmupDetector
 from placer.traces.windows import WindowGrid
 
 #: How messages name figures the caller declared (read_routing's arguments, which the
@@ -91,14 +92,8 @@ class _AccumulatorState:
         self._requests: dict[tuple[int, Any], int] = {}
         self._request_labels: list[Any] = []
         self._order_count: dict[int, int] = {}  # (request << 20 | layer) -> rows so far
-        # warm-up passes (see _cut_warmup): per layer row, the run carried from earlier
-        # rows (its experts, request and length; length 0: none), and rows held back
-        # while their run may still grow into a warm-up pass
-        self._run_last = np.zeros((0, 0), dtype=np.int64)
-        self._run_req = np.zeros(0, dtype=np.int64)
-        self._run_len = np.zeros(0, dtype=np.int64)
-        self._run_best: tuple[int, int, str] = (0, -1, "")  # (rows, layer id, where)
-        self._warmup_rows = 0  # rows left out as a warm-up pass
+        # warm-up passes, and rows held back while their run may still grow into one
+        self._warmup = WarmupDetector(self.options.keep_warmup, self.skip)
         self._held_rows: RowChunk | None = None
         self._held_tokens: _HeldTokens | None = None
         # token ids that repeat a layer: rows, tokens they started, first row's place
@@ -214,9 +209,7 @@ class _AccumulatorState:
                 self._coact = _grow(self._coact, (nl, e + 1, e + 1))
                 self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
         k = self._k or 1
-        self._run_last = _grow(self._run_last, (nl, k), -2)
-        self._run_req = _grow(self._run_req, (nl,), -1)
-        self._run_len = _grow(self._run_len, (nl,))
+        self._warmup.grow(nl, k)
 
     def _go_sparse(self) -> None:
         """Count pairs sparsely from now on: dense ``[E, E]`` counts would pass

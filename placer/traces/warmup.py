@@ -1,5 +1,10 @@
 """Warm-up pass detection of :class:`~placer.traces.accumulate.Accumulator`: runs of
-``constants.WARMUP_RUN_ROWS`` or more identical consecutive rows of one layer."""
+``constants.WARMUP_RUN_ROWS`` or more identical consecutive rows of one layer.
+
+:class:`WarmupDetector` is a part the accumulator holds and delegates to: it owns each
+layer row's run carried from earlier rows, the longest run seen and the count of rows
+left out; the accumulator hands it rows (with their accumulator rows) and counts what
+it keeps."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import numpy as np
 
 from placer import constants
 from placer.traces.chunks import RowChunk, _HeldTokens, _take_rows
-from placer.traces.counting import _Counting
+from placer.traces.occurrences import _grow
 
 #: Rows held back for warm-up detection: a layer's last run of identical rows stays
 #: open (may still grow into a warm-up pass) while the layer had a row among this many
@@ -39,19 +44,58 @@ class _Runs:
 WARMUP_SKIP = "warm-up pass"
 
 
-class _WarmUp(_Counting):
-    """Cuts warm-up passes out of rows and whole tokens."""
+class WarmupDetector:
+    """Cuts warm-up passes out of rows and whole tokens.
 
-    def _cut_warmup_rows(self, chunk: RowChunk, *, final: bool) -> RowChunk | None:
-        """The rows of ``chunk`` to count now: without the rows of warm-up passes and
-        (unless ``final``) without the rows from the start of the first layer run that
-        may still grow into a warm-up pass, held back to go before the next rows.
+    Parameters
+    ----------
+    keep_warmup: find runs (for the longest one) but leave every row in.
+    skip: called as ``skip(WARMUP_SKIP, rows)`` for the rows left out.
 
-        What is held is a suffix in file order, so rows are counted in file order (a
-        token's rows in layer order, as layer affinity needs).  A layer's last run stays
-        open while the layer had a row among the last ``_OPEN_RUN_ROWS`` rows.
+    Attributes
+    ----------
+    rows: rows left out as a warm-up pass so far.
+    best: ``(rows, layer id, where)`` of the longest run seen.
+    """
+
+    def __init__(self, keep_warmup: bool, skip: Callable[[str, int], None]) -> None:
+        self.keep_warmup = keep_warmup
+        self.skip = skip
+        # per layer row, the run carried from earlier rows: its experts, request and
+        # length (0: none)
+        self.run_last = np.zeros((0, 0), dtype=np.int64)
+        self.run_req = np.zeros(0, dtype=np.int64)
+        self.run_len = np.zeros(0, dtype=np.int64)
+        self.best: tuple[int, int, str] = (0, -1, "")
+        self.rows = 0
+
+    def reset(self) -> None:
+        """Forget the runs carried from earlier rows (a new source begins)."""
+        self.run_len[:] = 0
+        self.run_last[:] = -2
+        self.run_req[:] = -1
+
+    def grow(self, num_layers: int, k: int) -> None:
+        """Room for ``num_layers`` layer rows of ``k`` experts."""
+        self.run_last = _grow(self.run_last, (num_layers, k), -2)
+        self.run_req = _grow(self.run_req, (num_layers,), -1)
+        self.run_len = _grow(self.run_len, (num_layers,))
+
+    def cut_rows(
+        self, chunk: RowChunk, rows: np.ndarray, layer_ids: list[int], source: str, *,
+        final: bool,
+    ) -> tuple[RowChunk | None, RowChunk | None]:
+        """``(counted, held)``: the rows of ``chunk`` to count now, without the rows of
+        warm-up passes and (unless ``final``) without the rows from the start of the first
+        layer run that may still grow into a warm-up pass; and those held back to go
+        before the next rows (None: none).
+
+        ``rows``: the accumulator row of each row; ``layer_ids``: the layer id of each
+        accumulator row; ``source``: for messages.  What is held is a suffix in file
+        order, so rows are counted in file order (a token's rows in layer order, as layer
+        affinity needs).  A layer's last run stays open while the layer had a row among
+        the last ``_OPEN_RUN_ROWS`` rows.
         """
-        rows = self._rows_of(chunk.layer, lambda i: self.source)
         experts = chunk.experts
         n = rows.size
         if n > 1 and (rows[1:] < rows[:-1]).any():
@@ -67,7 +111,7 @@ class _WarmUp(_Counting):
         eq[1:] = (ex[1:] == ex[:-1]).all(axis=1) & (rq[1:] == rq[:-1])
         runs = self._find_runs(r, eq, lambda idx: ex[idx], rq)
         hold = None
-        if not (final or self.options.keep_warmup):
+        if not (final or self.keep_warmup):
             pos = np.arange(n) if order is None else order  # file position of sorted rows
             open_runs = runs.trailing & ~runs.warm & (pos[runs.last] >= n - _OPEN_RUN_ROWS)
             if open_runs.any():
@@ -75,26 +119,25 @@ class _WarmUp(_Counting):
 
         def where(i: int) -> str:
             j = i if order is None else int(order[i])
-            return f"{self.source}:{int(chunk.lines[j])}"
+            return f"{source}:{int(chunk.lines[j])}"
 
-        drop = self._end_runs(r, runs, hold, lambda idx: ex[idx], rq, where)
+        drop = self._end_runs(r, runs, hold, lambda idx: ex[idx], rq, where, layer_ids)
         if drop is None:
-            return chunk
+            return chunk, None
         if order is not None:
             drop_sorted, drop = drop, np.empty_like(drop)
             drop[order] = drop_sorted
             if hold is not None:
                 hold_sorted, hold = hold, np.empty_like(hold)
                 hold[order] = hold_sorted
-        if hold is not None and hold.any():
-            self._held_rows = _take_rows(chunk, hold)
+        held = _take_rows(chunk, hold) if hold is not None and hold.any() else None
         if drop.all():
-            return None
-        return _take_rows(chunk, ~drop) if drop.any() else chunk
+            return None, held
+        return (_take_rows(chunk, ~drop) if drop.any() else chunk), held
 
-    def _cut_warmup_tokens(
+    def cut_tokens(
         self, xt: np.ndarray, rows: np.ndarray, present: np.ndarray | None,
-        tokens: _HeldTokens, *, final: bool,
+        tokens: _HeldTokens, layer_ids: list[int], source: str, *, final: bool,
     ) -> tuple[int, np.ndarray | None]:
         """Warm-up passes in whole tokens ``xt [layers, k, tokens]``.
 
@@ -136,16 +179,16 @@ class _WarmUp(_Counting):
         runs = self._find_runs(r, eq, ex_at, None)
         cut = t
         hold = None
-        if not (final or self.options.keep_warmup):
+        if not (final or self.keep_warmup):
             open_runs = runs.trailing & ~runs.warm
             if open_runs.any():
                 cut = int(tok[runs.first[open_runs]].min())
                 hold = tok >= cut
 
         def where(i: int) -> str:
-            return f"{self.source}: {tokens.array}[{tokens.offset + int(tok[i])}, {int(col[i])}]"
+            return f"{source}: {tokens.array}[{tokens.offset + int(tok[i])}, {int(col[i])}]"
 
-        drop = self._end_runs(r, runs, hold, ex_at, None, where)
+        drop = self._end_runs(r, runs, hold, ex_at, None, where, layer_ids)
         if drop is None or (hold is not None and not (drop & ~hold).any()):
             return cut, None
         excluded = np.zeros((nl, t), dtype=bool)
@@ -170,16 +213,16 @@ class _WarmUp(_Counting):
         grp_first[1:] = r[1:] != r[:-1]
         f = np.flatnonzero(grp_first)
         rf = r[f]
-        cont = self._run_len[rf] > 0
+        cont = self.run_len[rf] > 0
         if cont.any():
-            cont &= (ex_at(f) == self._run_last[rf]).all(axis=1)
+            cont &= (ex_at(f) == self.run_last[rf]).all(axis=1)
             if rq is not None:
-                cont &= rq[f] == self._run_req[rf]
+                cont &= rq[f] == self.run_req[rf]
         boundary = grp_first | ~eq
         first = np.flatnonzero(boundary)
         seg_of = np.cumsum(boundary) - 1
         carry = np.zeros(first.size, dtype=np.int64)
-        carry[seg_of[f[cont]]] = self._run_len[rf[cont]]
+        carry[seg_of[f[cont]]] = self.run_len[rf[cont]]
         last = np.empty_like(first)
         last[:-1] = first[1:] - 1
         last[-1] = n - 1
@@ -192,7 +235,7 @@ class _WarmUp(_Counting):
     def _end_runs(
         self, r: np.ndarray, runs: _Runs, hold: np.ndarray | None,
         ex_at: Callable[[np.ndarray], np.ndarray], rq: np.ndarray | None,
-        where: Callable[[int], str],
+        where: Callable[[int], str], layer_ids: list[int],
     ) -> np.ndarray | None:
         """Carry each layer's run past the rows counted now (all but ``hold``), note the
         longest run, and count the rows of warm-up passes.
@@ -206,18 +249,18 @@ class _WarmUp(_Counting):
             end[:-1] = rr[1:] != rr[:-1]
             il, rl = counted[end], rr[end]
             s = runs.seg_of[il]
-            self._run_len[rl] = il - runs.first[s] + 1 + runs.carry[s]
-            self._run_last[rl] = ex_at(il)
-            self._run_req[rl] = -1 if rq is None else rq[il]
+            self.run_len[rl] = il - runs.first[s] + 1 + runs.carry[s]
+            self.run_last[rl] = ex_at(il)
+            self.run_req[rl] = -1 if rq is None else rq[il]
         best = int(np.argmax(runs.length))
-        if runs.length[best] > self._run_best[0]:
+        if runs.length[best] > self.best[0]:
             i = int(runs.last[best])
-            self._run_best = (int(runs.length[best]), self._layer_ids[int(r[i])], where(i))
+            self.best = (int(runs.length[best]), layer_ids[int(r[i])], where(i))
         held = hold is not None and bool(hold.any())
-        if self.options.keep_warmup or not runs.warm.any():
+        if self.keep_warmup or not runs.warm.any():
             return hold if held else None
         drop = runs.warm[runs.seg_of]
         gone = int((drop & ~hold).sum()) if held and hold is not None else int(drop.sum())
-        self._warmup_rows += gone
+        self.rows += gone
         self.skip(WARMUP_SKIP, gone)
         return drop | hold if held and hold is not None else drop
