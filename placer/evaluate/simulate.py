@@ -127,7 +127,14 @@ def simulate(
         ids_all = experts_of(row)
         rng = random_generator(params.seed, int(placement.layer_ids[row]))
         for blk in block_list:
-            _replay_block(replay, tally, row, blk, ids_all[blk.lo : blk.hi], rng)
+            # each step's arrays live until the next block's replace them (the heap keeps
+            # its pages: freeing them all at once costs a page fault per page each block)
+            choice = _choose(replay, row, blk, ids_all[blk.lo : blk.hi], rng)
+            if replay.policy == "round_robin":
+                tally.count_positions(row, choice.expert, choice.kpos, choice.top_k,
+                                      replay.num_experts)
+            measured = _measure(replay, row, blk, choice)
+            _record(tally, row, blk, choice.tokens_per_batch, measured, replay.costs)
 
     batch_hot = ratio(tally.batch_max, tally.batch_mean)
     per_layer = _per_layer_figures(tally, batch_hot, placement.layer_ids, replay.costs)
@@ -282,9 +289,32 @@ class _PhaseTimes:
     combine: np.ndarray
 
 
-def _replay_block(replay: _Replay, tally: _Tally, row: int, blk: Block, ids: np.ndarray,
-                  rng: np.random.Generator) -> None:
-    """Replay layer ``row`` on one block (``ids``: the block's ``[tokens, k]`` experts)."""
+@dataclass(frozen=True)
+class _Choice:
+    """The selections of one layer on one block and the slots dispatch chose.
+
+    Attributes
+    ----------
+    token, kpos, expert, slot: ``[selections]`` int64 token (index in the block), k
+        position, expert and chosen slot of each selection.
+    batch: ``[selections]`` int64 batch of each selection, relative to the block.
+    tokens_per_batch: ``[batches]`` int64 tokens with at least one expert in each batch.
+    num_tokens, top_k: shape of the block's ``[tokens, k]`` expert ids.
+    """
+
+    token: np.ndarray
+    kpos: np.ndarray
+    expert: np.ndarray
+    slot: np.ndarray
+    batch: np.ndarray
+    tokens_per_batch: np.ndarray
+    num_tokens: int
+    top_k: int
+
+
+def _choose(replay: _Replay, row: int, blk: Block, ids: np.ndarray,
+            rng: np.random.Generator) -> _Choice:
+    """Dispatch layer ``row`` on one block (``ids``: the block's ``[tokens, k]`` experts)."""
     batches = replay.batches
     num_tok, top_k = ids.shape
     batch = batches.batch_of_token[blk.lo : blk.hi] - blk.first_batch
@@ -298,12 +328,32 @@ def _replay_block(replay: _Replay, tally: _Tally, row: int, blk: Block, ids: np.
         replica_counts=replay.replica_counts[row],
         static_table=None if replay.table is None else replay.table[row], rng=rng,
     )
-    slot_load, split_bg = _slot_loads(replay, row, blk.num_batches, batch[tok], slots, experts)
-    if replay.policy == "round_robin":
-        tally.count_positions(row, experts, kpos, top_k, replay.num_experts)
-    tok_per_batch = np.bincount(batch[valid.any(axis=1)], minlength=blk.num_batches)
-    traffic = layer_traffic(tok, kpos, slots // replay.slots_per_gpu, num_tok, top_k,
-                            blk.segments, replay.fabric, replay.mode)
+    return _Choice(
+        token=tok, kpos=kpos, expert=experts, slot=slots, batch=batch[tok],
+        tokens_per_batch=np.bincount(batch[valid.any(axis=1)], minlength=blk.num_batches),
+        num_tokens=num_tok, top_k=top_k,
+    )
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What one layer costs on one block: ``traffic`` (loads and copies), ``slot_load``
+    ``[batches, P]`` selections per slot, ``split_load`` ``[batches, G]`` GPU loads with
+    each expert's count split evenly over its replicas, and the phase ``times``."""
+
+    traffic: LayerTraffic
+    slot_load: np.ndarray
+    split_load: np.ndarray
+    times: _PhaseTimes
+
+
+def _measure(replay: _Replay, row: int, blk: Block, choice: _Choice) -> _Measured:
+    """Loads, copies and phase times of layer ``row`` on one block, as dispatched."""
+    slot_load, split_bg = _slot_loads(replay, row, blk.num_batches, choice.batch, choice.slot,
+                                      choice.expert)
+    traffic = layer_traffic(choice.token, choice.kpos, choice.slot // replay.slots_per_gpu,
+                            choice.num_tokens, choice.top_k, blk.segments, replay.fabric,
+                            replay.mode)
     costs = replay.costs
     times = _PhaseTimes(
         dispatch=comm_time_us(traffic.copies, costs.activation_bytes, replay.fabric),
@@ -312,7 +362,7 @@ def _replay_block(replay: _Replay, tally: _Tally, row: int, blk: Block, ids: np.
         combine=comm_time_us(traffic.copies.transpose(0, 2, 1), costs.combine_bytes,
                              replay.fabric),
     )
-    _record(tally, row, blk, tok_per_batch, traffic, slot_load, split_bg, times, costs)
+    return _Measured(traffic, slot_load, split_bg, times)
 
 
 def _selections(ids: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray,
@@ -346,9 +396,10 @@ def _slot_loads(replay: _Replay, row: int, nb: int, batch: np.ndarray, slots: np
 
 
 def _record(tally: _Tally, row: int, blk: Block, tok_per_batch: np.ndarray,
-            traffic: LayerTraffic, slot_load: np.ndarray, split_bg: np.ndarray,
-            times: _PhaseTimes, costs: _UnitCosts) -> None:
+            measured: _Measured, costs: _UnitCosts) -> None:
     """Write one (layer, block)'s figures into ``tally`` (NaN for batches without tokens)."""
+    traffic, slot_load, split_bg, times = (measured.traffic, measured.slot_load,
+                                           measured.split_load, measured.times)
     load_bg = traffic.gpu_load.astype(np.float64)
     empty = tok_per_batch == 0
     sl = slice(blk.first_batch, blk.first_batch + blk.num_batches)
