@@ -504,7 +504,7 @@ def order_bias_message(findings: list[tuple[str, OrderBias]], top_k: int, source
         f" experts whose replica count shares a factor with top_k={top_k} have the k"
         f" position alone pick among their replicas, and {origin}. "
         + "; ".join(details)
-        + ". Compare with `placer evaluate `policy` random`, which ignores the order, or"
+        + ". Compare with `policy` random, which ignores the order, or"
         " shuffle each token's top-k list; keep the order only if it is the one the"
         " engine's top-k kernel returns"
     )
