@@ -15,7 +15,6 @@ For each evaluated layer and batch (see ``docs/evaluate.md`` for the full model)
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from placer import constants
+from placer.capacity import plan_capacity
 from placer.errors import DataError, Param, PlacementError, PlacerError, PlacerWarning, UsageError
 from placer.evaluate.batches import Batches, make_batches
 from placer.evaluate.dispatch import (
@@ -202,7 +202,7 @@ def _check_inputs(
             hint="use a placement planned for this cluster, or pass the matching `topology`",
         )
     # MTP layers (num_hidden_layers + i) are MoE layers when statistics hold them
-    moe_layers = set(int(i) for i in getattr(model, "all_moe_layer_ids", model.moe_layer_ids))
+    moe_layers = set(int(i) for i in model.all_moe_layer_ids)
     foreign = [int(i) for i in placement.layer_ids if int(i) not in moe_layers]
     if foreign:
         raise PlacementError(
@@ -242,20 +242,15 @@ def _evaluated_layers(placement: Placement, stats: ExpertStats) -> tuple[Placeme
 
 def _kv_left_gb(model: ModelSpec, topology: Topology, dtype: str, slots_per_gpu: int,
                 expert_gb: float) -> float:
-    """Memory left for the KV cache on the smallest GPU, GB (placer.capacity when present)."""
+    """Memory left for the KV cache on the smallest GPU, GB (:func:`placer.capacity.
+    plan_capacity`); when capacity refuses the model outright, the same sum without its
+    checks, which may be negative: the evaluation still reports what the placement costs."""
     try:
-        capacity = importlib.import_module("placer.capacity")
-    except ImportError:
-        capacity = None
-    if capacity is not None:
-        try:
-            plan = capacity.plan_capacity(model, topology, dtype)
-            return float(plan.kv_left_gb_at(slots_per_gpu))
-        except PlacerError:
-            pass
-    overhead = float(getattr(constants, "RUNTIME_OVERHEAD_GB", 0.0))
-    memory = float(np.min(topology.memory_gb))
-    return memory - model.non_expert_bytes(dtype) / constants.GB - expert_gb - overhead
+        return float(plan_capacity(model, topology, dtype).kv_left_gb_at(slots_per_gpu))
+    except PlacerError:
+        memory = float(np.min(topology.memory_gb))
+        return (memory - model.non_expert_bytes(dtype) / constants.GB - expert_gb
+                - constants.RUNTIME_OVERHEAD_GB)
 
 
 # -- the evaluator --------------------------------------------------------------------------
