@@ -100,18 +100,7 @@ class Accumulator(_Results):
 
     def request_id(self, label: Any) -> int:
         """A number for request ``label`` of the current source (labels are per file)."""
-        key = (len(self.sources), label)
-        rid = self._requests.get(key)
-        if rid is None:
-            rid = len(self._request_labels)
-            if rid >= 1 << 30:
-                raise TraceError(
-                    "more than 2^30 requests", where=self.source,
-                    hint="read the trace in parts",
-                )
-            self._requests[key] = rid
-            self._request_labels.append(label)
-        return rid
+        return self._tokens.request_id(len(self.sources), label, self.source)
 
     def declare(
         self,
@@ -280,12 +269,12 @@ class Accumulator(_Results):
                 hint="give every row a step (or none at all), or pass window_tokens",
             )
         # token identity
-        keys = self._token_keys(chunk, rows)
-        local, new_first = self._token_indices(keys, rows, where)
+        keys = self._tokens.keys(chunk, self.source)
+        local, new_first = self._tokens.indices(keys, rows, where, self._k or 1, self._words())
         t_new = int(new_first.sum())
         glob_new = self._num_tokens + np.arange(t_new)
         self._num_tokens += t_new
-        table = self._table
+        table = self._tokens.table
         table.glob[local[new_first]] = glob_new
         step_rows = step if step is not None else np.full(local.size, -1, dtype=np.int64)
         table.step[local[new_first]] = step_rows[new_first]
@@ -294,7 +283,7 @@ class Accumulator(_Results):
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 raise TraceError(
-                    f"token {self._token_label(chunk, i)} has rows from steps "
+                    f"token {self._tokens.label(chunk, i)} has rows from steps "
                     f"{int(table.step[local[i]])} and {int(step_rows[i])}",
                     where=where(i),
                     hint="a token runs in one step: when token ids restart, the new token"

@@ -1,5 +1,5 @@
-"""Token identity, windows and counting of :class:`~placer.traces.accumulate.Accumulator`:
-load, co-activation and layer affinity."""
+"""Windows and counting of :class:`~placer.traces.accumulate.Accumulator`: load,
+co-activation and layer affinity."""
 
 from __future__ import annotations
 
@@ -9,136 +9,16 @@ from collections.abc import Callable
 import numpy as np
 
 from placer import constants
-from placer.errors import TraceError
-from placer.traces.chunks import RowChunk
 from placer.traces.kernels import _BLOCK_CODES, _has_duplicate, _load_into, _pairs_into, _sorted_by
 from placer.traces.limits import _coact_bytes
-from placer.traces.occurrences import _OCC_BITS, _WORD_BITS, _grow
+from placer.traces.occurrences import _grow
 from placer.traces.pairs import _pair_keys
 from placer.traces.validation import _Validation
 from placer.traces.windows import WindowGrid
 
 
 class _Counting(_Validation):
-    """Token identity, windows and the counting kernels' callers."""
-
-    def _token_keys(self, chunk: RowChunk, rows: np.ndarray) -> np.ndarray:
-        """A 64-bit key per row: request << 32 | token id, or order-based ids."""
-        req = chunk.request.astype(np.int64)
-        tok = chunk.token.astype(np.int64)
-        if (tok >= 1 << 31).any():
-            i = int(np.flatnonzero(tok >= 1 << 31)[0])
-            raise TraceError(
-                f"token id {int(tok[i])} is out of range [0, 2^31)",
-                where=f"{self.source}:{int(chunk.lines[i])}",
-                hint="token numbers a token within its request; number from 0",
-            )
-        missing = tok < 0
-        if missing.any():
-            # the n-th row of a layer (within a request) is the n-th token
-            idx = np.flatnonzero(missing)
-            group = (req[idx] << 20) | chunk.layer[idx]
-            uniq, inv = np.unique(group, return_inverse=True)
-            order = np.argsort(inv, kind="stable")
-            counts = np.bincount(inv, minlength=uniq.size)
-            starts = np.cumsum(counts) - counts
-            rank_in = np.empty(idx.size, dtype=np.int64)
-            rank_in[order] = np.arange(idx.size) - np.repeat(starts, counts)
-            base = np.array([self._order_count.get(int(g), 0) for g in uniq], dtype=np.int64)
-            for g, b, c in zip(uniq.tolist(), base.tolist(), counts.tolist(), strict=True):
-                self._order_count[g] = b + c
-            tok = tok.copy()
-            tok[idx] = (base[inv.ravel()] + rank_in) | (1 << 31)
-        return (req << 32) | tok
-
-    def _token_label(self, chunk: RowChunk, i: int) -> str:
-        req = self._request_labels[int(chunk.request[i])]
-        tok = int(chunk.token[i])
-        parts = []
-        if req is not None:
-            parts.append(f"request {req}")
-        parts.append(f"token {tok}" if tok >= 0 else "(no token id)")
-        return "(" + ", ".join(parts) + ")"
-
-    def _token_indices(
-        self, keys: np.ndarray, rows: np.ndarray, where: Callable[[int], str]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Table index of the token of each row, and the first row of each new token.
-
-        ``keys [rows]`` token keys (:meth:`_token_keys`), ``rows [rows]`` accumulator rows.
-        A token has one row per layer: the n-th row of a (request, token, layer) belongs
-        to the n-th occurrence of the token (a second pass with the same ids, token
-        numbers that restart), counted for the warning.
-        """
-        table = self._table
-        first, new_first = table.lookup(keys)
-        table.reserve(self._k or 1, self._words())
-        words = table.seen.shape[1]
-        word = rows // _WORD_BITS
-        mask = np.left_shift(np.uint64(1), (rows % _WORD_BITS).astype(np.uint64))
-        code = first * (words * _WORD_BITS) + rows
-        order = np.argsort(code, kind="stable")
-        sc = code[order]
-        repeat_in = sc[1:] == sc[:-1]
-        before = (table.seen[first, word] & mask) != 0
-        if not repeat_in.any() and not before.any():
-            np.bitwise_or.at(table.seen, (first, word), mask)
-            return first, new_first
-        # occurrence of each row = rows of its (token, layer) read before it
-        n = keys.size
-        starts = np.flatnonzero(np.concatenate([[True], ~repeat_in]))
-        sizes = np.diff(np.append(starts, n))
-        occ_sorted = np.arange(n) - np.repeat(starts, sizes)
-        g_rows = order[starts]
-        g_before = before[g_rows]
-        if g_before.any():
-            base = np.zeros(starts.size, dtype=np.int64)
-            gb = g_rows[g_before]
-            base[g_before] = self._layer_count(first[gb], rows[gb])
-            occ_sorted += np.repeat(base, sizes)
-        occ = np.empty(n, dtype=np.int64)
-        occ[order] = occ_sorted
-        rep = np.flatnonzero(occ > 0)
-        if int(occ.max()) >= 1 << _OCC_BITS or table.size >= 1 << (62 - _OCC_BITS):
-            i = int(np.argmax(occ))
-            raise TraceError(
-                "too many repeats of one token id (or too many tokens) to tell the"
-                " occurrences apart",
-                where=where(i),
-                hint="number tokens uniquely within a request, or drop the token field",
-            )
-        idx, new_occ = table.occurrence(first[rep], occ[rep])
-        table.reserve(self._k or 1, words)
-        local = first.copy()
-        local[rep] = idx
-        new_first = new_first.copy()
-        new_first[rep[new_occ]] = True
-        np.maximum.at(table.extra, first[rep], occ[rep])
-        self._repeat_rows += rep.size
-        self._repeat_tokens += int(new_occ.sum())
-        if not self._repeat_where:
-            self._repeat_where = where(int(rep[0]))
-        np.bitwise_or.at(table.seen, (local, word), mask)
-        return local, new_first
-
-    def _layer_count(self, first: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Occurrences of each token (table index of its first) with a row for its layer
-        row in ``rows``; occurrence 0 has one.  Occurrences take a layer in order, so
-        those with it are a prefix: a binary search over them."""
-        table = self._table
-        word = rows // _WORD_BITS
-        mask = np.left_shift(np.uint64(1), (rows % _WORD_BITS).astype(np.uint64))
-        lo = np.ones(first.size, dtype=np.int64)  # occurrences known to hold the layer
-        hi = 1 + table.extra[first]  # occurrences that exist
-        active = np.flatnonzero(lo < hi)
-        while active.size:
-            mid = (lo[active] + hi[active]) // 2
-            idx = table.occurrences.find((first[active] << _OCC_BITS) | mid)
-            holds = (table.seen[idx, word[active]] & mask[active]) != 0
-            lo[active[holds]] = mid[holds] + 1
-            hi[active[~holds]] = mid[~holds]
-            active = active[lo[active] < hi[active]]
-        return lo
+    """Windows and the counting kernels' callers."""
 
     def _start_windows(self, has_step: bool) -> None:
         if self.options.window_tokens is not None:
@@ -349,7 +229,7 @@ class _Counting(_Validation):
 
     def _add_row_affinity(self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray) -> None:
         """Pairs between each token's consecutive observed layers (ascending layer ids)."""
-        table = self._table
+        table = self._tokens.table
         if local.size > 1 and not _sorted_by(local, layer):
             order = np.lexsort((layer, local))
             lo, ly, ex = local[order], layer[order], experts[order]

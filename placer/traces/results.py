@@ -48,11 +48,11 @@ class _Results(_Counting):
                 f"{rows} identical consecutive routing rows for layer {layer} (ending at"
                 f" {where}): this looks like a profiling or warm-up pass"
             )
-        if self._repeat_rows:
+        if self._tokens.repeat_rows:
             out.append(
-                f"{self._repeat_rows} routing rows repeat a (request, token, layer) read"
-                f" before (the first at {self._repeat_where}): each repeat starts a new"
-                f" occurrence of the token ({self._repeat_tokens} tokens more), as in a"
+                f"{self._tokens.repeat_rows} routing rows repeat a (request, token, layer) read"
+                f" before (the first at {self._tokens.repeat_where}): each repeat starts a new"
+                f" occurrence of the token ({self._tokens.repeat_tokens} tokens more), as in a"
                 " second pass with the same ids or token numbers that restart"
             )
         total = load.sum(axis=0)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -15,8 +14,9 @@ from placer import constants
 from placer.errors import TraceError, UsageError
 from placer.stats import RoutingData
 from placer.traces.chunks import ReadOptions, RowChunk, _HeldTokens
+from placer.traces.identity import TokenIdentity
 from placer.traces.limits import _coact_bytes, _mib
-from placer.traces.occurrences import _WORD_BITS, _grow, _TokenTable
+from placer.traces.occurrences import _WORD_BITS, _grow
 from placer.traces.pairs import _KEY_BITS, _KEY_DTYPE, _SparsePairs
 from placer.traces.warmup import WarmupDetector
 from placer.traces.windows import WindowGrid
@@ -88,18 +88,11 @@ class _AccumulatorState:
         self._grid = WindowGrid()
         # tokens
         self._num_tokens = 0
-        self._table = _TokenTable()
-        self._requests: dict[tuple[int, Any], int] = {}
-        self._request_labels: list[Any] = []
-        self._order_count: dict[int, int] = {}  # (request << 20 | layer) -> rows so far
+        self._tokens = TokenIdentity()
         # warm-up passes, and rows held back while their run may still grow into one
         self._warmup = WarmupDetector(self.options.keep_warmup, self.skip)
         self._held_rows: RowChunk | None = None
         self._held_tokens: _HeldTokens | None = None
-        # token ids that repeat a layer: rows, tokens they started, first row's place
-        self._repeat_rows = 0
-        self._repeat_tokens = 0
-        self._repeat_where = ""
         self._keep = _Keep() if self.options.keep_tokens else None
         self._result: RoutingData | None = None
         self._scratch_buf: np.ndarray | None = None
