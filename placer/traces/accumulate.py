@@ -259,9 +259,9 @@ class Accumulator(_Results):
         has_none = int(experts.min()) < 0
         rows = self._rows_of(chunk.layer, where)
         step = chunk.step
-        if self._window_mode is None:
-            self._start_windows(step is not None and bool((step >= 0).all()))
-        if self._window_mode == "step" and (step is None or (step < 0).any()):
+        if self._windows.mode is None:
+            self._windows.start(step is not None and bool((step >= 0).all()))
+        if self._windows.mode == "step" and (step is None or (step < 0).any()):
             i = 0 if step is None else int(np.flatnonzero(step < 0)[0])
             raise TraceError(
                 "row has no step but earlier rows have one",
@@ -292,14 +292,12 @@ class Accumulator(_Results):
                 )
         glob = table.glob[local]
         # windows: each token's key (its step, or its order), fixed when first seen
-        win_key_new = step_rows[new_first] if self._window_mode == "step" else glob_new
+        win_key_new = step_rows[new_first] if self._windows.mode == "step" else glob_new
         table.wkey[local[new_first]] = win_key_new
         if t_new:
             self._fit_windows(int(win_key_new.min()), int(win_key_new.max()))
-            self._tokens_w += np.bincount(
-                self._window_of(win_key_new), minlength=self._grid.count
-            )
-        w_rows = self._window_of(table.wkey[local])
+            self._windows.add_tokens(self._windows.index(win_key_new))
+        w_rows = self._windows.index(table.wkey[local])
         # layer-major rows, expert-major columns: each layer's counts in cache, and every
         # code array is built from contiguous vectors
         if rows.size > 1 and (rows[1:] < rows[:-1]).any():
@@ -466,19 +464,19 @@ class Accumulator(_Results):
     def _token_windows(self, step: np.ndarray | None, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Number ``t`` new tokens and place them in windows (by ``step`` when windows
         follow steps): ``[t]`` global token indices and ``[t]`` windows."""
-        if self._window_mode is None:
-            self._start_windows(step is not None and bool((step >= 0).all()))
-        if self._window_mode == "step" and (step is None or (step < 0).any()):
+        if self._windows.mode is None:
+            self._windows.start(step is not None and bool((step >= 0).all()))
+        if self._windows.mode == "step" and (step is None or (step < 0).any()):
             raise TraceError(
                 "tokens without a step after tokens with one", where=self.source,
                 hint="give every token a step (or none), or pass window_tokens",
             )
         glob = self._num_tokens + np.arange(t)
         self._num_tokens += t
-        wkey = step if self._window_mode == "step" and step is not None else glob
+        wkey = step if self._windows.mode == "step" and step is not None else glob
         self._fit_windows(int(wkey.min()), int(wkey.max()))
-        tok_win = self._window_of(wkey)
-        self._tokens_w += np.bincount(tok_win, minlength=self._grid.count)
+        tok_win = self._windows.index(wkey)
+        self._windows.add_tokens(tok_win)
         return glob, tok_win
 
     def _keep_whole_tokens(

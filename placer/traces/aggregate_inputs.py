@@ -134,10 +134,10 @@ class AggregateBuilder:
         if e > acc._num_e:
             acc._resize(num_e=e)
         acc._max_expert = max(acc._max_expert, e - 1)
-        if acc._window_mode is None:
-            acc._window_mode = "step"
+        if acc._windows.mode is None:
+            acc._windows.mode = "step"
         acc._fit_windows(int(steps.min()), int(steps.max()))
-        win = acc._window_of(steps)
+        win = acc._windows.index(steps)
         np.add.at(
             acc._load,
             (win[:, None, None], rows[None, :, None], np.arange(e)[None, None, :]),
@@ -170,7 +170,7 @@ class AggregateBuilder:
         if self.by_step:
             num_e = acc._num_experts if acc._num_experts is not None else acc._num_e
             load = load[:, :, :num_e]
-            self.window_starts = acc._grid.starts()
+            self.window_starts = acc._windows.grid.starts()
         w, nl, _ = load.shape
         lid = np.asarray(acc._layer_ids, dtype=np.int64)
         order = np.argsort(lid)

@@ -1,4 +1,4 @@
-"""Windows and counting of :class:`~placer.traces.accumulate.Accumulator`: load,
+"""Counting of :class:`~placer.traces.accumulate.Accumulator`: load,
 co-activation and layer affinity."""
 
 from __future__ import annotations
@@ -14,29 +14,14 @@ from placer.traces.limits import _coact_bytes
 from placer.traces.occurrences import _grow
 from placer.traces.pairs import _pair_keys
 from placer.traces.validation import _Validation
-from placer.traces.windows import WindowGrid
 
 
 class _Counting(_Validation):
-    """Windows and the counting kernels' callers."""
-
-    def _start_windows(self, has_step: bool) -> None:
-        if self.options.window_tokens is not None:
-            self._window_mode = "fixed"
-            self._grid = WindowGrid(self.options.window_tokens)
-        elif has_step:
-            self._window_mode = "step"
-        else:
-            self._window_mode = "order"
+    """The counting kernels' callers."""
 
     def _fit_windows(self, kmin: int, kmax: int) -> None:
         """Make windows for keys ``kmin..kmax`` (merging pairwise past MAX_WINDOWS)."""
-        self._load, self._tokens_w = self._grid.fit(
-            kmin, kmax, [self._load, self._tokens_w], align=self._window_mode == "step"
-        )
-
-    def _window_of(self, keys: np.ndarray) -> np.ndarray:
-        return self._grid.index(keys)
+        self._load = self._windows.fit(kmin, kmax, self._load)
 
     def _count(
         self, xt: np.ndarray, base: np.ndarray, rows: np.ndarray, bounds: list[int],

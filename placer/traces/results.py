@@ -74,10 +74,11 @@ class _Results(_Counting):
                 f"the header declares {self._num_layers_declared} layers but rows name"
                 f" {layer_ids.size} ({format_ranges(layer_ids)})"
             )
-        if self._grid.merged_from is not None and self._window_mode == "fixed":
+        grid = self._windows.grid
+        if grid.merged_from is not None and self._windows.mode == "fixed":
             out.append(
-                f"window_tokens={self._grid.merged_from} gave more than {constants.MAX_WINDOWS}"
-                f" windows; merged pairwise into windows of {self._grid.width} tokens"
+                f"window_tokens={grid.merged_from} gave more than {constants.MAX_WINDOWS}"
+                f" windows; merged pairwise into windows of {grid.width} tokens"
             )
         return out
 
@@ -123,11 +124,11 @@ class _Results(_Counting):
                 order, same, pairs, num_e)
         if self._keep is not None:
             self._check_trace_size(layer_ids.size)
-        starts = self._grid.starts()
+        starts = self._windows.grid.starts()
         warn = self._warnings(load, layer_ids)
         stats = ExpertStats(
             load=load,
-            tokens=self._tokens_w.copy(),
+            tokens=self._windows.tokens.copy(),
             layer_ids=layer_ids,
             top_k=top_k,
             coact=coact,

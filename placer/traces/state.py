@@ -19,7 +19,7 @@ from placer.traces.limits import _coact_bytes, _mib
 from placer.traces.occurrences import _WORD_BITS, _grow
 from placer.traces.pairs import _KEY_BITS, _KEY_DTYPE, _SparsePairs
 from placer.traces.warmup import WarmupDetector
-from placer.traces.windows import WindowGrid
+from placer.traces.windows import Windows
 
 #: How messages name figures the caller declared (read_routing's arguments, which the
 #: CLI fills from --top-k / --num-experts or the model).
@@ -74,7 +74,6 @@ class _AccumulatorState:
         # statistics
         self._kind: str | None = None  # "tokens" or "aggregate"
         self._load = np.zeros((0, 0, 0), dtype=np.int64)  # [windows, layers, experts]
-        self._tokens_w = np.zeros(0, dtype=np.int64)  # [windows]
         self._coact = np.zeros((0, 0, 0), dtype=np.int64)  # upper triangle [L, E, E]
         self._aff = np.zeros((0, 0, 0), dtype=np.int64)  # [pairs, E, E]
         self._aff_pairs: dict[tuple[int, int], int] = {}  # (layer id a, layer id b) -> index
@@ -84,8 +83,7 @@ class _AccumulatorState:
         self._sp_coact = _SparsePairs()  # by accumulator row
         self._sp_aff = _SparsePairs()  # by affinity index
         # windows
-        self._window_mode: str | None = None  # "step", "order", "fixed"
-        self._grid = WindowGrid()
+        self._windows = Windows(self.options.window_tokens)
         # tokens
         self._num_tokens = 0
         self._tokens = TokenIdentity()
@@ -191,7 +189,7 @@ class _AccumulatorState:
                 " is reported, or read fewer layers (limits: docs/limits.md)",
             )
         self._num_e = e
-        w = self._grid.count
+        w = self._windows.grid.count
         self._load = _grow(self._load, (w, nl, e))
         if self.options.coact and not self._sparse:
             if _coact_bytes(nl, self._aff.shape[0], e + 1) > constants.MAX_COACT_BYTES:

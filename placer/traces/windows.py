@@ -94,3 +94,53 @@ class WindowGrid:
     def starts(self) -> np.ndarray:
         """``[windows]`` int64 first key of each window."""
         return self.base + np.arange(self.count, dtype=np.int64) * self.width
+
+
+class Windows:
+    """The windows of one accumulation: how tokens fall in them, the grid, and the tokens
+    of each window.
+
+    Parameters
+    ----------
+    window_tokens: windows of this many consecutive tokens, or None (the trace's steps,
+        else tokens in order).
+
+    Attributes
+    ----------
+    mode: ``"fixed"`` (``window_tokens``), ``"step"`` (keys are steps) or ``"order"``
+        (keys are token indices); None until :meth:`start`.
+    grid: the :class:`WindowGrid`.
+    tokens: ``[windows]`` int64, tokens of each window.
+    """
+
+    def __init__(self, window_tokens: int | None = None) -> None:
+        self.window_tokens = window_tokens
+        self.mode: str | None = None
+        self.grid = WindowGrid()
+        self.tokens = np.zeros(0, dtype=np.int64)
+
+    def start(self, has_step: bool) -> None:
+        """Choose the mode when the first tokens come (``has_step``: they all have one)."""
+        if self.window_tokens is not None:
+            self.mode = "fixed"
+            self.grid = WindowGrid(self.window_tokens)
+        elif has_step:
+            self.mode = "step"
+        else:
+            self.mode = "order"
+
+    def fit(self, kmin: int, kmax: int, load: np.ndarray) -> np.ndarray:
+        """Make windows for keys ``kmin..kmax`` (merging pairwise past MAX_WINDOWS);
+        returns ``load`` (window axis 0) refitted with them."""
+        load, self.tokens = self.grid.fit(
+            kmin, kmax, [load, self.tokens], align=self.mode == "step"
+        )
+        return load
+
+    def index(self, keys: np.ndarray) -> np.ndarray:
+        """Window of each key (keys must have been fitted)."""
+        return self.grid.index(keys)
+
+    def add_tokens(self, windows: np.ndarray) -> None:
+        """Count one token in each of ``windows`` (fitted window indices)."""
+        self.tokens += np.bincount(windows, minlength=self.grid.count)
