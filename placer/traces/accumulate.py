@@ -1,8 +1,12 @@
 """Streaming accumulation of routing into :class:`~placer.stats.ExpertStats`.
 
-Every per-token reader hands chunks to one :class:`Accumulator`, which owns what all
-formats share: layer and expert bookkeeping, token identity, windows, load,
-co-activation, layer affinity, validation, skipped-row counts and warnings.  Memory is
+Every reader hands chunks to one :class:`Accumulator`, which owns what all formats
+share: layer and expert bookkeeping, load, co-activation, layer affinity, validation,
+skipped-row counts and warnings.  It delegates to parts it holds:
+:class:`~placer.traces.identity.TokenIdentity` (which token a row belongs to),
+:class:`~placer.traces.windows.Windows` (which window a token falls in),
+:class:`~placer.traces.warmup.WarmupDetector` (warm-up passes) and
+:class:`~placer.traces.aggregate_inputs.AggregateBuilder` (aggregated inputs).  Memory is
 ``O(layers x experts^2)`` for the statistics plus one chunk, plus a small per-token
 record (``8 x (7 + k)`` bytes) for traces whose rows carry token ids; ``keep_tokens``
 also keeps every row.
@@ -72,8 +76,8 @@ class Accumulator(_Results):
     Readers call :meth:`begin_source` once per file, then :meth:`declare` (header
     metadata), :meth:`add_rows` / :meth:`add_tokens` / :meth:`add_aggregate`,
     :meth:`skip` for rows they leave out on purpose, and :meth:`advance` for progress;
-    :meth:`result` ends the accumulation.  Aggregated inputs are handed to an
-    :class:`~placer.traces.aggregate_inputs.AggregateBuilder`.
+    :meth:`result` ends the accumulation.  Token identity, windows, warm-up detection
+    and aggregated inputs are parts it holds (see the module docstring).
     """
 
     def __init__(self, options: ReadOptions | None = None) -> None:

@@ -1,6 +1,6 @@
 """State of :class:`~placer.traces.accumulate.Accumulator` (everything its
-constructor sets up) and the bookkeeping every part of it shares: layer rows, expert
-capacity, the kind of input."""
+constructor sets up, its parts included) and the bookkeeping every part of it shares:
+layer rows, expert capacity, the kind of input."""
 
 from __future__ import annotations
 
