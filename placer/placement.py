@@ -132,15 +132,15 @@ class Placement:
         name = getattr(model, "name", "the model")
         if int(model.num_experts) != self.num_experts:
             raise PlacementError(
-                f"placement has {self.num_experts} experts per layer, {name} has"
+                f"the placement has {self.num_experts} experts per layer but {name} has"
                 f" {model.num_experts}",
                 where=where, hint="plan with the model you deploy (`model`)",
             )
-        moe_layers = {int(i) for i in getattr(model, "all_moe_layer_ids", model.moe_layer_ids)}
+        moe_layers = {int(i) for i in (*model.moe_layer_ids, *getattr(model, "mtp_layer_ids", ()))}
         foreign = [int(i) for i in self.layer_ids if int(i) not in moe_layers]
         if foreign:
             raise PlacementError(
-                f"layer {foreign[0]} is not an MoE layer of {name}",
+                f"layer {foreign[0]} of the placement is not a MoE layer of {name}",
                 where=where,
                 hint=f"{name}'s MoE layers are {format_ranges(np.array(sorted(moe_layers)))}",
             )

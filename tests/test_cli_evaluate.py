@@ -115,9 +115,9 @@ def test_placement_for_another_model_is_refused(tmp_path, trace):
     result = runner.invoke(app, ["evaluate", str(trace), "-p", str(other), "-m", MODEL,
                                  "-t", TOPOLOGY])
     assert result.exit_code == 1
-    assert (f"error: {other}: the placement is for 16 experts per layer, model {MODEL} has 8"
+    assert (f"error: {other}: the placement has 16 experts per layer but {MODEL} has 8"
             in result.stderr)
-    assert "hint: use a placement planned for this model" in result.stderr
+    assert "hint: plan with the model you deploy (--model)" in result.stderr
 
 
 def test_placement_missing_layers_is_refused(tmp_path, trace):

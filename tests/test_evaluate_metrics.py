@@ -243,7 +243,7 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(PlacementError, match="the placement has no layer 1 of the routing data"):
         evaluate(placement([[0, 1, 2, 3]], 2, layer_ids=(0,)), routing, cluster((2,)),
                  tiny_model(), EvalParams())
-    with pytest.raises(PlacementError, match="placement layer 5 is not a MoE layer of tiny"):
+    with pytest.raises(PlacementError, match="layer 5 of the placement is not a MoE layer of tiny"):
         evaluate(placement([[0, 1, 2, 3], [0, 1, 2, 3]], 2, layer_ids=(0, 5)), routing,
                  cluster((2,)), tiny_model(), EvalParams())
     with pytest.raises(UsageError, match="unknown communication mode 'fast'"):

@@ -92,12 +92,12 @@ def test_check_model_rejects_other_experts_or_layers(docstring_example):
     other_experts = SimpleNamespace(name="toy", num_experts=8, moe_layer_ids=(3,))
     with pytest.raises(PlacementError) as info:
         docstring_example.check_model(other_experts, where="plan.json")
-    assert str(info.value) == "plan.json: placement has 4 experts per layer, toy has 8"
+    assert str(info.value) == "plan.json: the placement has 4 experts per layer but toy has 8"
 
     other_layers = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(4, 5, 6, 9))
     with pytest.raises(PlacementError) as info:
         docstring_example.check_model(other_layers)
-    assert str(info.value) == "layer 3 is not an MoE layer of toy"
+    assert str(info.value) == "layer 3 of the placement is not a MoE layer of toy"
     assert info.value.hint == "toy's MoE layers are 4-6, 9"
 
 

@@ -235,7 +235,7 @@ def test_read_checks_the_model_when_given(tmp_path, good_doc):
     model = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(1, 2, 3))
     with pytest.raises(PlacementError) as info:
         read_placement(path, model=model)
-    assert str(info.value) == f"{path}: layer 4 is not an MoE layer of toy"
+    assert str(info.value) == f"{path}: layer 4 of the placement is not a MoE layer of toy"
     ok = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(3, 4))
     assert read_placement(path, model=ok).layer_ids.tolist() == [3, 4]
 

@@ -253,22 +253,13 @@ def fit_to_model(
     of the model's MTP layers (``mtp_layer_ids``) follow when ``keep_mtp``, else are
     left out.
     """
-    if placement.num_experts != model.num_experts:
-        raise EngineFormatError(
-            f"the placement has {placement.num_experts} experts per layer but"
-            f" {model.name} has {model.num_experts}",
-            hint="export with the `model` the placement was planned for",
-        )
+    try:
+        placement.check_model(model)  # the experts and MoE layers of the model
+    except PlacementError as e:
+        raise EngineFormatError(e.message, where=e.where, hint=e.hint) from None
     have = [int(i) for i in placement.layer_ids]
     want = [int(i) for i in model.moe_layer_ids]
     mtp = [int(i) for i in getattr(model, "mtp_layer_ids", ())]
-    extra = sorted(set(have) - set(want) - set(mtp))
-    if extra:
-        raise EngineFormatError(
-            f"layer {extra[0]} of the placement is not a MoE layer of {model.name}"
-            f" (MoE layers: {format_ranges(want)})",
-            hint="layer ids are the model's absolute layer indices",
-        )
     missing = sorted(set(want) - set(have))
     if missing:
         raise EngineFormatError(

@@ -183,12 +183,7 @@ class Evaluation:
 def _check_inputs(
     placement: Placement, stats: ExpertStats, topology: Topology, model: ModelSpec
 ) -> None:
-    if placement.num_experts != model.num_experts:
-        raise PlacementError(
-            f"the placement is for {placement.num_experts} experts per layer, model"
-            f" {model.name} has {model.num_experts}",
-            hint="use a placement planned for this model, or pass the matching `model`",
-        )
+    placement.check_model(model)  # the experts and MoE layers of the model
     if stats.num_experts != model.num_experts:
         raise DataError(
             f"the routing data has {stats.num_experts} experts per layer, model {model.name}"
@@ -200,14 +195,6 @@ def _check_inputs(
             f"the placement is for {placement.num_gpus} GPUs, topology {topology.name} has"
             f" {topology.num_gpus}",
             hint="use a placement planned for this cluster, or pass the matching `topology`",
-        )
-    # MTP layers (num_hidden_layers + i) are MoE layers when statistics hold them
-    moe_layers = set(int(i) for i in model.all_moe_layer_ids)
-    foreign = [int(i) for i in placement.layer_ids if int(i) not in moe_layers]
-    if foreign:
-        raise PlacementError(
-            f"placement layer {format_ranges(foreign)} is not a MoE layer of {model.name}",
-            hint=f"MoE layers of {model.name}: {format_ranges(np.array(sorted(moe_layers)))}",
         )
 
 
