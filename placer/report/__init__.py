@@ -13,15 +13,14 @@
 """
 
 from placer.report._mpl import figure_png, require_matplotlib, smallest_text_px, text_sizes_px
+from placer.report.charts import hot_shard_tail, whatif_chart
 from placer.report.html import Code, Picture, Section, SideBySide, Table, Text, render_html
 from placer.report.plots import (
     coactivation_heatmap,
     expert_load_heatmap,
     gpu_load_bars,
-    hot_shard_tail,
     placement_map,
     same_gpu_share,
-    whatif_chart,
 )
 
 __all__ = [

@@ -26,7 +26,7 @@ import numpy as np
 from placer import constants
 from placer.errors import UsageError
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
-from placer.report import plots
+from placer.report import charts, plots
 from placer.report._mpl import figure_png, smallest_text_px
 from placer.report.html import Block, Picture, Section, SideBySide, Table, Text, render_html
 from placer.report.settings import compare_settings_rows, settings_section
@@ -187,7 +187,7 @@ def placements_sections(
     tails = [(n, e.batch_hot_shard) for n, e in zip(names, evaluations, strict=True)
              if e is not None and np.size(getattr(e, "batch_hot_shard", [])) > 0]
     if tails:
-        fig = plots.hot_shard_tail([t for _, t in tails], [n for n, _ in tails])
+        fig = charts.hot_shard_tail([t for _, t in tails], [n for n, _ in tails])
         sections.append(Section("Per-batch hot shard", (gallery.add(
             "hot-shard-tail", fig, "Hottest GPU over the mean GPU in each (batch, layer): the"
             " right-hand tail sets p99 latency."),)))
@@ -457,7 +457,7 @@ def _scenario_blocks(rows: Sequence[Any], gallery: _Gallery) -> tuple[list[Block
     kv = np.array([r.kv_left_gb if r.kv_left_gb is not None and r.ok else np.nan for r in rows],
                   dtype=np.float64)
     missing = [_short_status(r.status) for r in rows]
-    fig = plots.whatif_chart([r.scenario for r in rows], p99, kv, notes=missing)
+    fig = charts.whatif_chart([r.scenario for r in rows], p99, kv, notes=missing)
     whatif = gallery.add("what-if", fig, "Estimated MoE-layer p99 time and KV-cache memory left"
                          " per GPU, per scenario (shorter time and longer memory bars are better).")
     blocks: list[Block] = [table]
