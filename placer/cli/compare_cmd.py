@@ -368,14 +368,7 @@ def compare(
     for note in study.notes:  # why rows are missing: shown even with --quiet
         sys.stderr.write(f"note: {note}\n")
     check_names(study.scenarios, study.settings)
-    from placer.report.files import check_dpi
-
-    check_dpi(dpi)
-    if report is not None or png_dir is not None:
-        from placer.report import require_matplotlib
-
-        require_matplotlib()  # fail before the long part, not after
-
+    _check_pictures(dpi, report is not None or png_dir is not None)
     from placer import compare as compare_lib
     from placer.models import load_model
 
@@ -404,6 +397,17 @@ def compare(
         sys.stdout.write(f"\n{choice.line}\n")
     if report is not None or png_dir is not None:
         _write_report(study, outcomes, routing, description, report, png_dir, dpi, quiet)
+
+
+def _check_pictures(dpi: int, wanted: bool) -> None:
+    """The resolution, and matplotlib when pictures are wanted: before the long part."""
+    from placer.report.files import check_dpi
+
+    check_dpi(dpi)
+    if wanted:
+        from placer.report import require_matplotlib
+
+        require_matplotlib()
 
 
 def _write_report(
