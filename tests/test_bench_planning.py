@@ -55,10 +55,19 @@ def real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def test_skips_with_a_message_without_the_data(tmp_path, monkeypatch):
+def test_without_the_data_runs_on_the_bundled_qwen3_statistics(tmp_path, monkeypatch):
+    """No ../shared: the Qwen3 rows come from traces/qwen3-30b-a3b.npz, the rows that need
+    the real data are left out, and the page says so (the planning itself is not run here)."""
     monkeypatch.setattr(planning, "SHARED_DATA", tmp_path / "absent")
+    monkeypatch.setattr(planning, "REAL", tmp_path / "absent" / "real")
+    assert planning.gpt_oss() is None
+    assert planning.mixtral_files("gsm8k", "humaneval") is None
+    qwen = planning.qwen3(tmp_path)
+    assert qwen is not None and qwen.stats.load.shape[1:] == (48, 128)
+    monkeypatch.setattr(planning, "_run", lambda out, folder: "\n".join(out))
     text = planning.run()
-    assert f"(skipped: {tmp_path / 'absent'} is absent" in text
+    assert f"({tmp_path / 'absent'} is absent: the Qwen3-30B-A3B rows come from the bundled" \
+        in text
 
 
 def test_gpt_oss_read_and_planned_as_placer_plan_does(real):
