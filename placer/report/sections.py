@@ -25,6 +25,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import UsageError
+from placer.metrics import metric
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.report import charts, plots
 from placer.report._mpl import figure_png, smallest_text_px
@@ -34,23 +35,14 @@ from placer.report.verdicts import compare_judgements, placement_judgements, ver
 from placer.stats import ExpertStats
 from placer.summary import TIME_FIGURES
 
-#: Evaluator metrics shown in the placements table: (key, label with unit, format).
-METRIC_ROWS = (
-    ("hot_shard_ratio_median", "hot-shard ratio, median layer (max / mean)", "{:.3f}"),
-    ("hot_shard_ratio_worst", "hot-shard ratio, worst layer (max / mean)", "{:.3f}"),
-    ("batch_hot_shard_p50", "per-batch hot shard p50 (max / mean)", "{:.3f}"),
-    ("batch_hot_shard_p99", "per-batch hot shard p99 (max / mean)", "{:.3f}"),
-    ("vllm_balancedness", "vLLM balancedness (mean / max)", "{:.3f}"),
-    ("sglang_balancedness", "SGLang balancedness", "{:.3f}"),
-    ("trtllm_imbalance", "TensorRT-LLM imbalance (max / mean - 1)", "{:.3f}"),
-    ("remote_copies_per_token_gpu", "remote copies per token, GPU", "{:.2f}"),
-    ("remote_copies_per_token_node", "remote copies per token, node", "{:.2f}"),
-    ("bytes_per_token_intra", "bytes per token, intra-node (B)", "{:,.0f}"),
-    ("bytes_per_token_inter", "bytes per token, inter-node (B)", "{:,.0f}"),
-    *((f.key, f"{f.label} ({f.unit})", f.fmt) for f in TIME_FIGURES),
-    ("p99_over_p50", "p99 / p50, pooled", "{:.3f}"),
-    ("expert_memory_gb", "expert weights per GPU (GB)", "{:.2f}"),
-    ("kv_left_gb", "memory left for the KV cache per GPU (GB)", "{:.2f}"),
+#: Evaluator metrics shown in the placements table (labels, units and formats:
+#: :mod:`placer.metrics`).
+METRIC_KEYS = (
+    "hot_shard_ratio_median", "hot_shard_ratio_worst", "batch_hot_shard_p50",
+    "batch_hot_shard_p99", "vllm_balancedness", "sglang_balancedness", "trtllm_imbalance",
+    "remote_copies_per_token_gpu", "remote_copies_per_token_node", "bytes_per_token_intra",
+    "bytes_per_token_inter", *(f.key for f in TIME_FIGURES), "p99_over_p50",
+    "expert_memory_gb", "kv_left_gb",
 )
 
 
@@ -304,11 +296,12 @@ def _metrics_section(
         ("slots per GPU", *(str(p.slots_per_gpu) for p in placements)),
         ("redundant experts per layer", *(str(p.num_redundant) for p in placements)),
     ]
-    for key, label, fmt in METRIC_ROWS:
+    for key in METRIC_KEYS:
+        entry = metric(key)
         values = [_metric(e, key) for e in evaluations]
         if all(v is None for v in values):
             continue
-        rows.append((label, *("-" if v is None else fmt.format(v) for v in values)))
+        rows.append((f"{entry.label} ({entry.unit})", *(entry.cell(v) for v in values)))
     return Section("Placements", (Table(header, tuple(rows), caption="Evaluated figures"),))
 
 
