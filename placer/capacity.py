@@ -99,9 +99,13 @@ class Capacity:
         """``[G]`` GB each GPU has for expert slots after weights, overhead and reserve."""
         return self.memory_gb - self.non_expert_gb - self.overhead_gb - self.kv_reserve_gb
 
+    def expert_gb_at(self, slots_per_gpu: int) -> float:
+        """GB of expert weights per GPU when each GPU holds ``slots_per_gpu`` slots."""
+        return slots_per_gpu * self.slot_bytes / GB
+
     def kv_left_gb_at(self, slots_per_gpu: int) -> float:
         """GB left for the KV cache on the tightest GPU when each GPU holds ``slots_per_gpu``."""
-        expert_gb = slots_per_gpu * self.slot_bytes / GB
+        expert_gb = self.expert_gb_at(slots_per_gpu)
         return float(np.min(self.memory_gb - self.non_expert_gb - self.overhead_gb - expert_gb))
 
     def to_dict(self) -> dict[str, object]:

@@ -448,7 +448,7 @@ def capacity(
     usable = c.usable_slots_per_gpu
     rows: list[tuple[str, Any]] = [
         ("expert bytes (one layer)", f"{spec.expert_bytes(c.dtype) / 1e6:.2f} MB"),
-        ("slot bytes (all MoE layers)", f"{_gb(c.slot_bytes / GB)} GB"),
+        ("slot bytes (all MoE layers)", f"{_gb(c.expert_gb_at(1))} GB"),
         ("GPU memory (smallest)", f"{_gb(float(c.memory_gb[g]))} GB ({topo.gpu_names[g]})"),
         (f"non-expert weights (tp {c.tp})", f"{_gb(c.non_expert_gb)} GB"),
         ("runtime overhead", f"{_gb(c.overhead_gb)} GB"),
@@ -458,7 +458,7 @@ def capacity(
         ("slots per GPU (usable, <= experts)", usable),
         ("slots per GPU (no redundancy)", c.min_slots_per_gpu),
         ("max redundant experts per layer", c.usable_max_redundant),
-        ("expert weights per GPU at usable", f"{_gb(usable * c.slot_bytes / GB)} GB"),
+        ("expert weights per GPU at usable", f"{_gb(c.expert_gb_at(usable))} GB"),
         ("KV cache left per GPU at usable", f"{_gb(c.kv_left_gb_at(usable))} GB"),
         ("KV cache left per GPU, no redundancy", f"{_gb(c.kv_left_gb_at(c.min_slots_per_gpu))} GB"),
     ]
