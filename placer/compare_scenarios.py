@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from placer import constants
 from placer.errors import UsageError
-from placer.evaluate import MODES, POLICIES, EvalParams
+from placer.evaluate import EvalParams
 from placer.problem import SolveParams
 from placer.workload import Workload
 
@@ -160,28 +159,12 @@ class CompareSettings:
                 hint="drop --policy, --mode and --batch-tokens (or 'policy', 'mode',"
                 " 'batch_tokens' in the scenario file), or drop the workload",
             )
-        if self.policy not in POLICIES:
-            raise UsageError(f"unknown dispatch policy {self.policy!r}", where="--policy",
-                             hint=f"choose one of: {', '.join(POLICIES)}")
-        if self.mode not in MODES:
-            raise UsageError(f"unknown all-to-all mode {self.mode!r}", where="--mode",
-                             hint=f"choose one of: {', '.join(MODES)}")
-        if self.dtype is not None and self.dtype not in constants.DTYPES:
-            raise UsageError(f"unknown dtype {self.dtype!r}", where="--dtype",
-                             hint=f"choose one of: {', '.join(constants.DTYPES)}")
+        # what the evaluator and the solvers check, they check (one place, one message)
+        self.eval_params(1)
+        self.solve_params()
         if self.kv_reserve_gb is not None and not self.kv_reserve_gb >= 0:
             raise UsageError(f"KV reserve must be zero or more GB, got {self.kv_reserve_gb}",
                              where="--kv-reserve-gb")
-        for value, flag in ((self.time_limit_s, "--time-limit"),
-                            (self.layer_time_limit_s, "--layer-time-limit")):
-            if value is not None and not value > 0:
-                raise UsageError(f"time limit must be positive, got {value}", where=flag)
-        if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise UsageError(f"batch tokens must be at least 1, got {self.batch_tokens}",
-                             where="--batch-tokens")
-        if self.num_batches is not None and self.num_batches < 1:
-            raise UsageError(f"number of batches must be at least 1, got {self.num_batches}",
-                             where="--num-batches")
         if self.p99_target_us is not None and not 0 < self.p99_target_us < math.inf:
             raise UsageError(f"expected a positive step p99 target in µs, got"
                              f" {self.p99_target_us}", where="--p99-target-us",

@@ -128,7 +128,8 @@ class SolveParams:
 
     def __post_init__(self) -> None:
         if self.total_time_limit_s is not None and not self.total_time_limit_s > 0:
-            raise UsageError("time limit must be positive", where=Param("total_time_limit_s"))
+            raise UsageError(f"time limit must be positive, got {self.total_time_limit_s}",
+                             where=Param("total_time_limit_s"))
         if self.max_moves is not None and self.max_moves < 0:
             raise UsageError(f"expected a move budget >= 0, got {self.max_moves}",
                              where=Param("max_moves"), hint="0 keeps the deployed placement")
@@ -139,7 +140,8 @@ class SolveParams:
             raise UsageError(f"expected a move tolerance in [0, 1), got {self.move_tolerance}",
                              where=Param("move_tolerance"))
         if self.time_limit_s <= 0:
-            raise UsageError("time limit must be positive", where=Param("layer_time_limit_s"))
+            raise UsageError(f"time limit must be positive, got {self.time_limit_s}",
+                             where=Param("layer_time_limit_s"))
         if self.jobs < 1:
             raise UsageError("jobs must be at least 1", where=Param("jobs"))
 

@@ -164,7 +164,7 @@ def test_expand_scenarios_is_topology_major_and_labels_files_by_stem():
 def test_settings_validate_themselves():
     with pytest.raises(UsageError) as info:
         CompareSettings(model="m", policy="fastest")
-    assert str(info.value) == "--policy: unknown dispatch policy 'fastest'"
+    assert str(info.value) == "policy: unknown dispatch policy 'fastest'"  # EvalParams' check
     assert info.value.hint == "choose one of: round_robin, sglang, local_first, random"
     with pytest.raises(UsageError, match="unknown all-to-all mode 'slow'"):
         CompareSettings(model="m", mode="slow")
@@ -172,7 +172,7 @@ def test_settings_validate_themselves():
         CompareSettings(model="m", time_limit_s=0)
     with pytest.raises(UsageError) as info:
         CompareSettings(model="m", dtype="int3")
-    assert str(info.value) == "--dtype: unknown dtype 'int3'"
+    assert str(info.value) == "dtype: unknown dtype 'int3'"
 
 
 def _row(**kw) -> CompareRow:

@@ -246,7 +246,7 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(PlacementError, match="layer 5 of the placement is not a MoE layer of tiny"):
         evaluate(placement([[0, 1, 2, 3], [0, 1, 2, 3]], 2, layer_ids=(0, 5)), routing,
                  cluster((2,)), tiny_model(), EvalParams())
-    with pytest.raises(UsageError, match="unknown communication mode 'fast'"):
+    with pytest.raises(UsageError, match="unknown all-to-all mode 'fast'"):
         EvalParams(mode="fast")
     with pytest.raises(UsageError, match="window range 0:3 is outside"):
         evaluate(pl, routing, cluster((2,)), tiny_model(), EvalParams(windows=(0, 3)))

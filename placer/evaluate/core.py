@@ -127,13 +127,15 @@ class EvalParams:
             )
         if self.mode not in MODES:
             raise UsageError(
-                f"unknown communication mode {self.mode!r}", where=Param("mode"),
+                f"unknown all-to-all mode {self.mode!r}", where=Param("mode"),
                 hint=f"choose one of: {', '.join(MODES)}",
             )
         if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise UsageError("expected batch tokens >= 1", where=Param("batch_tokens"))
+            raise UsageError(f"expected batch tokens >= 1, got {self.batch_tokens}",
+                             where=Param("batch_tokens"))
         if self.num_batches < 1:
-            raise UsageError("expected number of batches >= 1", where=Param("num_batches"))
+            raise UsageError(f"expected number of batches >= 1, got {self.num_batches}",
+                             where=Param("num_batches"))
         if self.dtype is not None and self.dtype not in constants.DTYPES:
             raise UsageError(
                 f"unknown dtype {self.dtype!r}", where=Param("dtype"),
