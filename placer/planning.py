@@ -13,7 +13,7 @@ GPU, so the ``G * S - E`` leftover slots hold replicas).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +23,10 @@ from placer.placement import Placement
 from placer.problem import PlacementProblem
 from placer.stats import ExpertStats, RoutingData, format_ranges
 from placer.windows import OpenRange, parse_window_range, resolve_window_range
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 __all__ = ["build_problem", "default_slots_per_gpu"]
 
@@ -34,8 +38,8 @@ def default_slots_per_gpu(num_experts: int, num_gpus: int) -> int:
 def build_problem(
     routing: RoutingData | ExpertStats,
     *,
-    model: Any = None,
-    topology: Any = None,
+    model: ModelSpec | None = None,
+    topology: Topology | None = None,
     num_gpus: int | None = None,
     slots_per_gpu: int | None = None,
     redundant: int | None = None,
@@ -111,7 +115,7 @@ def _source(stats: ExpertStats) -> str | None:
     return sources[0] if len(sources) == 1 else None
 
 
-def _check_trace_against_model(stats: ExpertStats, model: Any) -> None:
+def _check_trace_against_model(stats: ExpertStats, model: ModelSpec) -> None:
     name = getattr(model, "name", "the model")
     if stats.num_experts != int(model.num_experts):
         raise TraceError(
@@ -149,7 +153,7 @@ def _check_trace_against_model(stats: ExpertStats, model: Any) -> None:
         )
 
 
-def _gpus(topology: Any, num_gpus: int | None) -> tuple[int, np.ndarray]:
+def _gpus(topology: Topology | None, num_gpus: int | None) -> tuple[int, np.ndarray]:
     if topology is not None:
         gpus = int(topology.num_gpus)
         if num_gpus is not None and int(num_gpus) != gpus:
@@ -211,8 +215,8 @@ def _slots_per_gpu(
 
 
 def _check_memory(
-    model: Any,
-    topology: Any,
+    model: ModelSpec,
+    topology: Topology,
     slots: int,
     option: str,
     dtype: str | None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,10 @@ from placer.errors import Param, UsageError
 from placer.placement import Placement
 from placer.stats import ExpertStats
 from placer.workload import Workload
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,8 @@ class PlacementProblem:
     slots_per_gpu: int
     node_of_gpu: np.ndarray
     num_groups: int = 1
-    topology: Any = None
-    model: Any = None
+    topology: Topology | None = None
+    model: ModelSpec | None = None
     current: Placement | None = None
 
     def __post_init__(self) -> None:
@@ -67,6 +71,15 @@ class PlacementProblem:
                 " a GPU would need two replicas of one expert",
                 where=Param("slots_per_gpu"),
             )
+
+    def cluster(self) -> tuple[Topology, ModelSpec]:
+        """The topology and the model, which timing a placement needs (UsageError when
+        either is unknown)."""
+        if self.topology is None or self.model is None:
+            raise UsageError("estimating times needs the model and the topology",
+                             where=Param("model" if self.model is None else "topology"),
+                             hint="pass `model` and `topology`")
+        return self.topology, self.model
 
     @property
     def num_physical(self) -> int:

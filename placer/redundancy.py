@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,10 @@ from placer.problem import PlacementProblem, SolveParams
 from placer.solvers import solve
 from placer.solvers.cpsat.judge import layer_times
 from placer.workload import Workload
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 #: Candidates within this share of the fastest count as equally fast (fewer slots win).
 DEFAULT_TOLERANCE = 0.005
@@ -171,9 +175,9 @@ def auto_problems(
 
 
 def auto_redundancy(
-    build: Callable[[int], PlacementProblem], num_experts: int, model: Any, topology: Any,
-    workload: Workload, *, dtype: str | None = None, kv_reserve_gb: float | None = None,
-    seed: int = 0,
+    build: Callable[[int], PlacementProblem], num_experts: int, model: ModelSpec,
+    topology: Topology, workload: Workload, *, dtype: str | None = None,
+    kv_reserve_gb: float | None = None, seed: int = 0,
 ) -> RedundancyChoice:
     """Time every slot count the memory allows and choose one (``--redundant auto``).
 

@@ -12,7 +12,7 @@ import contextlib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate.core import EvalParams, Evaluation, evaluate
@@ -20,6 +20,10 @@ from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_mes
 from placer.placement import Placement
 from placer.stats import RoutingData
 from placer.windows import OpenRange, WindowRange, evaluation_parts
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,8 @@ class PartEvaluation:
 def evaluate_many(
     placements: Sequence[tuple[str, Placement]],
     routing: RoutingData,
-    topology: Any,
-    model: Any,
+    topology: Topology,
+    model: ModelSpec,
     params: EvalParams,
     *,
     fit: OpenRange | None = None,

@@ -296,8 +296,8 @@ def _with_times(
         for r in results:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                evaluations[r.solver] = evaluate(r.placement, routing, problem.topology,
-                                                 problem.model, params, draws=draws)
+                evaluations[r.solver] = evaluate(r.placement, routing, *problem.cluster(),
+                                                 params, draws=draws)
             for w in caught:
                 bias = getattr(w.message, "bias", None)
                 if bias is not None:

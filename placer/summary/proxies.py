@@ -150,7 +150,7 @@ def _sampled_remote(
     total = max(int(stats.total_tokens), 1)
     batches = min(constants.PLAN_VERSUS_BATCHES, total)
     metrics = evaluate(
-        placement, whole, problem.topology, problem.model,
+        placement, whole, *problem.cluster(),
         EvalParams(policy="random", num_batches=batches,
                    batch_tokens=min(constants.PLAN_VERSUS_BATCH_TOKENS, total // batches)),
     ).metrics

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
+from placer.errors import Param, UsageError
 from placer.placement import Placement
 from placer.planning import build_problem
 from placer.problem import PlacementProblem, SolveParams, SolveResult
@@ -23,6 +24,10 @@ from placer.summary.figures import BASELINE_SOLVER
 from placer.summary.plan import PlanSummary, summarize_plan
 from placer.summary.proxies import basic_metrics
 from placer.windows import OpenRange
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 #: Context manager giving a ``report(done, total)`` callback while the layers are solved.
 Progress = AbstractContextManager[Callable[[int, int], None] | None]
@@ -55,8 +60,8 @@ def plan_routing(
     solver: str,
     params: SolveParams,
     *,
-    model: Any = None,
-    topology: Any = None,
+    model: ModelSpec | None = None,
+    topology: Topology | None = None,
     num_gpus: int | None = None,
     slots_per_gpu: int | None = None,
     redundant: int | None = None,
@@ -93,6 +98,10 @@ def plan_routing(
 
     choice = None
     if auto:
+        if model is None or topology is None:
+            raise UsageError("`redundant` auto times candidates with the evaluator, which needs"
+                             " the model and the topology", where=Param("redundant"),
+                             hint="pass `model` and `topology`, or give a number")
         choice = auto_redundancy(lambda s: build(s, None), routing.stats.num_experts, model,
                                  topology, params.workload, dtype=dtype,
                                  kv_reserve_gb=kv_reserve_gb, seed=params.seed)

@@ -47,7 +47,7 @@ def layer_times(
     ``draws`` dict to judge several placements on the same tokens, drawn once."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlacerWarning)  # the user sees them when evaluating
-        result = evaluate(placement, problem.stats, problem.topology, problem.model,
+        result = evaluate(placement, problem.stats, *problem.cluster(),
                           eval_params(problem, workload, seed), draws=draws)
     by_id = dict(zip(result.layer_ids.tolist(), result.per_layer["layer_time_p99_us"].tolist(),
                      strict=True))
