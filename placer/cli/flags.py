@@ -18,11 +18,8 @@ FLAGS: dict[str, str] = {
     "total_time_limit_s": "--time-limit",
     "layer_time_limit_s": "--layer-time-limit",
     "held_out": "--eval",
-    "format": "--format",
     "trace_format": "--format",
-    "num_gpus": "--num-gpus",
     "options": "--option",
-    "noise_batch_tokens": "--noise-batch-tokens",
     "trace": "TRACE",
 }
 

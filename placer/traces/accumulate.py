@@ -59,7 +59,7 @@ from placer.traces.aggregate_inputs import AggregateBuilder
 from placer.traces.chunks import ReadOptions as ReadOptions
 from placer.traces.chunks import RowChunk as RowChunk
 from placer.traces.chunks import TokenChunk as TokenChunk
-from placer.traces.chunks import _concat_rows, _HeldTokens, _take_rows
+from placer.traces.chunks import _concat_rows, _HeldTokens
 from placer.traces.kernels import _has_duplicate
 from placer.traces.limits import _LIMITS_HINT, _positive_int
 from placer.traces.limits import check_counts as check_counts
@@ -221,7 +221,7 @@ class Accumulator(_Results):
             return
         keep = self._filter_layers(chunk.layer)
         if keep is not None:
-            chunk = _take_rows(chunk, keep)
+            chunk = chunk.take(keep)
             if chunk.layer.size == 0:
                 return
 
@@ -232,7 +232,7 @@ class Accumulator(_Results):
             valid_rows = np.asarray((chunk.experts >= 0).any(axis=1), dtype=bool)
             if not valid_rows.all():
                 self.skip("no expert (all -1)", int((~valid_rows).sum()))
-                chunk = _take_rows(chunk, valid_rows)
+                chunk = chunk.take(valid_rows)
                 if chunk.layer.size == 0:
                     return
         if self._held_rows is not None:

@@ -102,6 +102,18 @@ class RowChunk:
     rank: np.ndarray | None = None
     weights: np.ndarray | None = None
 
+    def take(self, index: np.ndarray) -> RowChunk:
+        """The rows ``index`` selects (a boolean mask or row numbers, in their order)."""
+
+        def sel(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[index]
+
+        return RowChunk(
+            layer=self.layer[index], experts=self.experts[index],
+            request=self.request[index], token=self.token[index], lines=self.lines[index],
+            step=sel(self.step), rank=sel(self.rank), weights=sel(self.weights),
+        )
+
 
 @dataclass
 class _HeldTokens:
@@ -151,22 +163,6 @@ class _HeldTokens:
             ids, self.lid, part(self.step), part(self.rank), part(self.weights),
             self.offset + cut, self.array, has_none,
         )
-
-
-def _take_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
-    def sel(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else a[keep]
-
-    return RowChunk(
-        layer=chunk.layer[keep],
-        experts=chunk.experts[keep],
-        request=chunk.request[keep],
-        token=chunk.token[keep],
-        lines=chunk.lines[keep],
-        step=sel(chunk.step),
-        rank=sel(chunk.rank),
-        weights=sel(chunk.weights),
-    )
 
 
 def _concat_rows(a: RowChunk, b: RowChunk) -> RowChunk:

@@ -48,7 +48,6 @@ from placer.traces.jsonl_lines import (
     _is_int,
     _long_line,
     _open,
-    _reorder,
     _sniff,
 )
 from placer.traces.jsonl_lines import ALIASES as ALIASES
@@ -430,7 +429,7 @@ class _Reader:
         if n_slow and n_fast:
             assert lines is not None
             order = np.argsort(lines, kind="stable")
-            chunk = _reorder(chunk, order)
+            chunk = chunk.take(order)
         self.acc.add_rows(chunk)
 
 

@@ -16,11 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from placer import constants
 from placer.errors import TraceError
-from placer.traces.accumulate import RowChunk
 
 #: ``format`` value of the header object.
 HEADER_FORMAT = "placer-trace"
@@ -132,22 +129,6 @@ def _long_line(where: str, line: int) -> TraceError:
         where=f"{where}:{line}",
         hint="a routing row is one short line; is this a JSONL trace? (limits:"
         " docs/limits.md)",
-    )
-
-
-def _reorder(chunk: RowChunk, order: np.ndarray) -> RowChunk:
-    def sel(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else a[order]
-
-    return RowChunk(
-        layer=chunk.layer[order],
-        experts=chunk.experts[order],
-        request=chunk.request[order],
-        token=chunk.token[order],
-        lines=chunk.lines[order],
-        step=sel(chunk.step),
-        rank=sel(chunk.rank),
-        weights=sel(chunk.weights),
     )
 
 

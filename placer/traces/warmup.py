@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placer import constants
-from placer.traces.chunks import RowChunk, _HeldTokens, _take_rows
+from placer.traces.chunks import RowChunk, _HeldTokens
 from placer.traces.occurrences import _grow
 
 #: Rows held back for warm-up detection: a layer's last run of identical rows stays
@@ -130,10 +130,10 @@ class WarmupDetector:
             if hold is not None:
                 hold_sorted, hold = hold, np.empty_like(hold)
                 hold[order] = hold_sorted
-        held = _take_rows(chunk, hold) if hold is not None and hold.any() else None
+        held = chunk.take(hold) if hold is not None and hold.any() else None
         if drop.all():
             return None, held
-        return (_take_rows(chunk, ~drop) if drop.any() else chunk), held
+        return (chunk.take(~drop) if drop.any() else chunk), held
 
     def cut_tokens(
         self, xt: np.ndarray, rows: np.ndarray, present: np.ndarray | None,

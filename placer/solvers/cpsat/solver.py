@@ -318,7 +318,7 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     else:
         baseline = "current" if problem.current is not None else "eplb"
     return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
-                   baseline, times, budget)
+                   baseline, OBJECTIVE_UNIT[options.robust], times, budget)
 
 
 def _within_budget(
@@ -454,7 +454,7 @@ def _keep_faster(
 
 def _result(
     placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
-    seconds: float, params: SolveParams, baseline: str,
+    seconds: float, params: SolveParams, baseline: str, objective_unit: str,
     times: tuple[np.ndarray, np.ndarray] | None = None,
     budget: dict[str, Any] | None = None,
 ) -> SolveResult:
@@ -515,7 +515,7 @@ def _result(
         solver="cpsat",
         status=status,
         objective=float(np.mean([o.balance for o in outcomes])),
-        objective_unit=OBJECTIVE_UNIT[CpsatOptions.from_options(params.options).robust],
+        objective_unit=objective_unit,
         bound=float(np.mean([o.bound for o in outcomes])),
         seconds=seconds,
         baseline=baseline,
