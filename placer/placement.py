@@ -24,12 +24,26 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from placer.errors import PlacementError, PlacerWarning
 from placer.stats import format_ranges
+
+
+class ModelLayers(Protocol):
+    """What a placement is checked against: the model's name, experts and MoE (and MTP)
+    layer ids (``placer.models.ModelSpec`` has them)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_experts(self) -> int: ...
+    @property
+    def moe_layer_ids(self) -> tuple[int, ...]: ...
+    @property
+    def mtp_layer_ids(self) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -122,21 +136,19 @@ class Placement:
              self.physical_to_logical.shape, self.physical_to_logical.tobytes())
         )
 
-    def check_model(self, model: Any, where: str | None = None) -> None:
-        """Raise PlacementError unless this placement fits ``model``.
-
-        ``model`` is a ``placer.models.ModelSpec`` (anything with ``name``,
-        ``num_experts`` and ``moe_layer_ids``): same number of experts, and every
-        layer id one of the model's MoE layers (or its MTP layers, ``mtp_layer_ids``).
+    def check_model(self, model: ModelLayers, where: str | None = None) -> None:
+        """Raise PlacementError unless this placement fits ``model``: same number of
+        experts, and every layer id one of the model's MoE layers (or its MTP layers,
+        ``mtp_layer_ids``).
         """
-        name = getattr(model, "name", "the model")
+        name = model.name
         if int(model.num_experts) != self.num_experts:
             raise PlacementError(
                 f"the placement has {self.num_experts} experts per layer but {name} has"
                 f" {model.num_experts}",
                 where=where, hint="plan with the model you deploy (`model`)",
             )
-        moe_layers = {int(i) for i in (*model.moe_layer_ids, *getattr(model, "mtp_layer_ids", ()))}
+        moe_layers = {int(i) for i in (*model.moe_layer_ids, *model.mtp_layer_ids)}
         foreign = [int(i) for i in self.layer_ids if int(i) not in moe_layers]
         if foreign:
             raise PlacementError(

@@ -30,9 +30,10 @@ import json
 import math
 import os
 import stat
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +42,10 @@ from placer.errors import PlacementError
 from placer.fileio import write_text_atomic
 from placer.placement import Placement
 from placer.yaml_schema import load_json, read_document
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 __all__ = [
     "FORMAT",
@@ -74,8 +79,8 @@ def placement_to_dict(
     *,
     model_name: str | None = None,
     top_k: int | None = None,
-    topology: Any = None,
-    solver: Any = None,
+    topology: Topology | Mapping[str, Any] | None = None,
+    solver: Mapping[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The placement as a JSON-ready v1 document.
@@ -88,9 +93,9 @@ def placement_to_dict(
     topology: a ``placer.topology.Topology`` (its ``name``, ``num_gpus``,
         ``num_nodes``), a dict with those keys, or None for
         ``placement.meta["topology"]`` (else only ``num_gpus``).
-    solver: a :class:`placer.problem.SolveResult`, a dict with at least ``name``
-        and ``status``, or None for ``placement.meta["solver"]`` (else omitted).
-        Scalar entries of a SolveResult's ``details`` are kept.
+    solver: the ``solver`` section, a mapping with at least ``name`` and ``status``
+        (:meth:`placer.problem.SolveResult.record`), or None for
+        ``placement.meta["solver"]`` (else omitted).
     metrics: flat ``{name: number}``; default ``placement.meta["metrics"]``.
     """
     meta = placement.meta
@@ -112,9 +117,9 @@ def placement_to_dict(
             for layer, row in zip(placement.layer_ids, placement.physical_to_logical, strict=True)
         ],
     }
-    solver_doc = _solver_dict(solver if solver is not None else meta.get("solver"))
+    solver_doc = solver if solver is not None else meta.get("solver")
     if solver_doc is not None:
-        doc["solver"] = solver_doc
+        doc["solver"] = _plain(dict(solver_doc))
     chosen_metrics = metrics if metrics is not None else meta.get("metrics")
     if chosen_metrics is not None:
         doc["metrics"] = _plain(dict(chosen_metrics))
@@ -127,8 +132,8 @@ def write_placement(
     *,
     model_name: str | None = None,
     top_k: int | None = None,
-    topology: Any = None,
-    solver: Any = None,
+    topology: Topology | Mapping[str, Any] | None = None,
+    solver: Mapping[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``placement`` as placement JSON v1, atomically; return the path.
@@ -163,12 +168,14 @@ def _dumps(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _topology_dict(placement: Placement, topology: Any) -> dict[str, Any]:
+def _topology_dict(
+    placement: Placement, topology: Topology | Mapping[str, Any] | None
+) -> dict[str, Any]:
     if topology is None:
         topology = placement.meta.get("topology")
     if topology is None:
         return {"name": None, "num_gpus": placement.num_gpus, "num_nodes": None}
-    if isinstance(topology, dict):
+    if isinstance(topology, Mapping):
         name, num_gpus, num_nodes = (
             topology.get("name"), topology.get("num_gpus"), topology.get("num_nodes"),
         )
@@ -184,27 +191,6 @@ def _topology_dict(placement: Placement, topology: Any) -> dict[str, Any]:
         "num_gpus": placement.num_gpus,
         "num_nodes": None if num_nodes is None else int(num_nodes),
     }
-
-
-def _solver_dict(solver: Any) -> dict[str, Any] | None:
-    if solver is None:
-        return None
-    if isinstance(solver, dict):
-        return _plain(dict(solver))
-    out: dict[str, Any] = {
-        "name": solver.solver,
-        "status": solver.status,
-        "objective": solver.objective,
-        "objective_unit": solver.objective_unit or None,
-        "bound": solver.bound,
-        "hot_shard": solver.hot_shard,
-        "baseline": solver.baseline,
-        "seconds": round(float(solver.seconds), 4),
-    }
-    for key, value in solver.details.items():
-        if key not in out and isinstance(value, str | int | float | bool | np.generic):
-            out[key] = value
-    return _plain(out)
 
 
 def _plain(obj: Any) -> Any:
@@ -226,7 +212,8 @@ def _plain(obj: Any) -> Any:
 
 
 def read_placement(
-    path: str | os.PathLike[str], *, model: Any = None, warn_duplicates: bool = True
+    path: str | os.PathLike[str], *, model: ModelSpec | None = None,
+    warn_duplicates: bool = True
 ) -> Placement:
     """Read a placement JSON v1 file.
 

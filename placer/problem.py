@@ -215,3 +215,22 @@ class SolveResult:
             return None
         denom = max(abs(self.objective), 1e-12)
         return abs(self.objective - self.bound) / denom
+
+    def record(self) -> dict[str, Any]:
+        """What a placement file says of its solver (its ``solver`` section): name,
+        status, objective and unit, bound, hot shard, baseline, seconds, and the scalar
+        entries of ``details``."""
+        out: dict[str, Any] = {
+            "name": self.solver,
+            "status": self.status,
+            "objective": self.objective,
+            "objective_unit": self.objective_unit or None,
+            "bound": self.bound,
+            "hot_shard": self.hot_shard,
+            "baseline": self.baseline,
+            "seconds": round(float(self.seconds), 4),
+        }
+        for key, value in self.details.items():
+            if key not in out and isinstance(value, str | int | float | bool | np.generic):
+                out[key] = value
+        return out

@@ -37,12 +37,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from placer import constants
 from placer.errors import Param, UsageError
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
 
 __all__ = [
     "SynthChunk",
@@ -210,8 +213,8 @@ class SynthParams:
         return head
 
 
-def params_for_model(model: Any, **overrides: Any) -> SynthParams:
-    """SynthParams with a model preset's shape (``placer.models.ModelSpec``).
+def params_for_model(model: ModelSpec, **overrides: Any) -> SynthParams:
+    """SynthParams with a model preset's shape.
 
     Takes ``moe_layer_ids``, ``num_experts``, ``top_k``, ``num_groups``, ``top_groups``
     and ``name`` from ``model``; keyword ``overrides`` win over them.
@@ -220,8 +223,8 @@ def params_for_model(model: Any, **overrides: Any) -> SynthParams:
         "layer_ids": tuple(model.moe_layer_ids),
         "num_experts": int(model.num_experts),
         "top_k": int(model.top_k),
-        "num_groups": int(getattr(model, "num_groups", 1) or 1),
-        "top_groups": int(getattr(model, "top_groups", 1) or 1),
+        "num_groups": int(model.num_groups or 1),
+        "top_groups": int(model.top_groups or 1),
         "model": str(model.name),
     }
     base.update({k: v for k, v in overrides.items() if v is not None})

@@ -142,7 +142,7 @@ def test_import_detects_the_format(maverick_plan: Path, tmp_path: Path) -> None:
 
 
 def test_parse_export_spec() -> None:
-    from placer.cli.engines_cmd import parse_export_spec
+    from placer.cli.exports import parse_export_spec
     from placer.errors import UsageError
 
     assert parse_export_spec("trtllm:out/lb.yaml") == ("trtllm", Path("out/lb.yaml"))

@@ -35,6 +35,7 @@ class ToyModel:
     num_hidden_layers: int
     moe_layer_ids: tuple[int, ...]
     num_experts: int
+    mtp_layer_ids: tuple[int, ...] = ()
 
     @property
     def num_moe_layers(self) -> int:

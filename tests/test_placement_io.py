@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import jsonschema
 import numpy as np
@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placer.errors import PlacementError, PlacerWarning
+from placer.models import ModelSpec, load_model
 from placer.placement import Placement
 from placer.placement_io import (
     placement_from_dict,
@@ -59,7 +60,7 @@ def test_written_file_reads_back_equal_with_meta(tmp_path, two_layers):
     )
     path = write_placement(
         tmp_path / "out" / "plan.json", two_layers, model_name="toy", top_k=2,
-        topology=SimpleNamespace(name="pair", num_gpus=2, num_nodes=1), solver=result,
+        topology={"name": "pair", "num_gpus": 2, "num_nodes": 1}, solver=result.record(),
         metrics={"hot_shard_ratio_median": np.float64(1.25), "nan": float("nan")},
     )
     back = read_placement(path)
@@ -230,13 +231,19 @@ def test_document_that_is_not_an_object(tmp_path):
     assert str(info.value) == f"{path}: expected object, got an array"
 
 
+def _toy_model(moe_layer_ids: tuple[int, ...]) -> ModelSpec:
+    """A four-expert model with the given MoE layers (a preset, renamed and reshaped)."""
+    return dataclasses.replace(load_model("mixtral-8x7b"), name="toy", num_experts=4,
+                               top_k=2, moe_layer_ids=moe_layer_ids)
+
+
 def test_read_checks_the_model_when_given(tmp_path, good_doc):
     path = _write(tmp_path, good_doc)
-    model = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(1, 2, 3))
+    model = _toy_model(moe_layer_ids=(1, 2, 3))
     with pytest.raises(PlacementError) as info:
         read_placement(path, model=model)
     assert str(info.value) == f"{path}: layer 4 of the placement is not a MoE layer of toy"
-    ok = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(3, 4))
+    ok = _toy_model(moe_layer_ids=(3, 4))
     assert read_placement(path, model=ok).layer_ids.tolist() == [3, 4]
 
 

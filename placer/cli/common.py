@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import typer
@@ -25,6 +25,9 @@ from rich.console import Console
 from placer.errors import PlacerError, PlacerWarning, UsageError
 from placer.fileio import atomic_path, write_text_atomic
 from placer.stats import RoutingData
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
 
 #: Results go to stdout; messages, warnings and progress to stderr.
 out = Console(highlight=False, soft_wrap=True)
@@ -274,7 +277,7 @@ def read_trace(
     paths: Sequence[Path | str],
     trace_format: str | None = None,
     *,
-    model: Any = None,
+    model: ModelSpec | None = None,
     top_k: int | None = None,
     num_experts: int | None = None,
     window_tokens: int | None = None,
@@ -293,8 +296,10 @@ def read_trace(
 
     for option, given, attr in (("--top-k", top_k, "top_k"),
                                 ("--num-experts", num_experts, "num_experts")):
-        declared = getattr(model, attr, None)
-        if given is not None and declared is not None and given != declared:
+        if model is None:
+            break
+        declared = getattr(model, attr)
+        if given is not None and given != declared:
             raise UsageError(
                 f"{option} {given} contradicts the model {model.name} ({attr} = {declared})",
                 where=option, hint=f"drop {option}, or name the model the trace came from",

@@ -1,15 +1,16 @@
 """``placer export`` and ``placer import``: placements to and from serving-engine files.
 
 Thin: read the placement (or engine file), resolve the model, call
-:func:`placer.engines.write_engine` / :func:`placer.engines.read_engine`, print.
-:func:`export_to` and :func:`parse_export_spec` are shared with ``placer plan --export``.
+:func:`placer.engines.export_engine` / :func:`placer.engines.read_engine`, print.
+:mod:`placer.cli.exports` parses ``placer plan --export``; both write with
+:func:`placer.engines.export_engine`.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -21,10 +22,19 @@ from placer.cli.common import (
     handle_errors,
     print_json,
 )
-from placer.engines import engine_names, get_engine, read_engine, sniff_engine, write_engine
+from placer.engines import (
+    engine_names,
+    export_engine,
+    get_engine,
+    read_engine,
+    sniff_engine,
+)
 from placer.errors import UsageError
 from placer.fileio import check_not_inputs, check_output_path
 from placer.placement import Placement
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
 
 EXPORT_EXAMPLES = examples(
     "placer export plan.json --format sglang -o plan.sglang.json",
@@ -40,20 +50,7 @@ IMPORT_EXAMPLES = examples(
     " (docs/engines.md).",
 )
 
-def parse_export_spec(spec: str, option: str = "--export") -> tuple[str, Path]:
-    """``"FORMAT:FILE"`` -> ``(format, path)``; UsageError naming ``option`` otherwise."""
-    fmt, sep, file = spec.partition(":")
-    if not sep or not fmt or not file:
-        raise UsageError(
-            f"expected FORMAT:FILE, got {spec!r}",
-            where=option,
-            hint=f"for example sglang:plan.json; formats: {', '.join(engine_names())}",
-        )
-    get_engine(fmt).check_output(file, where=option)  # fail before any work
-    return fmt, Path(file)
-
-
-def resolve_model(name: str | None, placement: Placement | None = None) -> Any:
+def resolve_model(name: str | None, placement: Placement | None = None) -> ModelSpec:
     """``--model`` if given, else the model named in the placement file."""
     from placer.models import load_model
 
@@ -67,25 +64,6 @@ def resolve_model(name: str | None, placement: Placement | None = None) -> Any:
             hint="pass --model with a preset name or a model YAML",
         )
     return load_model(name)
-
-
-def export_to(placement: Placement, fmt: str, path: Path, model: Any) -> dict[str, Any]:
-    """Write one engine file; returns ``{format, engine, path, experimental, hints}``."""
-    engine = get_engine(fmt)
-    hints = write_engine(placement, fmt, path, model=model)
-    return {
-        "format": fmt,
-        "engine": engine.engine,
-        "path": str(path),
-        "experimental": engine.experimental,
-        "hints": hints,
-    }
-
-
-def render_export(result: dict[str, Any]) -> list[str]:
-    """Text lines telling how to load an exported file."""
-    note = " (experimental)" if result["experimental"] else ""
-    return [f"# {result['engine']}{note}: {result['path']}", *result["hints"]]
 
 
 def export(
@@ -120,11 +98,11 @@ def export(
     if from_config("--model") and isinstance(declared, dict) and declared.get("name"):
         model = None  # the placement's own model outranks a configured default
     spec = resolve_model(model, placement)
-    result = export_to(placement, fmt, output, spec)
+    result = export_engine(placement, fmt, output, model=spec)
     if json_out:
-        print_json(result)
+        print_json(result.to_dict())
     else:
-        sys.stdout.write("\n".join(render_export(result)) + "\n")
+        sys.stdout.write("\n".join(result.lines()) + "\n")
     sys.stderr.write(f"wrote {output}\n")
 
 

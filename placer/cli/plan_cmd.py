@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -46,6 +46,10 @@ from placer.summary.replan import replan_rows
 from placer.summary.run import plan_routing
 from placer.windows import parse_window_range
 from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 #: Solver used when ``--solver`` is not given.
 DEFAULT_SOLVER = "cpsat"
@@ -278,7 +282,8 @@ def plan(
     ),
 ) -> None:
     """Plan an expert placement from a routing trace and write it as placement JSON."""
-    from placer.cli.engines_cmd import export_to, parse_export_spec, render_export
+    from placer.cli.exports import parse_export_spec
+    from placer.engines import export_engine
 
     exports = [parse_export_spec(spec) for spec in export]
     # configured defaults yield to the command line: --num-gpus to a topology, --export's
@@ -330,18 +335,19 @@ def plan(
     with all_or_nothing():  # the placement and the engine files land together, or none
         write_placement(
             output, result.placement,
-            model_name=getattr(model_spec, "name", None) or routing.stats.provenance.model,
+            model_name=model_spec.name if model_spec is not None
+            else routing.stats.provenance.model,
             top_k=model_spec.top_k if model_spec is not None else (routing.stats.top_k or None),
-            topology=topo, solver=result, metrics=run.metrics,
+            topology=topo, solver=result.record(), metrics=run.metrics,
         )
-        exported = [export_to(result.placement, fmt, path, model_spec)
-                    for fmt, path in exports]
+        exported = [export_engine(result.placement, fmt, path, model=model_spec)
+                    for fmt, path in exports if model_spec is not None]  # _check_flags
     if json_out:
         doc = summary.to_dict()
         if run.auto is not None:
             doc["redundant_auto"] = run.auto.to_dict()
         if exported:
-            doc["exports"] = exported
+            doc["exports"] = [item.to_dict() for item in exported]
         print_json(doc)
         return
     lines = summary.rows()
@@ -351,7 +357,7 @@ def plan(
         lines += ["", run.auto.reason, "candidates (redundant: estimated step us with EPLB): "
                   + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in run.auto.options)]
     for item in exported:
-        lines += ["", *render_export(item)]
+        lines += ["", *item.lines()]
     sys.stdout.write(as_flags("\n".join(lines)) + "\n")  # the summary's words, as flags
 
 
@@ -412,7 +418,9 @@ def _redundant_count(text: str | None) -> int | None:
     return value
 
 
-def _check_auto(model: Any, topology: Any, slots_per_gpu: int | None) -> None:
+def _check_auto(
+    model: ModelSpec | None, topology: Topology | None, slots_per_gpu: int | None
+) -> None:
     """``--redundant auto`` chooses the slots per GPU and needs the model and the cluster."""
     if slots_per_gpu is not None:
         raise UsageError("--redundant auto chooses the slots per GPU itself",
@@ -453,7 +461,7 @@ def _parse_options(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _load_model(name: str | None) -> Any:
+def _load_model(name: str | None) -> ModelSpec | None:
     if name is None:
         return None
     from placer.models import load_model
@@ -461,7 +469,7 @@ def _load_model(name: str | None) -> Any:
     return load_model(name)
 
 
-def _load_topology(name: str | None) -> Any:
+def _load_topology(name: str | None) -> Topology | None:
     if name is None:
         return None
     from placer.topology import load_topology

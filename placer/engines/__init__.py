@@ -12,16 +12,18 @@ name           file                                        layer axis
 ``eplb``       ``.npz`` ``phy2log``/``log2phy``/``logcnt``   MoE-layer position
 =============  ==========================================  ===========================
 
-Entry points: :func:`write_engine`, :func:`read_engine`, :func:`engine_names`,
-:func:`sniff_engine`.
+Entry points: :func:`write_engine` (:func:`export_engine` also says what was written),
+:func:`read_engine`, :func:`engine_names`, :func:`sniff_engine`.
 """
 
 # Built-in formats register themselves on import.
 from placer.engines import eplb_npz, sglang, trtllm, vllm, vllm_ascend
 from placer.engines.registry import (
+    EngineExport,
     EngineFormat,
     EngineModel,
     engine_names,
+    export_engine,
     get_engine,
     read_engine,
     register_engine,
@@ -30,10 +32,12 @@ from placer.engines.registry import (
 )
 
 __all__ = [
+    "EngineExport",
     "EngineFormat",
     "EngineModel",
     "engine_names",
     "eplb_npz",
+    "export_engine",
     "get_engine",
     "read_engine",
     "register_engine",

@@ -22,24 +22,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from placer.errors import EngineFormatError, Param, PlacementError, UsageError
-from placer.placement import Placement
+from placer.placement import ModelLayers, Placement
 from placer.stats import format_ranges
 from placer.yaml_schema import decode_text, load_json, parse_yaml, read_document
 
 
-class EngineModel(Protocol):
+class EngineModel(ModelLayers, Protocol):
     """What the engine formats need from a model (``placer.models.ModelSpec`` has it)."""
 
     @property
-    def name(self) -> str: ...
-    @property
     def num_hidden_layers(self) -> int: ...
     @property
-    def moe_layer_ids(self) -> tuple[int, ...]: ...
-    @property
     def num_moe_layers(self) -> int: ...
-    @property
-    def num_experts(self) -> int: ...
 
 
 #: ``write(placement, path, model) -> hints``: write the engine file at ``path``
@@ -151,6 +145,37 @@ def write_engine(
     return [line.replace("{path}", str(path)) for line in hints]
 
 
+@dataclass(frozen=True)
+class EngineExport:
+    """One engine file written: its format, the engine that loads it, where it is, and
+    the lines telling how to load it (server flags, config snippets)."""
+
+    format: str
+    engine: str
+    path: str
+    experimental: bool
+    hints: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{format, engine, path, experimental, hints}`` (``--json``)."""
+        return {"format": self.format, "engine": self.engine, "path": self.path,
+                "experimental": self.experimental, "hints": list(self.hints)}
+
+    def lines(self) -> list[str]:
+        """A heading line (engine, experimental or not, path), then the hints."""
+        note = " (experimental)" if self.experimental else ""
+        return [f"# {self.engine}{note}: {self.path}", *self.hints]
+
+
+def export_engine(
+    placement: Placement, fmt: str, path: str | Path, *, model: EngineModel
+) -> EngineExport:
+    """:func:`write_engine`, and what was written: an :class:`EngineExport`."""
+    engine = get_engine(fmt)
+    hints = write_engine(placement, fmt, path, model=model)
+    return EngineExport(fmt, engine.engine, str(path), engine.experimental, tuple(hints))
+
+
 def read_engine(
     path: str | Path, fmt: str, *, model: EngineModel, num_gpus: int | None = None
 ) -> Placement:
@@ -259,7 +284,7 @@ def fit_to_model(
         raise EngineFormatError(e.message, where=e.where, hint=e.hint) from None
     have = [int(i) for i in placement.layer_ids]
     want = [int(i) for i in model.moe_layer_ids]
-    mtp = [int(i) for i in getattr(model, "mtp_layer_ids", ())]
+    mtp = [int(i) for i in model.mtp_layer_ids]
     missing = sorted(set(want) - set(have))
     if missing:
         raise EngineFormatError(

@@ -158,7 +158,7 @@ def from_document(
             where=f"{path}: initial_global_assignments",
         )
     moe = list(model.moe_layer_ids)
-    mtp = [int(i) for i in getattr(model, "mtp_layer_ids", ())]
+    mtp = [int(i) for i in model.mtp_layer_ids]
     extra = sorted(set(assignments) - set(moe) - set(mtp))
     if extra:
         with_mtp = f", MTP {format_ranges(mtp)}" if mtp else ""
@@ -209,6 +209,7 @@ class _Layers:
     num_hidden_layers: int
     moe_layer_ids: tuple[int, ...]
     num_experts: int
+    mtp_layer_ids: tuple[int, ...] = ()  # the file's MTP rows are among moe_layer_ids
 
     @property
     def num_moe_layers(self) -> int:
@@ -231,7 +232,7 @@ def _check_architecture(model: EngineModel) -> None:
 
 def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
     _check_architecture(model)
-    mtp = tuple(int(i) for i in getattr(model, "mtp_layer_ids", ()))
+    mtp = tuple(int(i) for i in model.mtp_layer_ids)
     path.write_text(dump_yaml(to_document(placement, mtp)))
     hints = [
         "# extra_llm_api_options.yaml (trtllm-serve / trtllm-bench --extra_llm_api_options)",

@@ -10,11 +10,14 @@ heaviest pairs: those carrying ``pair_mass`` of all pair counts, at most
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from placer import constants
+
+if TYPE_CHECKING:
+    from placer.topology import Topology
 
 
 def select_pairs(
@@ -72,7 +75,7 @@ def select_pair_list(
     return pairs, counts[take] / tokens
 
 
-def link_costs(topology: Any, node_of_gpu: np.ndarray) -> tuple[float, float]:
+def link_costs(topology: Topology | None, node_of_gpu: np.ndarray) -> tuple[float, float]:
     """``(gpu_cost, node_cost)``: cost of a copy to another GPU and to another node.
 
     A copy to another GPU costs 1.  A copy to another node costs the ratio of the
@@ -92,7 +95,7 @@ def link_costs(topology: Any, node_of_gpu: np.ndarray) -> tuple[float, float]:
     return 1.0, float(np.median(intra) / np.median(inter))
 
 
-def identical_gpus(topology: Any, node_of_gpu: np.ndarray) -> bool:
+def identical_gpus(topology: Topology | None, node_of_gpu: np.ndarray) -> bool:
     """Whether the GPUs of each node are interchangeable (same type, same links).
 
     Without a topology, GPUs are described only by their node: interchangeable.
@@ -100,7 +103,7 @@ def identical_gpus(topology: Any, node_of_gpu: np.ndarray) -> bool:
     if topology is None:
         return True
     bandwidth = np.asarray(topology.bandwidth_gbps, dtype=np.float64)
-    types = [getattr(t, "name", t) for t in topology.gpu_type_of_gpu]
+    types = [t.name for t in topology.gpu_type_of_gpu]
     for node in np.unique(node_of_gpu):
         members = np.flatnonzero(node_of_gpu == node)
         if len({types[g] for g in members}) > 1:
