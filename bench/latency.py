@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.__main__ import SHARED_DATA
+from placer.metrics import metric
 
 OUT = Path(__file__).resolve().parent / "out"
 #: Engines whose dispatch policy each configuration is planned and judged under.
@@ -195,39 +196,52 @@ def compare_engines(
                    "mean": (theirs["step_mean_us"], mine["step_mean_us"]),
                    "gaps": summary.gaps()},
         ))
-        log(f"{label}, {engine}: step p99 eplb {theirs['step_p99_us']:.1f} us,"
-            f" cpsat {mine['step_p99_us']:.1f} us ({change:+.2%})")
+        log(f"{label}, {engine}: step p99 eplb {theirs['step_p99_us']:.1f} µs,"
+            f" cpsat {mine['step_p99_us']:.1f} µs ({change:+.2%})")
     return rows
 
 
 # -- rendering --------------------------------------------------------------------------------
 
 
-def _us(value: float) -> str:
-    return f"{value:,.1f}" if math.isfinite(value) else "-"
+def _us(key: str, value: float) -> str:
+    """``value`` as every placer table shows metric ``key`` (:mod:`placer.metrics`)."""
+    return metric(key).cell(value)
+
+
+def _header(who: str, key: str) -> str:
+    return f"{who} {metric(key).header}"
 
 
 def render_table(rows: Sequence[Row]) -> list[str]:
-    """The Markdown table of ``rows``."""
+    """The Markdown table of ``rows``; metric headings and number formats are the metric
+    table's (:mod:`placer.metrics`), as in ``placer plan`` and ``placer evaluate``."""
+    step, layer, mean = "step_p99_us", "layer_p99_us_median", "step_mean_us"
+    a2a_key, compute_key = "all_to_all_us", "compute_us"
     lines = [
-        "| configuration | engine | EPLB step p99 µs | EPLB layer p99 µs | cpsat step p99 µs |"
-        " cpsat layer p99 µs | cpsat / EPLB - 1 | verdict | cpsat <= EPLB |"
-        " a2a mean µs EPLB / cpsat | compute mean µs EPLB / cpsat |"
-        " step mean µs EPLB / cpsat / floor | above floor EPLB / cpsat | cpsat s (status) |",
+        f"| configuration | engine | {_header('EPLB', step)} | {_header('EPLB', layer)} |"
+        f" {_header('cpsat', step)} | {_header('cpsat', layer)} | cpsat / EPLB - 1 | verdict |"
+        f" cpsat <= EPLB | {metric(a2a_key).header} EPLB / cpsat |"
+        f" {metric(compute_key).header} EPLB / cpsat |"
+        f" {metric(mean).header} EPLB / cpsat / floor | above floor EPLB / cpsat |"
+        " cpsat s (status) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         a2a = r.extra.get("a2a", (math.nan, math.nan))
         compute = r.extra.get("compute", (math.nan, math.nan))
-        mean = r.extra.get("mean", (math.nan, math.nan))
+        means = r.extra.get("mean", (math.nan, math.nan))
         gaps = r.extra.get("gaps", {})
         above = " / ".join(f"{gaps[n]:.1%}" if n in gaps else "-" for n in ("eplb", "cpsat"))
         lines.append(
-            f"| {r.config} | {r.engine} | {_us(r.eplb_step_p99)} | {_us(r.eplb_layer_p99)} |"
-            f" {_us(r.cpsat_step_p99)} | {_us(r.cpsat_layer_p99)} | {r.change:+.2%} |"
+            f"| {r.config} | {r.engine} | {_us(step, r.eplb_step_p99)} |"
+            f" {_us(layer, r.eplb_layer_p99)} | {_us(step, r.cpsat_step_p99)} |"
+            f" {_us(layer, r.cpsat_layer_p99)} | {r.change:+.2%} |"
             f" {r.verdict} | {'pass' if r.not_above else '**FAIL**'} |"
-            f" {_us(a2a[0])} / {_us(a2a[1])} | {_us(compute[0])} / {_us(compute[1])} |"
-            f" {_us(mean[0])} / {_us(mean[1])} / {_us(r.extra.get('floor', math.nan))} |"
+            f" {_us(a2a_key, a2a[0])} / {_us(a2a_key, a2a[1])} |"
+            f" {_us(compute_key, compute[0])} / {_us(compute_key, compute[1])} |"
+            f" {_us(mean, means[0])} / {_us(mean, means[1])} /"
+            f" {_us(mean, r.extra.get('floor', math.nan))} |"
             f" {above} | {r.seconds:.1f} ({r.status or '-'}) |"
         )
     return lines

@@ -51,6 +51,10 @@ def test_compare_engines_rows_and_rendering(tiny) -> None:
 
     table = latency.render_table(rows)
     assert table[0].startswith("| configuration | engine | EPLB step p99")
+    from placer.metrics import metric  # headings and numbers as every placer table shows them
+
+    assert f"cpsat {metric('layer_p99_us_median').header} |" in table[0]
+    assert f"| {metric('step_p99_us').cell(rows[0].eplb_step_p99)} |" in table[2]
     assert len(table) == 2 + len(rows)
     assert all(line.count("|") == table[0].count("|") for line in table)
 
