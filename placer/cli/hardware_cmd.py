@@ -6,7 +6,6 @@ and ``placer.capacity``; tables go to stdout (``--json`` for machines).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -21,9 +20,18 @@ from placer.cli.common import (
     handle_errors,
     print_json,
 )
-from placer.constants import DEFAULT_KV_RESERVE_FRACTION, GB, RUNTIME_OVERHEAD_GB
+from placer.constants import DEFAULT_KV_RESERVE_FRACTION, RUNTIME_OVERHEAD_GB
 from placer.errors import TopologyError
-from placer.models import ModelSpec, load_model, model_names, model_to_dict
+from placer.model_describe import (
+    DTYPE_HEADERS,
+    PRESET_HEADERS,
+    capacity_note,
+    capacity_rows,
+    dtype_rows,
+    preset_row,
+    spec_rows,
+)
+from placer.models import load_model, model_names, model_to_dict
 from placer.topology import (
     Topology,
     calibration_rows,
@@ -80,10 +88,6 @@ def _cell(value: Any) -> str:
 
 def _echo(text: str = "") -> None:
     typer.echo(text)
-
-
-def _gb(value: float) -> str:
-    return f"{value:.2f}"
 
 
 # -- topology -------------------------------------------------------------------------
@@ -258,25 +262,6 @@ def topology_validate(
 # -- model ----------------------------------------------------------------------------
 
 
-def _layer_ranges(ids: Sequence[int]) -> str:
-    """``3..60`` for a contiguous run, ``1..47 step 2`` for a stride, else the list."""
-    if len(ids) == 1:
-        return str(ids[0])
-    step = ids[1] - ids[0]
-    if all(b - a == step for a, b in itertools.pairwise(ids)):
-        return f"{ids[0]}..{ids[-1]}" + (f" step {step}" if step != 1 else "")
-    return ",".join(str(i) for i in ids)
-
-
-def _mtp_row(m: ModelSpec) -> str:
-    """``1 (id 61, when served with MTP)`` or ``-``."""
-    if not m.num_nextn_predict_layers:
-        return "-"
-    ids = _layer_ranges(m.mtp_layer_ids)
-    word = "id" if m.num_nextn_predict_layers == 1 else "ids"
-    return f"{m.num_nextn_predict_layers} ({word} {ids}, when served with MTP)"
-
-
 @model_app.command("list", cls=PlacerCommand,
                    epilog=examples("placer model list", "placer model list --json"))
 @handle_errors
@@ -288,35 +273,7 @@ def model_list(
     if json_out:
         print_json([model_to_dict(m) for m in models])
         return
-    rows = []
-    for m in models:
-        rows.append(
-            (
-                m.name,
-                f"{m.num_moe_layers}/{m.num_hidden_layers}",
-                m.num_experts,
-                m.top_k,
-                m.num_shared_experts,
-                f"{m.hidden_size}/{m.moe_intermediate_size}",
-                f"{m.expert_bytes('bf16') / 1e6:.1f}",
-                f"{m.expert_bytes(m.default_dtype) / 1e6:.1f}",
-                m.default_dtype,
-                f"{m.total_params / 1e9:.1f}",
-            )
-        )
-    headers = (
-        "name",
-        "MoE/layers",
-        "experts",
-        "top-k",
-        "shared",
-        "hidden/ffn",
-        "expert MB bf16",
-        "expert MB default",
-        "default",
-        "params B",
-    )
-    _echo(table(headers, rows))
+    _echo(table(PRESET_HEADERS, [preset_row(m) for m in models]))
 
 
 @model_app.command("show", cls=PlacerCommand, epilog=examples(
@@ -337,51 +294,9 @@ def model_show(
         print_json(model_to_dict(m))
         return
     _echo(f"{m.name}: {m.description} ({m.source})")
-    groups = f"{m.num_groups} groups, top {m.top_groups}" if m.num_groups > 1 else "ungrouped"
-    rows: list[tuple[str, Any]] = [
-        ("aliases", ", ".join(m.aliases) or "-"),
-        ("hidden layers", m.num_hidden_layers),
-        ("MoE layers", f"{m.num_moe_layers} (ids {_layer_ranges(m.moe_layer_ids)})"),
-        ("MTP layers", _mtp_row(m)),
-        ("experts / top-k", f"{m.num_experts} / {m.top_k} ({groups})"),
-        ("shared experts", m.num_shared_experts),
-        ("hidden / expert FFN", f"{m.hidden_size} / {m.moe_intermediate_size}"),
-        ("params per expert", f"{m.expert_params:,}" + (" (with biases)" if m.expert_bias else "")),
-        ("non-expert params", f"{m.non_expert_params:,}"),
-        ("total / active params", f"{m.total_params / 1e9:.2f} B / {m.active_params / 1e9:.2f} B"),
-        ("default dtype", m.default_dtype),
-        ("architecture", m.architecture or "-"),
-        ("hub ids", ", ".join(m.hub_ids) or "-"),
-    ]
-    _echo(table(("field", "value"), rows))
+    _echo(table(("field", "value"), spec_rows(m)))
     _echo()
-    dtype_rows = []
-    for dtype, figures in model_to_dict(m)["bytes"].items():
-        dtype_rows.append(
-            (
-                dtype,
-                f"{figures['expert'] / 1e6:.2f}",
-                f"{figures['expert_scales'] / 1e6:.3f}",
-                f"{figures['slot'] / GB:.3f}",
-                f"{figures['all_experts'] / GB:.1f}",
-                f"{figures['non_expert'] / GB:.2f}",
-                figures["activation"],
-            )
-        )
-    _echo(
-        table(
-            (
-                "dtype",
-                "expert MB",
-                "of which scales MB",
-                "slot GB (all MoE layers)",
-                "all experts GB",
-                "non-expert GB",
-                "dispatch B/token",
-            ),
-            dtype_rows,
-        )
-    )
+    _echo(table(DTYPE_HEADERS, dtype_rows(m)))
 
 
 # -- capacity -------------------------------------------------------------------------
@@ -436,41 +351,17 @@ def capacity(
         overhead_gb=overhead_gb,
         tp=tp,
     )
-    figures = c.to_dict()
     if json_out:
-        print_json(figures)
+        print_json(c.to_dict())
         return
-    g = c.limiting_gpu
     _echo(
         f"{spec.name} ({c.dtype}) on {topo.name}: {topo.num_gpus} GPUs,"
         f" {spec.num_experts} experts x {spec.num_moe_layers} MoE layers"
     )
-    usable = c.usable_slots_per_gpu
-    rows: list[tuple[str, Any]] = [
-        ("expert bytes (one layer)", f"{spec.expert_bytes(c.dtype) / 1e6:.2f} MB"),
-        ("slot bytes (all MoE layers)", f"{_gb(c.expert_gb_at(1))} GB"),
-        ("GPU memory (smallest)", f"{_gb(float(c.memory_gb[g]))} GB ({topo.gpu_names[g]})"),
-        (f"non-expert weights (tp {c.tp})", f"{_gb(c.non_expert_gb)} GB"),
-        ("runtime overhead", f"{_gb(c.overhead_gb)} GB"),
-        ("KV-cache reserve", f"{_gb(float(c.kv_reserve_gb[g]))} GB"),
-        ("left for experts", f"{_gb(float(c.available_gb[g]))} GB"),
-        ("slots per GPU (memory bound)", c.slots_per_gpu),
-        ("slots per GPU (usable, <= experts)", usable),
-        ("slots per GPU (no redundancy)", c.min_slots_per_gpu),
-        ("max redundant experts per layer", c.usable_max_redundant),
-        ("expert weights per GPU at usable", f"{_gb(c.expert_gb_at(usable))} GB"),
-        ("KV cache left per GPU at usable", f"{_gb(c.kv_left_gb_at(usable))} GB"),
-        ("KV cache left per GPU, no redundancy", f"{_gb(c.kv_left_gb_at(c.min_slots_per_gpu))} GB"),
-    ]
-    _echo(table(("figure", "value"), rows))
-    if usable < c.slots_per_gpu:
-        _echo(
-            f"max redundant experts per layer: {c.usable_max_redundant:,} = {topo.num_gpus}"
-            f" GPUs x {usable} slots - {spec.num_experts} experts, not the"
-            f" {c.max_redundant:,} the memory holds: with {usable} slots every GPU holds"
-            " every expert, and a second replica on one GPU takes memory but adds no"
-            " dispatch bandwidth"
-        )
+    _echo(table(("figure", "value"), capacity_rows(c, spec, topo)))
+    note = capacity_note(c, spec, topo)
+    if note is not None:
+        _echo(note)
 
 
 def register(app: typer.Typer) -> None:
