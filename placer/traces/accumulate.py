@@ -47,6 +47,7 @@ left out with a warning (the load is still read).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -83,15 +84,56 @@ class Accumulator(_Results):
     def __init__(self, options: ReadOptions | None = None) -> None:
         super().__init__(options)
         self._aggregates = AggregateBuilder()
+        self._progress: Callable[[int], None] | None = None
+
+    # -- what readers may read ------------------------------------------------------
+    @property
+    def options(self) -> ReadOptions:
+        """What ``read_routing`` was asked for (``coact`` is off once it was left out)."""
+        return self._state.options
+
+    @property
+    def source(self) -> str:
+        """The file read now (for messages)."""
+        return self._state.source
+
+    @property
+    def sources(self) -> list[str]:
+        return self._state.sources
+
+    @property
+    def formats(self) -> list[str]:
+        return self._state.formats
+
+    @property
+    def notes(self) -> list[str]:
+        """Warnings to give with the result (readers append to it)."""
+        return self._state.notes
+
+    @property
+    def skipped(self) -> Counter[str]:
+        return self._state.skipped
+
+    @property
+    def rows_read(self) -> int:
+        return self._state.rows_read
+
+    @property
+    def model(self) -> str | None:
+        return self._state.model
+
+    @property
+    def synthetic(self) -> bool:
+        return self._state.synthetic
 
     # -- reader API ----------------------------------------------------------------
     def begin_source(self, source: str, format_name: str) -> None:
         """Start reading ``source`` (a path, for messages) in format ``format_name``."""
         self._flush_held()
-        self.sources.append(source)
-        if format_name not in self.formats:
-            self.formats.append(format_name)
-        self.source = source
+        self._state.sources.append(source)
+        if format_name not in self._state.formats:
+            self._state.formats.append(format_name)
+        self._state.source = source
         self._warmup.reset()
 
     def set_progress(self, callback: Callable[[int], None] | None) -> None:
@@ -104,7 +146,7 @@ class Accumulator(_Results):
 
     def request_id(self, label: Any) -> int:
         """A number for request ``label`` of the current source (labels are per file)."""
-        return self._tokens.request_id(len(self.sources), label, self.source)
+        return self._tokens.request_id(len(self._state.sources), label, self._state.source)
 
     def declare(
         self,
@@ -124,21 +166,22 @@ class Accumulator(_Results):
                     f"num_experts {e} is more than placer handles ({constants.MAX_EXPERTS})",
                     where=where, hint=_LIMITS_HINT,
                 )
-            if self._num_experts is not None and self._num_experts != e:
+            if self._state.num_experts is not None and self._state.num_experts != e:
                 raise TraceError(
-                    f"num_experts is {e} here but {self._num_experts} in {self._experts_from}",
+                    f"num_experts is {e} here but {self._state.num_experts} in"
+                    f" {self._state.experts_from}",
                     where=where,
                     hint="check `num_experts` against the trace"
-                    if self._experts_from == _DECLARED_EXPERTS
+                    if self._state.experts_from == _DECLARED_EXPERTS
                     else "all inputs of one read must describe the same model",
                 )
-            if self._max_expert >= e:
+            if self._state.max_expert >= e:
                 raise TraceError(
-                    f"num_experts is {e} but expert {self._max_expert} was already read",
+                    f"num_experts is {e} but expert {self._state.max_expert} was already read",
                     where=where, hint="expert ids are 0..num_experts-1; check the header",
                 )
-            self._num_experts, self._experts_from = e, where
-            self._resize(num_e=max(self._num_e, e))
+            self._state.num_experts, self._state.experts_from = e, where
+            self._resize(num_e=max(self._state.num_e, e))
         if top_k is not None:
             k = _positive_int(top_k, "top_k", where)
             if k > constants.MAX_TOP_K:
@@ -146,40 +189,40 @@ class Accumulator(_Results):
                     f"top_k {k} is more than placer handles ({constants.MAX_TOP_K})",
                     where=where, hint=_LIMITS_HINT,
                 )
-            if self._top_k is not None and self._top_k != k:
+            if self._state.top_k is not None and self._state.top_k != k:
                 raise TraceError(
-                    f"top_k is {k} here but {self._top_k} in {self._top_k_from}",
+                    f"top_k is {k} here but {self._state.top_k} in {self._state.top_k_from}",
                     where=where,
                     hint="check `model` and `top_k` against the trace"
-                    if self._top_k_from == _DECLARED_TOP_K
+                    if self._state.top_k_from == _DECLARED_TOP_K
                     else "all inputs of one read must describe the same model",
                 )
-            self._top_k, self._top_k_from = k, where
+            self._state.top_k, self._state.top_k_from = k, where
         if (
-            self._top_k is not None and self._num_experts is not None
-            and self._top_k > self._num_experts
+            self._state.top_k is not None and self._state.num_experts is not None
+            and self._state.top_k > self._state.num_experts
         ):
             raise TraceError(
-                f"top_k {self._top_k} ({self._top_k_from}) is more than num_experts"
-                f" {self._num_experts} ({self._experts_from})",
+                f"top_k {self._state.top_k} ({self._state.top_k_from}) is more than num_experts"
+                f" {self._state.num_experts} ({self._state.experts_from})",
                 where=where, hint="a token selects top_k of the layer's experts; check both",
             )
         if num_layers is not None:
-            self._num_layers_declared = _positive_int(num_layers, "num_layers", where)
-            if self._num_layers_declared > constants.MAX_LAYERS:
+            self._state.num_layers_declared = _positive_int(num_layers, "num_layers", where)
+            if self._state.num_layers_declared > constants.MAX_LAYERS:
                 raise TraceError(
-                    f"num_layers {self._num_layers_declared} is more than placer handles"
+                    f"num_layers {self._state.num_layers_declared} is more than placer handles"
                     f" ({constants.MAX_LAYERS})", where=where, hint=_LIMITS_HINT,
                 )
         if model is not None:
-            self.model = str(model)
+            self._state.model = str(model)
         if synthetic is not None:
             if not isinstance(synthetic, bool | np.bool_):
                 raise TraceError(
                     f"synthetic must be true or false, got {synthetic!r:.40}", where=where,
                     hint="synthetic: true marks a generated trace",
                 )
-            self.synthetic = self.synthetic or bool(synthetic)
+            self._state.synthetic = self._state.synthetic or bool(synthetic)
 
     # -- aggregated inputs --------------------------------------------------------
     def add_aggregate(
@@ -216,17 +259,17 @@ class Accumulator(_Results):
     # -- per-token rows -----------------------------------------------------------
     def add_rows(self, chunk: RowChunk) -> None:
         """Accumulate routing rows (one per token and layer)."""
-        self._begin_kind("tokens")
+        self._state.begin_kind("tokens")
         if chunk.layer.size == 0:
             return
-        keep = self._filter_layers(chunk.layer)
+        keep = self._state.filter_layers(chunk.layer)
         if keep is not None:
             chunk = chunk.take(keep)
             if chunk.layer.size == 0:
                 return
 
         def where(i: int) -> str:
-            return f"{self.source}:{int(chunk.lines[i])}"
+            return f"{self._state.source}:{int(chunk.lines[i])}"
 
         if self._check_experts(chunk.experts, where, chunk.layer):
             valid_rows = np.asarray((chunk.experts >= 0).any(axis=1), dtype=bool)
@@ -243,9 +286,9 @@ class Accumulator(_Results):
     def _cut_warmup_rows(self, chunk: RowChunk, *, final: bool) -> RowChunk | None:
         """The rows of ``chunk`` to count now, less warm-up passes; rows whose run may
         still grow into one (unless ``final``) are held back for the next chunk."""
-        rows = self._rows_of(chunk.layer, lambda i: self.source)
+        rows = self._rows_of(chunk.layer, lambda i: self._state.source)
         counted, held = self._warmup.cut_rows(
-            chunk, rows, self._layer_ids, self.source, final=final
+            chunk, rows, self._state.layer_ids, self._state.source, final=final
         )
         if held is not None:
             self._held_rows = held
@@ -257,7 +300,7 @@ class Accumulator(_Results):
             return
 
         def where(i: int) -> str:
-            return f"{self.source}:{int(chunk.lines[i])}"
+            return f"{self._state.source}:{int(chunk.lines[i])}"
 
         experts = chunk.experts.astype(np.int64, copy=False)
         has_none = int(experts.min()) < 0
@@ -273,11 +316,13 @@ class Accumulator(_Results):
                 hint="give every row a step (or none at all), or pass window_tokens",
             )
         # token identity
-        keys = self._tokens.keys(chunk, self.source)
-        local, new_first = self._tokens.indices(keys, rows, where, self._k or 1, self._words())
+        keys = self._tokens.keys(chunk, self._state.source)
+        local, new_first = self._tokens.indices(
+            keys, rows, where, self._state.k or 1, self._state.words()
+        )
         t_new = int(new_first.sum())
-        glob_new = self._num_tokens + np.arange(t_new)
-        self._num_tokens += t_new
+        glob_new = self._state.num_tokens + np.arange(t_new)
+        self._state.num_tokens += t_new
         table = self._tokens.table
         table.glob[local[new_first]] = glob_new
         step_rows = step if step is not None else np.full(local.size, -1, dtype=np.int64)
@@ -314,9 +359,9 @@ class Accumulator(_Results):
         xt = np.ascontiguousarray(ex_l.T)  # [k, rows]
         _, nl, e = self._load.shape
         self._count(xt, (w_l * nl + rows_l) * e, rows_l, bounds, has_none)
-        if self.options.coact:
+        if self._state.options.coact:
             self._add_row_affinity(local, chunk.layer, experts)
-        self.rows_read += experts.shape[0]
+        self._state.rows_read += experts.shape[0]
         if self._keep is not None:
             self._keep.tokens.append(glob)
             self._keep.layers.append(chunk.layer.astype(np.int64))
@@ -346,13 +391,13 @@ class Accumulator(_Results):
         token_offset: index of the chunk's first token in its file, for messages.
         array: name of the id array, for messages (``"topk_ids"``).
         """
-        self._begin_kind("tokens")
+        self._state.begin_kind("tokens")
         ids = np.asarray(chunk.topk_ids)
         lid = np.asarray(layer_ids, dtype=np.int64)
         if ids.ndim != 3 or ids.shape[1] != lid.size:
             raise TraceError(
                 f"{array} has shape {ids.shape}, expected [tokens, {lid.size}, k]",
-                where=self.source, hint="one column of expert ids per layer id",
+                where=self._state.source, hint="one column of expert ids per layer id",
             )
         t, _, k = ids.shape
         if t == 0:
@@ -360,12 +405,12 @@ class Accumulator(_Results):
         if lid.size > 1 and (np.diff(lid) <= 0).any():
             raise TraceError(
                 f"layer_ids {lid.tolist()!s:.80} are not strictly increasing",
-                where=self.source, hint="each layer once, in increasing order",
+                where=self._state.source, hint="each layer once, in increasing order",
             )
         weights = chunk.topk_weights
-        if self._layer_filter is not None:
-            self._all_layers.update(lid.tolist())
-            cols = np.isin(lid, self._layer_filter)
+        if self._state.layer_filter is not None:
+            self._state.all_layers.update(lid.tolist())
+            cols = np.isin(lid, self._state.layer_filter)
             if not cols.all():
                 self.skip("layer not selected", int(t * (~cols).sum()))
                 ids, lid = ids[:, cols], lid[cols]
@@ -375,7 +420,7 @@ class Accumulator(_Results):
 
         def where3(i: int) -> str:
             tok, col, j = np.unravel_index(i, ids.shape)
-            return f"{self.source}: {array}[{token_offset + int(tok)}, {int(col)}, {int(j)}]"
+            return f"{self._state.source}: {array}[{token_offset + int(tok)}, {int(col)}, {int(j)}]"
 
         flat = ids.reshape(-1, k)
         has_none = self._check_experts(
@@ -387,7 +432,7 @@ class Accumulator(_Results):
         for name, a in (("step", step), ("rank", rank)):
             if a is not None and a.shape != (t,):
                 raise TraceError(
-                    f"{name} has shape {a.shape}, expected [{t}]", where=self.source,
+                    f"{name} has shape {a.shape}, expected [{t}]", where=self._state.source,
                     hint=f"one {name} per token",
                 )
         tokens = _HeldTokens(ids, lid, step, rank, weights, token_offset, array)
@@ -408,13 +453,13 @@ class Accumulator(_Results):
         )
         token_offset, array = tokens.offset, tokens.array
         t, _, k = ids.shape
-        rows = self._rows_of(lid, lambda i: self.source)
+        rows = self._rows_of(lid, lambda i: self._state.source)
         # expert-major columns per layer: xt[c, i] is the i-th expert of every token
         xt = self._columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
         xt[...] = ids.transpose(1, 2, 0)
         present = np.asarray((xt >= 0).any(axis=1), dtype=bool) if has_none else None  # [L, t]
         cut, excluded = self._warmup.cut_tokens(
-            xt, rows, present, tokens, self._layer_ids, self.source, final=final
+            xt, rows, present, tokens, self._state.layer_ids, self._state.source, final=final
         )
         if cut < t:
             self._held_tokens = tokens.tail(cut, has_none)
@@ -440,10 +485,10 @@ class Accumulator(_Results):
 
         def where3(i: int) -> str:
             tok, col, j = np.unravel_index(i, ids.shape)
-            return f"{self.source}: {array}[{token_offset + int(tok)}, {int(col)}, {int(j)}]"
+            return f"{self._state.source}: {array}[{token_offset + int(tok)}, {int(col)}, {int(j)}]"
 
         flat = ids.reshape(-1, k)
-        if k > 1 and not self.options.coact and _has_duplicate(xt.transpose(1, 0, 2)):
+        if k > 1 and not self._state.options.coact and _has_duplicate(xt.transpose(1, 0, 2)):
             self._raise_duplicate(flat, lambda r: where3(r * k))
         if present is not None:
             assert had_rows is not None
@@ -461,7 +506,7 @@ class Accumulator(_Results):
                     return
         glob, tok_win = self._token_windows(step, t)
         self._count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
-        self.rows_read += lid.size * t if present is None else int(present.sum())
+        self._state.rows_read += lid.size * t if present is None else int(present.sum())
         if self._keep is not None:
             self._keep_whole_tokens(glob, lid, ids, weights, step, rank, present)
 
@@ -472,11 +517,11 @@ class Accumulator(_Results):
             self._windows.start(step is not None and bool((step >= 0).all()))
         if self._windows.mode == "step" and (step is None or (step < 0).any()):
             raise TraceError(
-                "tokens without a step after tokens with one", where=self.source,
+                "tokens without a step after tokens with one", where=self._state.source,
                 hint="give every token a step (or none), or pass window_tokens",
             )
-        glob = self._num_tokens + np.arange(t)
-        self._num_tokens += t
+        glob = self._state.num_tokens + np.arange(t)
+        self._state.num_tokens += t
         wkey = step if self._windows.mode == "step" and step is not None else glob
         self._fit_windows(int(wkey.min()), int(wkey.max()))
         tok_win = self._windows.index(wkey)
@@ -517,25 +562,26 @@ class Accumulator(_Results):
         """Whether every per-token row read so far was left out as a warm-up pass."""
         if self._result is None:
             self._flush_held()
-        return self._kind == "tokens" and self.rows_read == 0 and self._warmup.rows > 0
+        return self._state.kind == "tokens" and self._state.rows_read == 0 and self._warmup.rows > 0
 
     def result(self) -> RoutingData:
         """The statistics (and per-token trace with ``keep_tokens``); ends the accumulation
         (later calls return the same result)."""
         if self._result is None:
             self._flush_held()
-        if self._kind is None or (self._kind == "tokens" and self.rows_read == 0):
-            skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items()))
+        kind = self._state.kind
+        if kind is None or (kind == "tokens" and self._state.rows_read == 0):
+            skipped = ", ".join(f"{n} {r}" for r, n in sorted(self._state.skipped.items()))
             raise TraceError(
                 "no routing rows" + (f" (skipped: {skipped})" if skipped else ""),
-                where=", ".join(self.sources) or None,
+                where=", ".join(self._state.sources) or None,
                 hint="every row is part of a warm-up pass (identical routing): pass"
                 " `keep_warmup` to count them"
                 if self._warmup.rows
                 else "a routing row needs 'layer' and 'experts'; check `layers` and the format",
             )
         if self._result is None:
-            if self._kind == "aggregate":
+            if self._state.kind == "aggregate":
                 self._result = self._aggregates.result(self)
             else:
                 self._result = self._result_tokens()

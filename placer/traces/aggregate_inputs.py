@@ -41,43 +41,43 @@ class AggregateBuilder:
 
         ``coact``: ``[layers, experts, experts]`` symmetric pair counts, or None.
         """
-        where = where or acc.source
-        acc._begin_kind("aggregate")
+        where = where or acc._state.source
+        acc._state.begin_kind("aggregate")
         self._begin(by_step=False, where=where)
         w, nl, e = load.shape
         self._add_total(load, where)
         lid = np.arange(nl, dtype=np.int64) if layer_ids is None else layer_ids
-        if acc._layer_filter is not None:
-            missing = [i for i in acc._layer_filter.tolist() if i not in set(lid.tolist())]
+        if acc._state.layer_filter is not None:
+            missing = [i for i in acc._state.layer_filter.tolist() if i not in set(lid.tolist())]
             if missing:
                 raise UsageError(
                     f"layer {missing[0]} is not in {where}",
                     where=Param("layers"),
                     hint=f"layers present: {format_ranges(lid)}",
                 )
-            cols = np.isin(lid, acc._layer_filter)
+            cols = np.isin(lid, acc._state.layer_filter)
             acc.skip("layer not selected", int(w * (~cols).sum()))
             load, lid = load[:, cols], lid[cols]
             coact = None if coact is None else coact[cols]
             nl = lid.size
-        if acc._num_experts is not None and e != acc._num_experts:
+        if acc._state.num_experts is not None and e != acc._state.num_experts:
             raise TraceError(
-                f"load has {e} experts but num_experts is {acc._num_experts}"
-                f" ({acc._experts_from})",
+                f"load has {e} experts but num_experts is {acc._state.num_experts}"
+                f" ({acc._state.experts_from})",
                 where=where, hint="check `num_experts` and `model` against the file",
             )
-        if acc._load.size == 0 and not acc._layer_ids:
-            acc._layer_ids = [int(i) for i in lid]
+        if acc._load.size == 0 and not acc._state.layer_ids:
+            acc._state.layer_ids = [int(i) for i in lid]
             acc._load = load.astype(np.int64)
-            acc._num_e = e
+            acc._state.num_e = e
             self.coact = None if coact is None else coact.astype(np.int64)
             self.window_starts = window_starts
         else:
-            if acc._layer_ids != [int(i) for i in lid] or acc._load.shape != (w, nl, e):
+            if acc._state.layer_ids != [int(i) for i in lid] or acc._load.shape != (w, nl, e):
                 raise TraceError(
                     f"load [{w}, {nl}, {e}] with layers {format_ranges(lid)} does not match"
                     f" the first input's [{', '.join(map(str, acc._load.shape))}] with layers"
-                    f" {format_ranges(np.asarray(acc._layer_ids))}",
+                    f" {format_ranges(np.asarray(acc._state.layer_ids))}",
                     where=where,
                     hint="aggregated files read together are summed: same windows, layers,"
                     " experts",
@@ -85,7 +85,7 @@ class AggregateBuilder:
             acc._load = acc._load + load
             # co-activation only while every file gives it
             self.coact = None if coact is None or self.coact is None else self.coact + coact
-        acc.rows_read += w * nl
+        acc._state.rows_read += w * nl
 
     def add_step_counts(
         self,
@@ -103,8 +103,8 @@ class AggregateBuilder:
         merged pairwise past ``constants.MAX_WINDOWS``), so files read together (one per
         rank) add up step by step; layers and experts are the union of the files'.
         """
-        where = where or acc.source
-        acc._begin_kind("aggregate")
+        where = where or acc._state.source
+        acc._state.begin_kind("aggregate")
         self._begin(by_step=True, where=where)
         p, nl, e = load.shape
         lid = np.asarray(layer_ids, dtype=np.int64)
@@ -114,26 +114,26 @@ class AggregateBuilder:
                 f"{p} passes with {steps.shape} steps and {nl} layers with {lid.shape} ids",
                 where=where, hint="each pass needs one step and each layer one id",
             )
-        if acc._layer_filter is not None:
-            acc._all_layers.update(lid.tolist())
-            cols = np.isin(lid, acc._layer_filter)
+        if acc._state.layer_filter is not None:
+            acc._state.all_layers.update(lid.tolist())
+            cols = np.isin(lid, acc._state.layer_filter)
             acc.skip("layer not selected", int(p * (~cols).sum()))
             load, lid = load[:, cols], lid[cols]
             nl = lid.size
         if p == 0 or nl == 0:
             return
-        if acc._num_experts is not None and e > acc._num_experts:
+        if acc._state.num_experts is not None and e > acc._state.num_experts:
             raise TraceError(
-                f"counts have {e} experts but num_experts is {acc._num_experts}"
-                f" ({acc._experts_from})",
+                f"counts have {e} experts but num_experts is {acc._state.num_experts}"
+                f" ({acc._state.experts_from})",
                 where=where, hint="check `num_experts` and `model` against the file",
             )
         load = check_counts(load, "counts", where)
         self._add_total(load, where)
         rows = acc._rows_of(lid, lambda i: where)
-        if e > acc._num_e:
+        if e > acc._state.num_e:
             acc._resize(num_e=e)
-        acc._max_expert = max(acc._max_expert, e - 1)
+        acc._state.max_expert = max(acc._state.max_expert, e - 1)
         if acc._windows.mode is None:
             acc._windows.mode = "step"
         acc._fit_windows(int(steps.min()), int(steps.max()))
@@ -143,7 +143,7 @@ class AggregateBuilder:
             (win[:, None, None], rows[None, :, None], np.arange(e)[None, None, :]),
             load.astype(np.int64, copy=False),
         )
-        acc.rows_read += p * nl
+        acc._state.rows_read += p * nl
 
     def _add_total(self, load: np.ndarray, where: str) -> None:
         """Add an aggregated input's counts to the total, within MAX_TOTAL_COUNT."""
@@ -168,28 +168,29 @@ class AggregateBuilder:
         """The statistics of the aggregated inputs added so far."""
         load = acc._load
         if self.by_step:
-            num_e = acc._num_experts if acc._num_experts is not None else acc._num_e
+            num_e = acc._state.num_experts
+            num_e = acc._state.num_e if num_e is None else num_e
             load = load[:, :, :num_e]
             self.window_starts = acc._windows.grid.starts()
         w, nl, _ = load.shape
-        lid = np.asarray(acc._layer_ids, dtype=np.int64)
+        lid = np.asarray(acc._state.layer_ids, dtype=np.int64)
         order = np.argsort(lid)
         load, lid = load[:, order], lid[order]
         if self.by_step:
             acc._check_selected_layers(lid)
         coact = None if self.coact is None else PairCounts.from_dense(self.coact[order])
-        top_k = acc._top_k
+        top_k = acc._state.top_k
         if top_k is None:
             top_k = _top_k_from_coact(load.sum(axis=0), coact)
             if top_k is None:
                 raise TraceError(
                     "top_k is unknown: the file does not give it and co-activation cannot"
                     " tell it",
-                    where=", ".join(acc.sources),
+                    where=", ".join(acc._state.sources),
                     hint="pass `top_k`, or add a top_k entry to the file",
                 )
-            acc.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
-        acc._check_top_k(top_k, load.shape[2], ", ".join(acc.sources))
+            acc._state.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
+        acc._check_top_k(top_k, load.shape[2], ", ".join(acc._state.sources))
         tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
         starts = (
             np.arange(w, dtype=np.int64)

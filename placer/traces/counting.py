@@ -34,7 +34,7 @@ class _Counting(_Validation):
         rows, sorted, in runs ``bounds[i]:bounds[i + 1]``.
         """
         load = self._load_flat()
-        coact = self.options.coact and xt.shape[0] > 1
+        coact = self._state.options.coact and xt.shape[0] > 1
         if coact:
             xs = self._pair_columns(xt, has_none)
         scratch = self._scratch()
@@ -59,7 +59,7 @@ class _Counting(_Validation):
         load = self._load_flat()
         _, nl, e = self._load.shape
         tok_base = tok_win * (nl * e)
-        coact = self.options.coact
+        coact = self._state.options.coact
         if coact:
             # (a new layer pair may turn the counts sparse: MAX_COACT_BYTES)
             pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
@@ -168,8 +168,8 @@ class _Counting(_Validation):
             p = len(self._aff_pairs)
             self._aff_pairs[(a, b)] = p
             if p >= self._aff.shape[0] and not self._sparse:
-                ew = self._num_e + 1
-                nl = len(self._layer_ids)
+                ew = self._state.num_e + 1
+                nl = len(self._state.layer_ids)
                 rows = p + 1 + nl
                 if _coact_bytes(nl, rows, ew) > constants.MAX_COACT_BYTES:
                     rows = p + 1  # no room to spare: grow by one
@@ -181,15 +181,15 @@ class _Counting(_Validation):
 
     def _pair_indices(self, row_a: np.ndarray, row_b: np.ndarray) -> np.ndarray:
         """Affinity index of each (accumulator row a, row b) pair, adding new pairs."""
-        nl = len(self._layer_ids)
+        nl = len(self._state.layer_ids)
         if self._pair_of_rows.shape[0] < nl:
             self._pair_of_rows = _grow(self._pair_of_rows, (nl, nl), -1)
         pidx = self._pair_of_rows[row_a, row_b]
         if (pidx < 0).any():
             for a, b in set(zip(row_a[pidx < 0].tolist(), row_b[pidx < 0].tolist(),
                                 strict=True)):
-                self._pair_of_rows[a, b] = self._pair_index(self._layer_ids[a],
-                                                            self._layer_ids[b])
+                self._pair_of_rows[a, b] = self._pair_index(self._state.layer_ids[a],
+                                                            self._state.layer_ids[b])
             pidx = self._pair_of_rows[row_a, row_b]
         return pidx
 
@@ -238,7 +238,8 @@ class _Counting(_Validation):
             a_exp = np.concatenate([table.last_experts[lo[jc]], a_exp])
             b_exp = np.concatenate([ex[jc], b_exp])
         if a_layer.size:
-            pidx = self._pair_indices(self._row_of_layer[a_layer], self._row_of_layer[b_layer])
+            row_of = self._state.row_of_layer
+            pidx = self._pair_indices(row_of[a_layer], row_of[b_layer])
             if pidx.size > 1 and (pidx[1:] < pidx[:-1]).any():
                 small = pidx.astype(np.int16) if pidx.max() < 1 << 15 else pidx
                 by_pair = np.argsort(small, kind="stable")  # radix sort for int16

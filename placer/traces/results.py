@@ -26,13 +26,14 @@ class _Results(_Counting):
     """Builds the :class:`~placer.stats.RoutingData`."""
 
     def _finish_meta(self) -> tuple[int, int]:
-        num_e = self._num_experts if self._num_experts is not None else self._max_expert + 1
-        top_k = self._top_k if self._top_k is not None else self._max_valid
+        s = self._state
+        num_e = s.num_experts if s.num_experts is not None else s.max_expert + 1
+        top_k = s.top_k if s.top_k is not None else s.max_valid
         return num_e, top_k
 
     def _warnings(self, load: np.ndarray, layer_ids: np.ndarray) -> list[str]:
-        out = list(self.notes)
-        if self.synthetic:
+        out = list(self._state.notes)
+        if self._state.synthetic:
             out.append("the trace declares itself synthetic (synthetic: true): its statistics"
                        " are not measured routing")
         rows, layer, where = self._warmup.best
@@ -65,13 +66,13 @@ class _Results(_Counting):
                 f" {show}{more}"
             )
         if (
-            self._num_layers_declared is not None
-            and self._kind == "tokens"
-            and self._num_layers_declared != layer_ids.size
-            and self._layer_filter is None
+            self._state.num_layers_declared is not None
+            and self._state.kind == "tokens"
+            and self._state.num_layers_declared != layer_ids.size
+            and self._state.layer_filter is None
         ):
             out.append(
-                f"the header declares {self._num_layers_declared} layers but rows name"
+                f"the header declares {self._state.num_layers_declared} layers but rows name"
                 f" {layer_ids.size} ({format_ranges(layer_ids)})"
             )
         grid = self._windows.grid
@@ -84,20 +85,20 @@ class _Results(_Counting):
 
     def _provenance(self) -> Provenance:
         return Provenance(
-            sources=tuple(self.sources),
-            format="+".join(self.formats),
-            rows_read=self.rows_read,
-            rows_skipped=tuple(sorted(self.skipped.items())),
-            synthetic=self.synthetic,
-            model=self.model,
+            sources=tuple(self._state.sources),
+            format="+".join(self._state.formats),
+            rows_read=self._state.rows_read,
+            rows_skipped=tuple(sorted(self._state.skipped.items())),
+            synthetic=self._state.synthetic,
+            model=self._state.model,
         )
 
     def _check_selected_layers(self, layer_ids: np.ndarray) -> None:
-        if self._layer_filter is None:
+        if self._state.layer_filter is None:
             return
-        missing = sorted(set(self._layer_filter.tolist()) - set(layer_ids.tolist()))
+        missing = sorted(set(self._state.layer_filter.tolist()) - set(layer_ids.tolist()))
         if missing:
-            present = np.array(sorted(self._all_layers | set(layer_ids.tolist())))
+            present = np.array(sorted(self._state.all_layers | set(layer_ids.tolist())))
             raise UsageError(
                 f"layer {missing[0]} has no rows in the trace",
                 where=Param("layers"),
@@ -106,8 +107,8 @@ class _Results(_Counting):
 
     def _result_tokens(self) -> RoutingData:
         num_e, top_k = self._finish_meta()
-        self._check_top_k(top_k, num_e, ", ".join(self.sources))
-        lid = np.asarray(self._layer_ids, dtype=np.int64)
+        self._check_top_k(top_k, num_e, ", ".join(self._state.sources))
+        lid = np.asarray(self._state.layer_ids, dtype=np.int64)
         order = np.argsort(lid)
         layer_ids = lid[order]
         self._check_selected_layers(layer_ids)
@@ -115,7 +116,7 @@ class _Results(_Counting):
         load = self._load[:, order, :num_e]
         coact = aff = None
         self._check_sparse_size(final=True)
-        if self.options.coact:
+        if self._state.options.coact:
             pairs = [
                 self._aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
                 for r in range(layer_ids.size - 1)
@@ -168,17 +169,17 @@ class _Results(_Counting):
         """Refuse a per-token trace whose dense ``[tokens, layers, k]`` array would dwarf
         the rows read (tokens with rows in few of many layers) past MAX_LOAD_BYTES."""
         assert self._keep is not None
-        k = self._k or 1
+        k = self._state.k or 1
         have_w = bool(self._keep.weights) and all(w is not None for w in self._keep.weights)
-        need = self._num_tokens * num_layers * k * (8 if have_w else 4)
+        need = self._state.num_tokens * num_layers * k * (8 if have_w else 4)
         if (
             need > constants.MAX_LOAD_BYTES
-            and need > _SPARSE_TRACE_RATIO * self.rows_read * k * 4
+            and need > _SPARSE_TRACE_RATIO * self._state.rows_read * k * 4
         ):
             raise TraceError(
-                f"the per-token trace would take {_mib(need)} MiB for {self.rows_read} rows:"
-                f" its {self._num_tokens} tokens have rows in few of its {num_layers} layers",
-                where=", ".join(self.sources),
+                f"the per-token trace would take {_mib(need)} MiB for {self._state.rows_read} rows:"
+                f" its {self._state.num_tokens} tokens have rows in few of its {num_layers} layers",
+                where=", ".join(self._state.sources),
                 hint="a token has a row in each MoE layer it passed through; read the layers"
                 " apart (layers=) or the trace in parts (limits: docs/limits.md)",
             )
@@ -186,8 +187,8 @@ class _Results(_Counting):
     def _build_trace(self, layer_ids: np.ndarray) -> RoutingTrace:
         keep = self._keep
         assert keep is not None
-        k = self._k or 1
-        t = self._num_tokens
+        k = self._state.k or 1
+        t = self._state.num_tokens
         have_w = bool(keep.weights) and all(w is not None for w in keep.weights)
         topk = np.full((t, layer_ids.size, k), -1, dtype=np.int32)
         weights = np.zeros((t, layer_ids.size, k), dtype=np.float32) if have_w else None

@@ -1,6 +1,7 @@
-"""State of :class:`~placer.traces.accumulate.Accumulator` (everything its
-constructor sets up, its parts included) and the bookkeeping every part of it shares:
-layer rows, expert capacity, the kind of input."""
+"""The bookkeeping every part of an :class:`~placer.traces.accumulate.Accumulator`
+shares, in one explicit object (:class:`TraceState`): where the rows come from
+(provenance), the declared metadata, the layer rows and the expert capacity, the kind
+of input.  The accumulator makes one and hands it to the parts that read or record it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import TraceError, UsageError
-from placer.stats import RoutingData
+from placer.stats import Provenance, RoutingData
 from placer.traces.chunks import ReadOptions, RowChunk, _HeldTokens
 from placer.traces.identity import TokenIdentity
 from placer.traces.limits import _coact_bytes, _mib
@@ -25,6 +26,121 @@ from placer.traces.windows import Windows
 #: CLI fills from --top-k / --num-experts or the model).
 _DECLARED_EXPERTS = "the declared num_experts"
 _DECLARED_TOP_K = "the declared top_k"
+
+
+class TraceState:
+    """What the parts of one accumulator share (each part reads and records here, so
+    no part reaches into another).
+
+    Attributes
+    ----------
+    options: what ``read_routing`` was asked for (``coact`` turns off when co-activation
+        is left out, see :meth:`~placer.traces.counting.Counts.drop_coact`).
+    sources, formats, source, skipped, rows_read, synthetic, model, notes: provenance
+        and messages; ``source`` is the file read now.
+    num_experts, experts_from, top_k, top_k_from, num_layers_declared: declared
+        metadata (None: not declared) and where it came from.
+    layer_filter, all_layers: the selected layer ids (``layers``), and every layer id of
+        the input, selected or not.
+    layer_ids, row_of_layer: row ``r`` of the counts holds absolute layer
+        ``layer_ids[r]``; ``row_of_layer[layer id]`` is its row (-1: none yet).
+    k, max_valid, num_e, max_expert: width of expert arrays (None: no row yet), most
+        valid experts in one row, expert capacity of the counts, largest id read.
+    kind: ``"tokens"`` or ``"aggregate"`` (None: nothing read).
+    num_tokens: tokens numbered so far.
+    """
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.sources: list[str] = []
+        self.formats: list[str] = []
+        self.source = ""
+        self.skipped: Counter[str] = Counter()
+        self.rows_read = 0
+        self.synthetic = False
+        self.model: str | None = None
+        self.notes: list[str] = []
+        self.num_experts: int | None = options.num_experts
+        self.experts_from = _DECLARED_EXPERTS if self.num_experts else ""
+        self.top_k: int | None = options.top_k
+        self.top_k_from = _DECLARED_TOP_K if self.top_k else ""
+        self.num_layers_declared: int | None = None
+        self.layer_filter = (
+            None if options.layers is None else np.unique(np.asarray(options.layers))
+        )
+        self.all_layers: set[int] = set()
+        self.layer_ids: list[int] = []
+        self.row_of_layer = np.full(0, -1, dtype=np.int64)
+        self.k: int | None = None
+        self.max_valid = 0
+        self.num_e = self.num_experts or 0
+        self.max_expert = -1
+        self.kind: str | None = None
+        self.num_tokens = 0
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` rows left out on purpose because of ``reason``."""
+        if count:
+            self.skipped[reason] += count
+
+    def begin_kind(self, kind: str) -> None:
+        """Per-token rows and aggregated inputs do not mix."""
+        if self.kind is None:
+            self.kind = kind
+        elif self.kind != kind:
+            raise UsageError(
+                "per-token traces and aggregated load files cannot be read together",
+                where=self.source,
+                hint="read them separately",
+            )
+
+    def filter_layers(self, layer: np.ndarray) -> np.ndarray | None:
+        """Which rows of ``layer`` ids are selected (``layers``), counting the others as
+        skipped; None when all are."""
+        if self.layer_filter is None:
+            return None
+        self.all_layers.update(np.unique(layer).tolist())
+        keep = np.isin(layer, self.layer_filter)
+        if keep.all():
+            return None
+        self.skip("layer not selected", int((~keep).sum()))
+        return keep
+
+    def words(self) -> int:
+        """64-bit words of a bit set over the layer rows."""
+        return max(1, -(-len(self.layer_ids) // _WORD_BITS))
+
+    def rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> tuple[np.ndarray, bool]:
+        """Row of each absolute layer id, adding new layers; and whether some were added
+        (the caller grows what is sized by layers)."""
+        top = int(layer.max())
+        if top >= self.row_of_layer.size:
+            self.row_of_layer = _grow(self.row_of_layer, (top + 1,), -1)
+        rows = self.row_of_layer[layer]
+        if not (rows < 0).any():
+            return rows, False
+        new = np.unique(layer[rows < 0])
+        if len(self.layer_ids) + new.size > constants.MAX_LAYERS:
+            raise TraceError(
+                f"the input names more than {constants.MAX_LAYERS} layers, the most placer"
+                " handles", where=where(int(np.flatnonzero(rows < 0)[0])),
+                hint="layer is the model's absolute layer index (limits:"
+                " docs/limits.md)",
+            )
+        for lid in new.tolist():
+            self.row_of_layer[lid] = len(self.layer_ids)
+            self.layer_ids.append(int(lid))
+        return self.row_of_layer[layer], True
+
+    def provenance(self) -> Provenance:
+        return Provenance(
+            sources=tuple(self.sources),
+            format="+".join(self.formats),
+            rows_read=self.rows_read,
+            rows_skipped=tuple(sorted(self.skipped.items())),
+            synthetic=self.synthetic,
+            model=self.model,
+        )
 
 
 @dataclass
@@ -44,35 +160,7 @@ class _AccumulatorState:
     bookkeeping."""
 
     def __init__(self, options: ReadOptions | None = None) -> None:
-        self.options = options or ReadOptions()
-        self.sources: list[str] = []
-        self.formats: list[str] = []
-        self.source = ""
-        self.skipped: Counter[str] = Counter()
-        self.rows_read = 0
-        self.synthetic = False
-        self.model: str | None = None
-        self.notes: list[str] = []
-        self._progress: Callable[[int], None] | None = None
-        # declared metadata and where it came from
-        self._num_experts: int | None = self.options.num_experts
-        self._experts_from = _DECLARED_EXPERTS if self._num_experts else ""
-        self._top_k: int | None = self.options.top_k
-        self._top_k_from = _DECLARED_TOP_K if self._top_k else ""
-        self._num_layers_declared: int | None = None
-        self._layer_filter = (
-            None if self.options.layers is None else np.unique(np.asarray(self.options.layers))
-        )
-        self._all_layers: set[int] = set()  # layer ids in the input, selected or not
-        # layers: row r of the accumulators holds absolute layer self._layer_ids[r]
-        self._layer_ids: list[int] = []
-        self._row_of_layer = np.full(0, -1, dtype=np.int64)
-        self._k: int | None = None  # width of expert arrays
-        self._max_valid = 0  # most valid experts in one row
-        self._num_e = self._num_experts or 0  # current expert capacity
-        self._max_expert = -1
-        # statistics
-        self._kind: str | None = None  # "tokens" or "aggregate"
+        self._state = TraceState(options or ReadOptions())
         self._load = np.zeros((0, 0, 0), dtype=np.int64)  # [windows, layers, experts]
         self._coact = np.zeros((0, 0, 0), dtype=np.int64)  # upper triangle [L, E, E]
         self._aff = np.zeros((0, 0, 0), dtype=np.int64)  # [pairs, E, E]
@@ -83,15 +171,14 @@ class _AccumulatorState:
         self._sp_coact = _SparsePairs()  # by accumulator row
         self._sp_aff = _SparsePairs()  # by affinity index
         # windows
-        self._windows = Windows(self.options.window_tokens)
+        self._windows = Windows(self._state.options.window_tokens)
         # tokens
-        self._num_tokens = 0
         self._tokens = TokenIdentity()
         # warm-up passes, and rows held back while their run may still grow into one
-        self._warmup = WarmupDetector(self.options.keep_warmup, self.skip)
+        self._warmup = WarmupDetector(self._state.options.keep_warmup, self._state.skip)
         self._held_rows: RowChunk | None = None
         self._held_tokens: _HeldTokens | None = None
-        self._keep = _Keep() if self.options.keep_tokens else None
+        self._keep = _Keep() if self._state.options.keep_tokens else None
         self._result: RoutingData | None = None
         self._scratch_buf: np.ndarray | None = None
         self._columns: np.ndarray | None = None
@@ -99,41 +186,17 @@ class _AccumulatorState:
 
     def skip(self, reason: str, count: int = 1) -> None:
         """Count ``count`` rows left out on purpose because of ``reason``."""
-        if count:
-            self.skipped[reason] += count
+        self._state.skip(reason, count)
 
     def _check_top_k(self, top_k: int, num_e: int, where: str) -> None:
         """top_k cannot exceed the experts: such statistics would be silently wrong."""
         if top_k > num_e:
-            source = self._top_k_from or "the data"
+            source = self._state.top_k_from or "the data"
             raise TraceError(
                 f"top_k {top_k} ({source}) is more than the {num_e} experts of the data",
                 where=where,
                 hint="check `top_k` (or `model`) and the expert count (`num_experts`)",
             )
-
-    def _begin_kind(self, kind: str) -> None:
-        if self._kind is None:
-            self._kind = kind
-        elif self._kind != kind:
-            raise UsageError(
-                "per-token traces and aggregated load files cannot be read together",
-                where=self.source,
-                hint="read them separately",
-            )
-
-    def _filter_layers(self, layer: np.ndarray) -> np.ndarray | None:
-        if self._layer_filter is None:
-            return None
-        self._all_layers.update(np.unique(layer).tolist())
-        keep = np.isin(layer, self._layer_filter)
-        if keep.all():
-            return None
-        self.skip("layer not selected", int((~keep).sum()))
-        return keep
-
-    def _words(self) -> int:
-        return max(1, -(-len(self._layer_ids) // _WORD_BITS))
 
     @staticmethod
     def _raise_duplicate(experts: np.ndarray, where: Callable[[int], str]) -> None:
@@ -155,43 +218,28 @@ class _AccumulatorState:
 
     def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
         """Accumulator row of each absolute layer id, adding new layers."""
-        top = int(layer.max())
-        if top >= self._row_of_layer.size:
-            self._row_of_layer = _grow(self._row_of_layer, (top + 1,), -1)
-        rows = self._row_of_layer[layer]
-        if (rows < 0).any():
-            new = np.unique(layer[rows < 0])
-            if len(self._layer_ids) + new.size > constants.MAX_LAYERS:
-                raise TraceError(
-                    f"the input names more than {constants.MAX_LAYERS} layers, the most placer"
-                    " handles", where=where(int(np.flatnonzero(rows < 0)[0])),
-                    hint="layer is the model's absolute layer index (limits:"
-                    " docs/limits.md)",
-                )
-            for lid in new.tolist():
-                self._row_of_layer[lid] = len(self._layer_ids)
-                self._layer_ids.append(int(lid))
-            self._resize(num_layers=len(self._layer_ids))
-            rows = self._row_of_layer[layer]
+        rows, added = self._state.rows_of(layer, where)
+        if added:
+            self._resize(num_layers=len(self._state.layer_ids))
         return rows
 
     def _resize(self, *, num_e: int | None = None, num_layers: int | None = None) -> None:
-        e = self._num_e if num_e is None else num_e
-        nl = len(self._layer_ids) if num_layers is None else num_layers
+        e = self._state.num_e if num_e is None else num_e
+        nl = len(self._state.layer_ids) if num_layers is None else num_layers
         # load may grow to MAX_WINDOWS windows: refuse now what would not fit then
         need = constants.MAX_WINDOWS * nl * e * 8
         if need > constants.MAX_LOAD_BYTES:
             raise TraceError(
                 f"statistics of {nl} layers x {e} experts would take {_mib(need)} MiB, more"
                 f" than placer's {_mib(constants.MAX_LOAD_BYTES)} MiB",
-                where=self.source,
+                where=self._state.source,
                 hint="declare the expert count (`num_experts`) so a stray id"
                 " is reported, or read fewer layers (limits: docs/limits.md)",
             )
-        self._num_e = e
+        self._state.num_e = e
         w = self._windows.grid.count
         self._load = _grow(self._load, (w, nl, e))
-        if self.options.coact and not self._sparse:
+        if self._state.options.coact and not self._sparse:
             if _coact_bytes(nl, self._aff.shape[0], e + 1) > constants.MAX_COACT_BYTES:
                 self._go_sparse()
             else:
@@ -199,7 +247,7 @@ class _AccumulatorState:
                 # there and is cleared after each chunk (see _clear_trash)
                 self._coact = _grow(self._coact, (nl, e + 1, e + 1))
                 self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
-        k = self._k or 1
+        k = self._state.k or 1
         self._warmup.grow(nl, k)
 
     def _go_sparse(self) -> None:
@@ -239,12 +287,12 @@ class _AccumulatorState:
 
     def _drop_coact(self, why: str) -> None:
         """Stop counting co-activation and layer affinity (the load is still counted)."""
-        self.notes.append(
+        self._state.notes.append(
             f"co-activation was left out: {why} (docs/limits.md); the load was read."
             "  Declare the expert count (`num_experts`) if a stray id raised"
             " it, or read fewer layers"
         )
-        self.options = replace(self.options, coact=False)
+        self._state.options = replace(self._state.options, coact=False)
         self._sparse = False
         self._sp_coact = _SparsePairs()
         self._sp_aff = _SparsePairs()

@@ -52,17 +52,18 @@ class _Validation(_AccumulatorState):
             most = int(valid.max())
         else:
             most = k
-        if self._top_k is not None and most > self._top_k:
+        if self._state.top_k is not None and most > self._state.top_k:
             r = int(np.argmax(valid)) if has_none else 0
             raise TraceError(
-                f"row selects {most} experts but top_k is {self._top_k} ({self._top_k_from})",
+                f"row selects {most} experts but top_k is {self._state.top_k}"
+                f" ({self._state.top_k_from})",
                 where=where(r),
                 hint="pass the model's top_k (`top_k`), or fix the header",
             )
-        self._max_valid = max(self._max_valid, most)
-        if mx > self._max_expert:
-            self._max_expert = mx
-            if mx >= self._num_e:
+        self._state.max_valid = max(self._state.max_valid, most)
+        if mx > self._state.max_expert:
+            self._state.max_expert = mx
+            if mx >= self._state.num_e:
                 self._resize(num_e=mx + 1)
         return has_none
 
@@ -85,18 +86,19 @@ class _Validation(_AccumulatorState):
                 f"expert ids must be integers, got {experts.dtype}", where=where(0),
                 hint="store expert ids as int16 or int32",
             )
-        if self._k is None:
-            self._k = k
-            if self._top_k is not None and k < self._top_k:
+        if self._state.k is None:
+            self._state.k = k
+            if self._state.top_k is not None and k < self._state.top_k:
                 raise TraceError(
-                    f"row has {k} experts but top_k is {self._top_k} ({self._top_k_from})",
+                    f"row has {k} experts but top_k is {self._state.top_k}"
+                    f" ({self._state.top_k_from})",
                     where=where(0),
                     hint="each row lists top_k experts (-1 where none)",
                 )
-            self._resize(num_e=self._num_e)
-        elif k != self._k:
+            self._resize(num_e=self._state.num_e)
+        elif k != self._state.k:
             raise TraceError(
-                f"row has {k} experts but earlier rows have {self._k}",
+                f"row has {k} experts but earlier rows have {self._state.k}",
                 where=where(0),
                 hint="all rows must select the same number of experts (top_k); pad with -1",
             )
@@ -114,12 +116,14 @@ class _Validation(_AccumulatorState):
                 hint="expert ids are 0..num_experts-1; -1 marks no expert",
             )
         mx = int(experts.max())
-        if self._num_experts is not None and mx >= self._num_experts:
-            i = int(np.flatnonzero(experts.ravel() >= self._num_experts)[0])
+        if self._state.num_experts is not None and mx >= self._state.num_experts:
+            i = int(np.flatnonzero(experts.ravel() >= self._state.num_experts)[0])
             raise TraceError(
-                f"expert id {int(experts.ravel()[i])} is out of range [0, {self._num_experts})",
+                f"expert id {int(experts.ravel()[i])} is out of range"
+                f" [0, {self._state.num_experts})",
                 where=wf(i),
-                hint=f"num_experts is {self._num_experts} ({self._experts_from}); check the"
+                hint=f"num_experts is {self._state.num_experts} ({self._state.experts_from});"
+                " check the"
                 " model, or pass `num_experts`",
             )
         if mx > constants.MAX_EXPERTS - 1:
