@@ -53,19 +53,17 @@ from typing import Any
 
 import numpy as np
 
-from placer import constants
 from placer.errors import TraceError
 from placer.stats import RoutingData
 from placer.traces.aggregate_inputs import AggregateBuilder
+from placer.traces.checks import Checks, raise_duplicate
 from placer.traces.chunks import ReadOptions as ReadOptions
 from placer.traces.chunks import RowChunk as RowChunk
 from placer.traces.chunks import TokenChunk as TokenChunk
 from placer.traces.chunks import _concat_rows, _HeldTokens
 from placer.traces.kernels import _has_duplicate
-from placer.traces.limits import _LIMITS_HINT, _positive_int
 from placer.traces.limits import check_counts as check_counts
 from placer.traces.results import _Results
-from placer.traces.state import _DECLARED_EXPERTS, _DECLARED_TOP_K
 from placer.traces.warmup import WARMUP_SKIP as WARMUP_SKIP
 
 __all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
@@ -83,6 +81,9 @@ class Accumulator(_Results):
 
     def __init__(self, options: ReadOptions | None = None) -> None:
         super().__init__(options)
+        self._checks = Checks(
+            self._state, windows=self._windows, warmup=self._warmup, tokens=self._tokens
+        )
         self._aggregates = AggregateBuilder()
         self._progress: Callable[[int], None] | None = None
 
@@ -160,69 +161,33 @@ class Accumulator(_Results):
     ) -> None:
         """Metadata a file declares (header, scalar arrays); checked against arguments."""
         if num_experts is not None:
-            e = _positive_int(num_experts, "num_experts", where)
-            if e > constants.MAX_EXPERTS:
-                raise TraceError(
-                    f"num_experts {e} is more than placer handles ({constants.MAX_EXPERTS})",
-                    where=where, hint=_LIMITS_HINT,
-                )
-            if self._state.num_experts is not None and self._state.num_experts != e:
-                raise TraceError(
-                    f"num_experts is {e} here but {self._state.num_experts} in"
-                    f" {self._state.experts_from}",
-                    where=where,
-                    hint="check `num_experts` against the trace"
-                    if self._state.experts_from == _DECLARED_EXPERTS
-                    else "all inputs of one read must describe the same model",
-                )
-            if self._state.max_expert >= e:
-                raise TraceError(
-                    f"num_experts is {e} but expert {self._state.max_expert} was already read",
-                    where=where, hint="expert ids are 0..num_experts-1; check the header",
-                )
-            self._state.num_experts, self._state.experts_from = e, where
+            e = self._checks.declare_experts(num_experts, where)
             self._resize(num_e=max(self._state.num_e, e))
-        if top_k is not None:
-            k = _positive_int(top_k, "top_k", where)
-            if k > constants.MAX_TOP_K:
-                raise TraceError(
-                    f"top_k {k} is more than placer handles ({constants.MAX_TOP_K})",
-                    where=where, hint=_LIMITS_HINT,
-                )
-            if self._state.top_k is not None and self._state.top_k != k:
-                raise TraceError(
-                    f"top_k is {k} here but {self._state.top_k} in {self._state.top_k_from}",
-                    where=where,
-                    hint="check `model` and `top_k` against the trace"
-                    if self._state.top_k_from == _DECLARED_TOP_K
-                    else "all inputs of one read must describe the same model",
-                )
-            self._state.top_k, self._state.top_k_from = k, where
-        if (
-            self._state.top_k is not None and self._state.num_experts is not None
-            and self._state.top_k > self._state.num_experts
-        ):
-            raise TraceError(
-                f"top_k {self._state.top_k} ({self._state.top_k_from}) is more than num_experts"
-                f" {self._state.num_experts} ({self._state.experts_from})",
-                where=where, hint="a token selects top_k of the layer's experts; check both",
-            )
-        if num_layers is not None:
-            self._state.num_layers_declared = _positive_int(num_layers, "num_layers", where)
-            if self._state.num_layers_declared > constants.MAX_LAYERS:
-                raise TraceError(
-                    f"num_layers {self._state.num_layers_declared} is more than placer handles"
-                    f" ({constants.MAX_LAYERS})", where=where, hint=_LIMITS_HINT,
-                )
-        if model is not None:
-            self._state.model = str(model)
-        if synthetic is not None:
-            if not isinstance(synthetic, bool | np.bool_):
-                raise TraceError(
-                    f"synthetic must be true or false, got {synthetic!r:.40}", where=where,
-                    hint="synthetic: true marks a generated trace",
-                )
-            self._state.synthetic = self._state.synthetic or bool(synthetic)
+        self._checks.declare(
+            where, top_k=top_k, num_layers=num_layers, model=model, synthetic=synthetic
+        )
+
+    def _check_experts(
+        self,
+        experts: np.ndarray,
+        where: Callable[[int], str],
+        layer: np.ndarray,
+        *,
+        where_flat: Callable[[int], str] | None = None,
+        where_layer: Callable[[int], str] | None = None,
+        duplicates: bool = True,
+    ) -> bool:
+        """:meth:`Checks.experts <placer.traces.checks.Checks.experts>`, then room in
+        the counts for the experts and the row width read."""
+        s = self._state
+        new_width = s.k is None
+        has_none = self._checks.experts(
+            experts, where, layer, where_flat=where_flat, where_layer=where_layer,
+            duplicates=duplicates,
+        )
+        if new_width or s.max_expert >= s.num_e:
+            self._resize(num_e=max(s.num_e, s.max_expert + 1))
+        return has_none
 
     # -- aggregated inputs --------------------------------------------------------
     def add_aggregate(
@@ -489,7 +454,7 @@ class Accumulator(_Results):
 
         flat = ids.reshape(-1, k)
         if k > 1 and not self._state.options.coact and _has_duplicate(xt.transpose(1, 0, 2)):
-            self._raise_duplicate(flat, lambda r: where3(r * k))
+            raise_duplicate(flat, lambda r: where3(r * k))
         if present is not None:
             assert had_rows is not None
             counted = present.any(axis=0)

@@ -177,7 +177,7 @@ class AggregateBuilder:
         order = np.argsort(lid)
         load, lid = load[:, order], lid[order]
         if self.by_step:
-            acc._check_selected_layers(lid)
+            acc._checks.selected_layers(lid)
         coact = None if self.coact is None else PairCounts.from_dense(self.coact[order])
         top_k = acc._state.top_k
         if top_k is None:
@@ -190,14 +190,14 @@ class AggregateBuilder:
                     hint="pass `top_k`, or add a top_k entry to the file",
                 )
             acc._state.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
-        acc._check_top_k(top_k, load.shape[2], ", ".join(acc._state.sources))
+        acc._checks.top_k(top_k, load.shape[2], ", ".join(acc._state.sources))
         tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
         starts = (
             np.arange(w, dtype=np.int64)
             if self.window_starts is None
             else np.asarray(self.window_starts, dtype=np.int64)
         )
-        warn = acc._warnings(load, lid)
+        warn = acc._checks.warnings(load, lid)
         stats = ExpertStats(
             load=load,
             tokens=tokens,

@@ -9,14 +9,15 @@ from collections.abc import Callable
 import numpy as np
 
 from placer import constants
+from placer.traces.checks import raise_duplicate
 from placer.traces.kernels import _BLOCK_CODES, _has_duplicate, _load_into, _pairs_into, _sorted_by
 from placer.traces.limits import _coact_bytes
 from placer.traces.occurrences import _grow
 from placer.traces.pairs import _pair_keys
-from placer.traces.validation import _Validation
+from placer.traces.state import _AccumulatorState
 
 
-class _Counting(_Validation):
+class _Counting(_AccumulatorState):
     """The counting kernels' callers."""
 
     def _fit_windows(self, kmin: int, kmax: int) -> None:
@@ -65,7 +66,7 @@ class _Counting(_Validation):
             pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
             # sparse counts leave out self-pairs: look for an expert twice in one row first
             if self._sparse and xt.shape[1] > 1 and _has_duplicate(xt.transpose(1, 0, 2)):
-                self._raise_duplicate(flat, where)
+                raise_duplicate(flat, where)
         if coact:
             xs = self._pair_columns(xt, has_none)
         scratch = self._scratch()
@@ -84,7 +85,7 @@ class _Counting(_Validation):
             ew = self._coact.shape[1]
             diag = self._coact.reshape(self._coact.shape[0], -1)[:, :: ew + 1]
             if diag.any():  # an expert twice in one row
-                self._raise_duplicate(flat, where)
+                raise_duplicate(flat, where)
 
     def _columns_buffer(self, size: int) -> np.ndarray:
         """``[size]`` int32 (expert ids and the -1 column fit), reused from chunk to chunk

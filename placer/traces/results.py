@@ -9,15 +9,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from placer import constants
-from placer.errors import Param, TraceError, TraceWarning, UsageError
+from placer.errors import TraceError, TraceWarning
 from placer.stats import (
     ExpertStats,
     PairCounts,
     Provenance,
     RoutingData,
     RoutingTrace,
-    format_ranges,
 )
+from placer.traces.checks import Checks
 from placer.traces.counting import _Counting
 from placer.traces.limits import _SPARSE_TRACE_RATIO, _mib
 
@@ -25,63 +25,13 @@ from placer.traces.limits import _SPARSE_TRACE_RATIO, _mib
 class _Results(_Counting):
     """Builds the :class:`~placer.stats.RoutingData`."""
 
+    _checks: Checks
+
     def _finish_meta(self) -> tuple[int, int]:
         s = self._state
         num_e = s.num_experts if s.num_experts is not None else s.max_expert + 1
         top_k = s.top_k if s.top_k is not None else s.max_valid
         return num_e, top_k
-
-    def _warnings(self, load: np.ndarray, layer_ids: np.ndarray) -> list[str]:
-        out = list(self._state.notes)
-        if self._state.synthetic:
-            out.append("the trace declares itself synthetic (synthetic: true): its statistics"
-                       " are not measured routing")
-        rows, layer, where = self._warmup.best
-        if self._warmup.rows:
-            out.append(
-                f"left out {self._warmup.rows} routing rows of a profiling or warm-up pass:"
-                f" runs of {constants.WARMUP_RUN_ROWS} or more identical consecutive"
-                f" selections in one layer (the longest: {rows} rows for layer {layer},"
-                f" ending at {where}); pass `keep_warmup` to count them"
-            )
-        elif rows >= constants.WARMUP_RUN_ROWS:
-            out.append(
-                f"{rows} identical consecutive routing rows for layer {layer} (ending at"
-                f" {where}): this looks like a profiling or warm-up pass"
-            )
-        if self._tokens.repeat_rows:
-            out.append(
-                f"{self._tokens.repeat_rows} routing rows repeat a (request, token, layer) read"
-                f" before (the first at {self._tokens.repeat_where}): each repeat starts a new"
-                f" occurrence of the token ({self._tokens.repeat_tokens} tokens more), as in a"
-                " second pass with the same ids or token numbers that restart"
-            )
-        total = load.sum(axis=0)
-        zero = np.argwhere(total == 0)
-        if zero.size:
-            show = ", ".join(f"layer {int(layer_ids[a])} expert {int(b)}" for a, b in zero[:5])
-            more = f" and {len(zero) - 5} more" if len(zero) > 5 else ""
-            out.append(
-                f"{len(zero)} of {total.size} (layer, expert) pairs were never routed to:"
-                f" {show}{more}"
-            )
-        if (
-            self._state.num_layers_declared is not None
-            and self._state.kind == "tokens"
-            and self._state.num_layers_declared != layer_ids.size
-            and self._state.layer_filter is None
-        ):
-            out.append(
-                f"the header declares {self._state.num_layers_declared} layers but rows name"
-                f" {layer_ids.size} ({format_ranges(layer_ids)})"
-            )
-        grid = self._windows.grid
-        if grid.merged_from is not None and self._windows.mode == "fixed":
-            out.append(
-                f"window_tokens={grid.merged_from} gave more than {constants.MAX_WINDOWS}"
-                f" windows; merged pairwise into windows of {grid.width} tokens"
-            )
-        return out
 
     def _provenance(self) -> Provenance:
         return Provenance(
@@ -93,25 +43,13 @@ class _Results(_Counting):
             model=self._state.model,
         )
 
-    def _check_selected_layers(self, layer_ids: np.ndarray) -> None:
-        if self._state.layer_filter is None:
-            return
-        missing = sorted(set(self._state.layer_filter.tolist()) - set(layer_ids.tolist()))
-        if missing:
-            present = np.array(sorted(self._state.all_layers | set(layer_ids.tolist())))
-            raise UsageError(
-                f"layer {missing[0]} has no rows in the trace",
-                where=Param("layers"),
-                hint=f"layers present: {format_ranges(present)}",
-            )
-
     def _result_tokens(self) -> RoutingData:
         num_e, top_k = self._finish_meta()
-        self._check_top_k(top_k, num_e, ", ".join(self._state.sources))
+        self._checks.top_k(top_k, num_e, ", ".join(self._state.sources))
         lid = np.asarray(self._state.layer_ids, dtype=np.int64)
         order = np.argsort(lid)
         layer_ids = lid[order]
-        self._check_selected_layers(layer_ids)
+        self._checks.selected_layers(layer_ids)
         same = bool((order == np.arange(order.size)).all())
         load = self._load[:, order, :num_e]
         coact = aff = None
@@ -126,7 +64,7 @@ class _Results(_Counting):
         if self._keep is not None:
             self._check_trace_size(layer_ids.size)
         starts = self._windows.grid.starts()
-        warn = self._warnings(load, layer_ids)
+        warn = self._checks.warnings(load, layer_ids)
         stats = ExpertStats(
             load=load,
             tokens=self._windows.tokens.copy(),

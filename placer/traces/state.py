@@ -188,34 +188,6 @@ class _AccumulatorState:
         """Count ``count`` rows left out on purpose because of ``reason``."""
         self._state.skip(reason, count)
 
-    def _check_top_k(self, top_k: int, num_e: int, where: str) -> None:
-        """top_k cannot exceed the experts: such statistics would be silently wrong."""
-        if top_k > num_e:
-            source = self._state.top_k_from or "the data"
-            raise TraceError(
-                f"top_k {top_k} ({source}) is more than the {num_e} experts of the data",
-                where=where,
-                hint="check `top_k` (or `model`) and the expert count (`num_experts`)",
-            )
-
-    @staticmethod
-    def _raise_duplicate(experts: np.ndarray, where: Callable[[int], str]) -> None:
-        """Raise for the first row of ``experts [rows, k]`` naming an expert twice, if any."""
-        x = np.asarray(experts, dtype=np.int64)
-        dup = np.zeros(x.shape[0], dtype=bool)
-        for i in range(x.shape[1] - 1):
-            dup |= (x[:, i + 1 :] == x[:, i : i + 1]).any(axis=1) & (x[:, i] >= 0)
-        if not dup.any():
-            return
-        r = int(np.flatnonzero(dup)[0])
-        srt = np.sort(x[r])
-        e = int(srt[1:][(srt[1:] == srt[:-1]) & (srt[1:] >= 0)][0])
-        raise TraceError(
-            f"expert {e} appears twice in one token's top-k {x[r].tolist()}",
-            where=where(r),
-            hint="a token selects distinct experts in a layer",
-        )
-
     def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
         """Accumulator row of each absolute layer id, adding new layers."""
         rows, added = self._state.rows_of(layer, where)
