@@ -61,10 +61,15 @@ from placer.traces.chunks import ReadOptions as ReadOptions
 from placer.traces.chunks import RowChunk as RowChunk
 from placer.traces.chunks import TokenChunk as TokenChunk
 from placer.traces.chunks import _concat_rows, _HeldTokens
+from placer.traces.counting import Counts
+from placer.traces.identity import TokenIdentity
 from placer.traces.kernels import _has_duplicate
 from placer.traces.limits import check_counts as check_counts
 from placer.traces.results import _Results
+from placer.traces.state import TraceState, _Keep
 from placer.traces.warmup import WARMUP_SKIP as WARMUP_SKIP
+from placer.traces.warmup import WarmupDetector
+from placer.traces.windows import Windows
 
 __all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
 
@@ -80,11 +85,21 @@ class Accumulator(_Results):
     """
 
     def __init__(self, options: ReadOptions | None = None) -> None:
-        super().__init__(options)
+        state = TraceState(options or ReadOptions())
+        self._state = state
+        self._windows = Windows(state.options.window_tokens)
+        self._tokens = TokenIdentity()
+        self._warmup = WarmupDetector(state.options.keep_warmup, state.skip)
+        self._counts = Counts(state, self._windows)
         self._checks = Checks(
-            self._state, windows=self._windows, warmup=self._warmup, tokens=self._tokens
+            state, windows=self._windows, warmup=self._warmup, tokens=self._tokens
         )
-        self._aggregates = AggregateBuilder()
+        self._aggregates = AggregateBuilder(state, self._counts, self._windows, self._checks)
+        self._keep = _Keep() if state.options.keep_tokens else None
+        # rows and tokens held back while their run may still grow into a warm-up pass
+        self._held_rows: RowChunk | None = None
+        self._held_tokens: _HeldTokens | None = None
+        self._result: RoutingData | None = None
         self._progress: Callable[[int], None] | None = None
 
     # -- what readers may read ------------------------------------------------------
@@ -145,6 +160,10 @@ class Accumulator(_Results):
         if self._progress is not None and nbytes:
             self._progress(nbytes)
 
+    def skip(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` rows left out on purpose because of ``reason``."""
+        self._state.skip(reason, count)
+
     def request_id(self, label: Any) -> int:
         """A number for request ``label`` of the current source (labels are per file)."""
         return self._tokens.request_id(len(self._state.sources), label, self._state.source)
@@ -189,6 +208,19 @@ class Accumulator(_Results):
             self._resize(num_e=max(s.num_e, s.max_expert + 1))
         return has_none
 
+    def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
+        """Layer row of each absolute layer id, adding new layers (and room for them)."""
+        rows, added = self._state.rows_of(layer, where)
+        if added:
+            self._resize()
+        return rows
+
+    def _resize(self, *, num_e: int | None = None) -> None:
+        """Room for the state's layers and ``num_e`` experts: in the counts and in the
+        warm-up runs."""
+        self._counts.resize(num_e=num_e)
+        self._warmup.grow(len(self._state.layer_ids), self._state.k or 1)
+
     # -- aggregated inputs --------------------------------------------------------
     def add_aggregate(
         self,
@@ -204,7 +236,7 @@ class Accumulator(_Results):
         ``coact``: ``[layers, experts, experts]`` symmetric pair counts, or None.
         """
         self._aggregates.add_aggregate(
-            self, load, layer_ids=layer_ids, coact=coact, window_starts=window_starts,
+            load, layer_ids=layer_ids, coact=coact, window_starts=window_starts,
             where=where,
         )
 
@@ -219,7 +251,7 @@ class Accumulator(_Results):
         """Accumulate counts of forward passes: ``load [passes, layers, experts]`` int,
         pass ``i`` taken at step ``steps[i]`` (see
         :meth:`~placer.traces.aggregate_inputs.AggregateBuilder.add_step_counts`)."""
-        self._aggregates.add_step_counts(self, load, steps, layer_ids=layer_ids, where=where)
+        self._aggregates.add_step_counts(load, steps, layer_ids=layer_ids, where=where)
 
     # -- per-token rows -----------------------------------------------------------
     def add_rows(self, chunk: RowChunk) -> None:
@@ -309,7 +341,7 @@ class Accumulator(_Results):
         win_key_new = step_rows[new_first] if self._windows.mode == "step" else glob_new
         table.wkey[local[new_first]] = win_key_new
         if t_new:
-            self._fit_windows(int(win_key_new.min()), int(win_key_new.max()))
+            self._counts.fit_windows(int(win_key_new.min()), int(win_key_new.max()))
             self._windows.add_tokens(self._windows.index(win_key_new))
         w_rows = self._windows.index(table.wkey[local])
         # layer-major rows, expert-major columns: each layer's counts in cache, and every
@@ -322,10 +354,10 @@ class Accumulator(_Results):
         cuts = np.flatnonzero(rows_l[1:] != rows_l[:-1]) + 1
         bounds = np.concatenate([[0], cuts, [rows_l.size]]).tolist()
         xt = np.ascontiguousarray(ex_l.T)  # [k, rows]
-        _, nl, e = self._load.shape
-        self._count(xt, (w_l * nl + rows_l) * e, rows_l, bounds, has_none)
+        _, nl, e = self._counts.load.shape
+        self._counts.count_rows(xt, (w_l * nl + rows_l) * e, rows_l, bounds, has_none)
         if self._state.options.coact:
-            self._add_row_affinity(local, chunk.layer, experts)
+            self._counts.add_row_affinity(local, chunk.layer, experts, table)
         self._state.rows_read += experts.shape[0]
         if self._keep is not None:
             self._keep.tokens.append(glob)
@@ -420,7 +452,7 @@ class Accumulator(_Results):
         t, _, k = ids.shape
         rows = self._rows_of(lid, lambda i: self._state.source)
         # expert-major columns per layer: xt[c, i] is the i-th expert of every token
-        xt = self._columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
+        xt = self._counts.columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
         xt[...] = ids.transpose(1, 2, 0)
         present = np.asarray((xt >= 0).any(axis=1), dtype=bool) if has_none else None  # [L, t]
         cut, excluded = self._warmup.cut_tokens(
@@ -470,7 +502,7 @@ class Accumulator(_Results):
                 if t == 0:
                     return
         glob, tok_win = self._token_windows(step, t)
-        self._count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
+        self._counts.count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
         self._state.rows_read += lid.size * t if present is None else int(present.sum())
         if self._keep is not None:
             self._keep_whole_tokens(glob, lid, ids, weights, step, rank, present)
@@ -488,7 +520,7 @@ class Accumulator(_Results):
         glob = self._state.num_tokens + np.arange(t)
         self._state.num_tokens += t
         wkey = step if self._windows.mode == "step" and step is not None else glob
-        self._fit_windows(int(wkey.min()), int(wkey.max()))
+        self._counts.fit_windows(int(wkey.min()), int(wkey.max()))
         tok_win = self._windows.index(wkey)
         self._windows.add_tokens(tok_win)
         return glob, tok_win
@@ -547,7 +579,7 @@ class Accumulator(_Results):
             )
         if self._result is None:
             if self._state.kind == "aggregate":
-                self._result = self._aggregates.result(self)
+                self._result = self._aggregates.result()
             else:
                 self._result = self._result_tokens()
         return self._result

@@ -13,15 +13,25 @@ import numpy as np
 from placer import constants
 from placer.errors import Param, TraceError, UsageError
 from placer.stats import ExpertStats, PairCounts, RoutingData, format_ranges
+from placer.traces.checks import Checks
+from placer.traces.counting import Counts
 from placer.traces.limits import _LIMITS_HINT, check_counts
-from placer.traces.results import _emit, _Results, _top_k_from_coact
+from placer.traces.results import _emit, _top_k_from_coact
+from placer.traces.state import TraceState
+from placer.traces.windows import Windows
 
 
 class AggregateBuilder:
-    """Load matrices and counts per forward pass, added into an accumulator's
-    statistics (``acc``, the accumulator that holds this builder)."""
+    """Load matrices and counts per forward pass, added into the accumulator's counts
+    (``counts.load``) and shared state, with its windows and checks."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, state: TraceState, counts: Counts, windows: Windows, checks: Checks
+    ) -> None:
+        self.state = state
+        self.counts = counts
+        self.windows = windows
+        self.checks = checks
         self.coact: np.ndarray | None = None  # [layers, E, E] summed over the files
         self.window_starts: np.ndarray | None = None
         self.by_step: bool | None = None  # add_step_counts (True) or add_aggregate
@@ -29,7 +39,6 @@ class AggregateBuilder:
 
     def add_aggregate(
         self,
-        acc: _Results,
         load: np.ndarray,
         *,
         layer_ids: np.ndarray | None = None,
@@ -41,55 +50,56 @@ class AggregateBuilder:
 
         ``coact``: ``[layers, experts, experts]`` symmetric pair counts, or None.
         """
-        where = where or acc._state.source
-        acc._state.begin_kind("aggregate")
+        s = self.state
+        where = where or s.source
+        s.begin_kind("aggregate")
         self._begin(by_step=False, where=where)
         w, nl, e = load.shape
         self._add_total(load, where)
         lid = np.arange(nl, dtype=np.int64) if layer_ids is None else layer_ids
-        if acc._state.layer_filter is not None:
-            missing = [i for i in acc._state.layer_filter.tolist() if i not in set(lid.tolist())]
+        if s.layer_filter is not None:
+            missing = [i for i in s.layer_filter.tolist() if i not in set(lid.tolist())]
             if missing:
                 raise UsageError(
                     f"layer {missing[0]} is not in {where}",
                     where=Param("layers"),
                     hint=f"layers present: {format_ranges(lid)}",
                 )
-            cols = np.isin(lid, acc._state.layer_filter)
-            acc.skip("layer not selected", int(w * (~cols).sum()))
+            cols = np.isin(lid, s.layer_filter)
+            s.skip("layer not selected", int(w * (~cols).sum()))
             load, lid = load[:, cols], lid[cols]
             coact = None if coact is None else coact[cols]
             nl = lid.size
-        if acc._state.num_experts is not None and e != acc._state.num_experts:
+        if s.num_experts is not None and e != s.num_experts:
             raise TraceError(
-                f"load has {e} experts but num_experts is {acc._state.num_experts}"
-                f" ({acc._state.experts_from})",
+                f"load has {e} experts but num_experts is {s.num_experts}"
+                f" ({s.experts_from})",
                 where=where, hint="check `num_experts` and `model` against the file",
             )
-        if acc._load.size == 0 and not acc._state.layer_ids:
-            acc._state.layer_ids = [int(i) for i in lid]
-            acc._load = load.astype(np.int64)
-            acc._state.num_e = e
+        if self.counts.load.size == 0 and not s.layer_ids:
+            s.layer_ids = [int(i) for i in lid]
+            self.counts.load = load.astype(np.int64)
+            s.num_e = e
             self.coact = None if coact is None else coact.astype(np.int64)
             self.window_starts = window_starts
         else:
-            if acc._state.layer_ids != [int(i) for i in lid] or acc._load.shape != (w, nl, e):
+            first = self.counts.load.shape
+            if s.layer_ids != [int(i) for i in lid] or first != (w, nl, e):
                 raise TraceError(
                     f"load [{w}, {nl}, {e}] with layers {format_ranges(lid)} does not match"
-                    f" the first input's [{', '.join(map(str, acc._load.shape))}] with layers"
-                    f" {format_ranges(np.asarray(acc._state.layer_ids))}",
+                    f" the first input's [{', '.join(map(str, first))}] with layers"
+                    f" {format_ranges(np.asarray(s.layer_ids))}",
                     where=where,
                     hint="aggregated files read together are summed: same windows, layers,"
                     " experts",
                 )
-            acc._load = acc._load + load
+            self.counts.load = self.counts.load + load
             # co-activation only while every file gives it
             self.coact = None if coact is None or self.coact is None else self.coact + coact
-        acc._state.rows_read += w * nl
+        s.rows_read += w * nl
 
     def add_step_counts(
         self,
-        acc: _Results,
         load: np.ndarray,
         steps: np.ndarray,
         *,
@@ -103,8 +113,9 @@ class AggregateBuilder:
         merged pairwise past ``constants.MAX_WINDOWS``), so files read together (one per
         rank) add up step by step; layers and experts are the union of the files'.
         """
-        where = where or acc._state.source
-        acc._state.begin_kind("aggregate")
+        s = self.state
+        where = where or s.source
+        s.begin_kind("aggregate")
         self._begin(by_step=True, where=where)
         p, nl, e = load.shape
         lid = np.asarray(layer_ids, dtype=np.int64)
@@ -114,36 +125,38 @@ class AggregateBuilder:
                 f"{p} passes with {steps.shape} steps and {nl} layers with {lid.shape} ids",
                 where=where, hint="each pass needs one step and each layer one id",
             )
-        if acc._state.layer_filter is not None:
-            acc._state.all_layers.update(lid.tolist())
-            cols = np.isin(lid, acc._state.layer_filter)
-            acc.skip("layer not selected", int(p * (~cols).sum()))
+        if s.layer_filter is not None:
+            s.all_layers.update(lid.tolist())
+            cols = np.isin(lid, s.layer_filter)
+            s.skip("layer not selected", int(p * (~cols).sum()))
             load, lid = load[:, cols], lid[cols]
             nl = lid.size
         if p == 0 or nl == 0:
             return
-        if acc._state.num_experts is not None and e > acc._state.num_experts:
+        if s.num_experts is not None and e > s.num_experts:
             raise TraceError(
-                f"counts have {e} experts but num_experts is {acc._state.num_experts}"
-                f" ({acc._state.experts_from})",
+                f"counts have {e} experts but num_experts is {s.num_experts}"
+                f" ({s.experts_from})",
                 where=where, hint="check `num_experts` and `model` against the file",
             )
         load = check_counts(load, "counts", where)
         self._add_total(load, where)
-        rows = acc._rows_of(lid, lambda i: where)
-        if e > acc._state.num_e:
-            acc._resize(num_e=e)
-        acc._state.max_expert = max(acc._state.max_expert, e - 1)
-        if acc._windows.mode is None:
-            acc._windows.mode = "step"
-        acc._fit_windows(int(steps.min()), int(steps.max()))
-        win = acc._windows.index(steps)
+        rows, added = s.rows_of(lid, lambda i: where)
+        if added:
+            self.counts.resize()
+        if e > s.num_e:
+            self.counts.resize(num_e=e)
+        s.max_expert = max(s.max_expert, e - 1)
+        if self.windows.mode is None:
+            self.windows.mode = "step"
+        self.counts.fit_windows(int(steps.min()), int(steps.max()))
+        win = self.windows.index(steps)
         np.add.at(
-            acc._load,
+            self.counts.load,
             (win[:, None, None], rows[None, :, None], np.arange(e)[None, None, :]),
             load.astype(np.int64, copy=False),
         )
-        acc._state.rows_read += p * nl
+        s.rows_read += p * nl
 
     def _add_total(self, load: np.ndarray, where: str) -> None:
         """Add an aggregated input's counts to the total, within MAX_TOTAL_COUNT."""
@@ -164,40 +177,40 @@ class AggregateBuilder:
                 hint="read them separately",
             )
 
-    def result(self, acc: _Results) -> RoutingData:
+    def result(self) -> RoutingData:
         """The statistics of the aggregated inputs added so far."""
-        load = acc._load
+        s = self.state
+        load = self.counts.load
         if self.by_step:
-            num_e = acc._state.num_experts
-            num_e = acc._state.num_e if num_e is None else num_e
+            num_e = s.num_experts if s.num_experts is not None else s.num_e
             load = load[:, :, :num_e]
-            self.window_starts = acc._windows.grid.starts()
+            self.window_starts = self.windows.grid.starts()
         w, nl, _ = load.shape
-        lid = np.asarray(acc._state.layer_ids, dtype=np.int64)
+        lid = np.asarray(s.layer_ids, dtype=np.int64)
         order = np.argsort(lid)
         load, lid = load[:, order], lid[order]
         if self.by_step:
-            acc._checks.selected_layers(lid)
+            self.checks.selected_layers(lid)
         coact = None if self.coact is None else PairCounts.from_dense(self.coact[order])
-        top_k = acc._state.top_k
+        top_k = s.top_k
         if top_k is None:
             top_k = _top_k_from_coact(load.sum(axis=0), coact)
             if top_k is None:
                 raise TraceError(
                     "top_k is unknown: the file does not give it and co-activation cannot"
                     " tell it",
-                    where=", ".join(acc._state.sources),
+                    where=", ".join(s.sources),
                     hint="pass `top_k`, or add a top_k entry to the file",
                 )
-            acc._state.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
-        acc._checks.top_k(top_k, load.shape[2], ", ".join(acc._state.sources))
+            s.notes.append(f"top_k {top_k} inferred from complete co-activation counts")
+        self.checks.top_k(top_k, load.shape[2], ", ".join(s.sources))
         tokens = np.rint(load.sum(axis=(1, 2)) / (top_k * nl)).astype(np.int64)
         starts = (
             np.arange(w, dtype=np.int64)
             if self.window_starts is None
             else np.asarray(self.window_starts, dtype=np.int64)
         )
-        warn = acc._checks.warnings(load, lid)
+        warn = self.checks.warnings(load, lid)
         stats = ExpertStats(
             load=load,
             tokens=tokens,
@@ -206,7 +219,7 @@ class AggregateBuilder:
             coact=coact,
             layer_affinity=None,
             window_starts=starts,
-            provenance=acc._provenance(),
+            provenance=s.provenance(),
             warnings=tuple(warn),
         )
         _emit(warn)

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from placer import constants
 from placer.errors import TraceError, UsageError
-from placer.stats import Provenance, RoutingData
-from placer.traces.chunks import ReadOptions, RowChunk, _HeldTokens
-from placer.traces.identity import TokenIdentity
-from placer.traces.limits import _coact_bytes, _mib
+from placer.stats import Provenance
+from placer.traces.chunks import ReadOptions
 from placer.traces.occurrences import _WORD_BITS, _grow
-from placer.traces.pairs import _KEY_BITS, _KEY_DTYPE, _SparsePairs
-from placer.traces.warmup import WarmupDetector
-from placer.traces.windows import Windows
 
 #: How messages name figures the caller declared (read_routing's arguments, which the
 #: CLI fills from --top-k / --num-experts or the model).
@@ -153,123 +148,3 @@ class _Keep:
     weights: list[np.ndarray | None] = field(default_factory=list)
     step: list[np.ndarray] = field(default_factory=list)  # per token, in token order
     rank: list[np.ndarray] = field(default_factory=list)
-
-
-class _AccumulatorState:
-    """What an :class:`~placer.traces.accumulate.Accumulator` holds, and its shared
-    bookkeeping."""
-
-    def __init__(self, options: ReadOptions | None = None) -> None:
-        self._state = TraceState(options or ReadOptions())
-        self._load = np.zeros((0, 0, 0), dtype=np.int64)  # [windows, layers, experts]
-        self._coact = np.zeros((0, 0, 0), dtype=np.int64)  # upper triangle [L, E, E]
-        self._aff = np.zeros((0, 0, 0), dtype=np.int64)  # [pairs, E, E]
-        self._aff_pairs: dict[tuple[int, int], int] = {}  # (layer id a, layer id b) -> index
-        self._pair_of_rows = np.zeros((0, 0), dtype=np.int64)  # same, by accumulator rows
-        # past MAX_COACT_BYTES of dense counts, pairs are counted sparsely (_go_sparse)
-        self._sparse = False
-        self._sp_coact = _SparsePairs()  # by accumulator row
-        self._sp_aff = _SparsePairs()  # by affinity index
-        # windows
-        self._windows = Windows(self._state.options.window_tokens)
-        # tokens
-        self._tokens = TokenIdentity()
-        # warm-up passes, and rows held back while their run may still grow into one
-        self._warmup = WarmupDetector(self._state.options.keep_warmup, self._state.skip)
-        self._held_rows: RowChunk | None = None
-        self._held_tokens: _HeldTokens | None = None
-        self._keep = _Keep() if self._state.options.keep_tokens else None
-        self._result: RoutingData | None = None
-        self._scratch_buf: np.ndarray | None = None
-        self._columns: np.ndarray | None = None
-        self._hot: np.ndarray | None = None
-
-    def skip(self, reason: str, count: int = 1) -> None:
-        """Count ``count`` rows left out on purpose because of ``reason``."""
-        self._state.skip(reason, count)
-
-    def _rows_of(self, layer: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
-        """Accumulator row of each absolute layer id, adding new layers."""
-        rows, added = self._state.rows_of(layer, where)
-        if added:
-            self._resize(num_layers=len(self._state.layer_ids))
-        return rows
-
-    def _resize(self, *, num_e: int | None = None, num_layers: int | None = None) -> None:
-        e = self._state.num_e if num_e is None else num_e
-        nl = len(self._state.layer_ids) if num_layers is None else num_layers
-        # load may grow to MAX_WINDOWS windows: refuse now what would not fit then
-        need = constants.MAX_WINDOWS * nl * e * 8
-        if need > constants.MAX_LOAD_BYTES:
-            raise TraceError(
-                f"statistics of {nl} layers x {e} experts would take {_mib(need)} MiB, more"
-                f" than placer's {_mib(constants.MAX_LOAD_BYTES)} MiB",
-                where=self._state.source,
-                hint="declare the expert count (`num_experts`) so a stray id"
-                " is reported, or read fewer layers (limits: docs/limits.md)",
-            )
-        self._state.num_e = e
-        w = self._windows.grid.count
-        self._load = _grow(self._load, (w, nl, e))
-        if self._state.options.coact and not self._sparse:
-            if _coact_bytes(nl, self._aff.shape[0], e + 1) > constants.MAX_COACT_BYTES:
-                self._go_sparse()
-            else:
-                # one more expert than the accumulators' width: -1 (no expert) counts
-                # there and is cleared after each chunk (see _clear_trash)
-                self._coact = _grow(self._coact, (nl, e + 1, e + 1))
-                self._aff = _grow(self._aff, (self._aff.shape[0], e + 1, e + 1))
-        k = self._state.k or 1
-        self._warmup.grow(nl, k)
-
-    def _go_sparse(self) -> None:
-        """Count pairs sparsely from now on: dense ``[E, E]`` counts would pass
-        ``constants.MAX_COACT_BYTES``.  The counts so far move to the sparse stores."""
-        for dense, store, triangle in ((self._coact, self._sp_coact, True),
-                                       (self._aff, self._sp_aff, False)):
-            ew = dense.shape[1] if dense.ndim == 3 else 0
-            for row in range(dense.shape[0]):
-                flat = dense[row].reshape(-1)
-                idx = np.flatnonzero(flat)
-                i, j = idx // ew, idx % ew
-                if triangle:  # counted in either order: key them unordered
-                    i, j = np.minimum(i, j), np.maximum(i, j)
-                keep = (j < ew - 1) & (i < ew - 1) & ((i != j) | (not triangle))
-                store.add(row, ((i << _KEY_BITS) | j)[keep].astype(_KEY_DTYPE),
-                          flat[idx][keep])
-        self._sparse = True
-        self._coact = np.zeros((0, 0, 0), dtype=np.int64)
-        self._aff = np.zeros((0, 0, 0), dtype=np.int64)
-        self._hot = None
-
-    def _check_sparse_size(self, *, final: bool = False) -> None:
-        """Leave co-activation out once the sparse counts hold more than
-        ``constants.MAX_COACT_PAIRS`` distinct pairs.  While counting they hold repeats
-        of pairs from different chunks until merged: merge (and look again) only past
-        twice the limit, so merges stay rare near it; ``final``: look now."""
-        limit = constants.MAX_COACT_PAIRS * (1 if final else 2)
-        if not self._sparse or self._sp_coact.size + self._sp_aff.size <= limit:
-            return
-        held = self._sp_coact.merge() + self._sp_aff.merge()  # distinct pairs only
-        if held > constants.MAX_COACT_PAIRS:
-            self._drop_coact(
-                f"counting it holds {held:,} distinct expert pairs, more than placer's"
-                f" {constants.MAX_COACT_PAIRS:,}"
-            )
-
-    def _drop_coact(self, why: str) -> None:
-        """Stop counting co-activation and layer affinity (the load is still counted)."""
-        self._state.notes.append(
-            f"co-activation was left out: {why} (docs/limits.md); the load was read."
-            "  Declare the expert count (`num_experts`) if a stray id raised"
-            " it, or read fewer layers"
-        )
-        self._state.options = replace(self._state.options, coact=False)
-        self._sparse = False
-        self._sp_coact = _SparsePairs()
-        self._sp_aff = _SparsePairs()
-        self._coact = np.zeros((0, 0, 0), dtype=np.int64)
-        self._aff = np.zeros((0, 0, 0), dtype=np.int64)
-        self._aff_pairs = {}
-        self._pair_of_rows = np.zeros((0, 0), dtype=np.int64)
-        self._hot = None
