@@ -1,12 +1,25 @@
 """Streaming accumulation of routing into :class:`~placer.stats.ExpertStats`.
 
-Every reader hands chunks to one :class:`Accumulator`, which owns what all formats
-share: layer and expert bookkeeping, load, co-activation, layer affinity, validation,
-skipped-row counts and warnings.  It delegates to parts it holds:
-:class:`~placer.traces.identity.TokenIdentity` (which token a row belongs to),
-:class:`~placer.traces.windows.Windows` (which window a token falls in),
-:class:`~placer.traces.warmup.WarmupDetector` (warm-up passes) and
-:class:`~placer.traces.aggregate_inputs.AggregateBuilder` (aggregated inputs).  Memory is
+Every reader hands chunks to one :class:`Accumulator`, a thin facade over parts it
+holds and delegates to, each with one job; the bookkeeping they share (provenance,
+declared metadata, layer rows, expert capacity) is one
+:class:`~placer.traces.state.TraceState` handed to the parts that need it:
+
+- :class:`~placer.traces.identity.TokenIdentity`: which token a row belongs to;
+- :class:`~placer.traces.windows.Windows`: which window a token falls in;
+- :class:`~placer.traces.warmup.WarmupDetector`: warm-up passes;
+- :class:`~placer.traces.checks.Checks`: validation of rows, expert ids, layers and
+  declared metadata, and the warnings of the result;
+- :class:`~placer.traces.counting.Counts`: load, co-activation and layer affinity, dense
+  or sparse, and the calls of the counting kernels;
+- :class:`~placer.traces.aggregate_inputs.AggregateBuilder`: aggregated inputs and their
+  result;
+- :class:`~placer.traces.results.KeptRows`: the rows kept for ``keep_tokens``.
+
+:func:`~placer.traces.results.token_result` builds the result of per-token inputs from
+the parts.  The accumulator keeps the order of things: it has a chunk checked, grows the
+counts (and the warm-up runs) to the layers and experts seen, cuts warm-up passes, numbers
+the tokens and places them in windows, then has the chunk counted.  Memory is
 ``O(layers x experts^2)`` for the statistics plus one chunk, plus a small per-token
 record (``8 x (7 + k)`` bytes) for traces whose rows carry token ids; ``keep_tokens``
 also keeps every row.
@@ -65,8 +78,8 @@ from placer.traces.counting import Counts
 from placer.traces.identity import TokenIdentity
 from placer.traces.kernels import _has_duplicate
 from placer.traces.limits import check_counts as check_counts
-from placer.traces.results import _Results
-from placer.traces.state import TraceState, _Keep
+from placer.traces.results import KeptRows, token_result
+from placer.traces.state import TraceState
 from placer.traces.warmup import WARMUP_SKIP as WARMUP_SKIP
 from placer.traces.warmup import WarmupDetector
 from placer.traces.windows import Windows
@@ -74,14 +87,15 @@ from placer.traces.windows import Windows
 __all__ = ["Accumulator", "ReadOptions", "RowChunk", "TokenChunk"]
 
 
-class Accumulator(_Results):
+class Accumulator:
     """Builds one :class:`~placer.stats.RoutingData` from chunks of routing.
 
     Readers call :meth:`begin_source` once per file, then :meth:`declare` (header
     metadata), :meth:`add_rows` / :meth:`add_tokens` / :meth:`add_aggregate`,
     :meth:`skip` for rows they leave out on purpose, and :meth:`advance` for progress;
-    :meth:`result` ends the accumulation.  Token identity, windows, warm-up detection
-    and aggregated inputs are parts it holds (see the module docstring).
+    :meth:`result` ends the accumulation.  It holds its parts and delegates to them
+    (see the module docstring); readers may read ``options``, ``source``, ``sources``,
+    ``notes`` (and append to them) and the provenance figures.
     """
 
     def __init__(self, options: ReadOptions | None = None) -> None:
@@ -95,7 +109,7 @@ class Accumulator(_Results):
             state, windows=self._windows, warmup=self._warmup, tokens=self._tokens
         )
         self._aggregates = AggregateBuilder(state, self._counts, self._windows, self._checks)
-        self._keep = _Keep() if state.options.keep_tokens else None
+        self._keep = KeptRows() if state.options.keep_tokens else None
         # rows and tokens held back while their run may still grow into a warm-up pass
         self._held_rows: RowChunk | None = None
         self._held_tokens: _HeldTokens | None = None
@@ -360,14 +374,10 @@ class Accumulator(_Results):
             self._counts.add_row_affinity(local, chunk.layer, experts, table)
         self._state.rows_read += experts.shape[0]
         if self._keep is not None:
-            self._keep.tokens.append(glob)
-            self._keep.layers.append(chunk.layer.astype(np.int64))
-            self._keep.experts.append(experts)
-            self._keep.weights.append(chunk.weights)
             order = np.argsort(glob[new_first], kind="stable")
-            self._keep.step.append(step_rows[new_first][order])
             rank = chunk.rank if chunk.rank is not None else np.full(local.size, -1)
-            self._keep.rank.append(rank[new_first][order])
+            self._keep.add_rows(glob, chunk.layer, experts, chunk.weights,
+                                step_rows[new_first][order], rank[new_first][order])
 
     # -- whole tokens --------------------------------------------------------------
     def add_tokens(
@@ -505,7 +515,7 @@ class Accumulator(_Results):
         self._counts.count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
         self._state.rows_read += lid.size * t if present is None else int(present.sum())
         if self._keep is not None:
-            self._keep_whole_tokens(glob, lid, ids, weights, step, rank, present)
+            self._keep.add_whole_tokens(glob, lid, ids, weights, step, rank, present)
 
     def _token_windows(self, step: np.ndarray | None, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Number ``t`` new tokens and place them in windows (by ``step`` when windows
@@ -524,35 +534,6 @@ class Accumulator(_Results):
         tok_win = self._windows.index(wkey)
         self._windows.add_tokens(tok_win)
         return glob, tok_win
-
-    def _keep_whole_tokens(
-        self,
-        glob: np.ndarray,
-        lid: np.ndarray,
-        ids: np.ndarray,
-        weights: Any,
-        step: np.ndarray | None,
-        rank: np.ndarray | None,
-        present: np.ndarray | None,
-    ) -> None:
-        """Append counted whole tokens to the kept-token trace, as layer-major rows
-        (``present``: ``[layers, tokens]`` rows with an expert, None when all have)."""
-        assert self._keep is not None
-        t, _, k = ids.shape
-        kept = slice(None) if present is None else present.ravel()  # layer-major
-        self._keep.tokens.append(np.tile(glob, lid.size)[kept])
-        self._keep.layers.append(np.repeat(lid, t)[kept])
-        # copies: readers may reuse the chunk's arrays for the next chunk
-        original = np.array(ids.transpose(1, 0, 2)).reshape(-1, k)
-        self._keep.experts.append(original[kept])
-        self._keep.weights.append(
-            None if weights is None
-            else np.array(
-                np.asarray(weights, dtype=np.float32).transpose(1, 0, 2)
-            ).reshape(-1, k)[kept]
-        )
-        self._keep.step.append(step if step is not None else np.full(t, -1, np.int64))
-        self._keep.rank.append(rank if rank is not None else np.full(t, -1, np.int64))
 
     # -- result -------------------------------------------------------------------
     def only_warmup(self) -> bool:
@@ -581,7 +562,9 @@ class Accumulator(_Results):
             if self._state.kind == "aggregate":
                 self._result = self._aggregates.result()
             else:
-                self._result = self._result_tokens()
+                self._result = token_result(
+                    self._state, self._counts, self._windows, self._checks, self._keep
+                )
         return self._result
 
     def _flush_held(self) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -136,15 +135,3 @@ class TraceState:
             synthetic=self.synthetic,
             model=self.model,
         )
-
-
-@dataclass
-class _Keep:
-    """Rows kept for ``keep_tokens``."""
-
-    tokens: list[np.ndarray] = field(default_factory=list)  # [rows] global token
-    layers: list[np.ndarray] = field(default_factory=list)  # [rows] layer id
-    experts: list[np.ndarray] = field(default_factory=list)  # [rows, k]
-    weights: list[np.ndarray | None] = field(default_factory=list)
-    step: list[np.ndarray] = field(default_factory=list)  # per token, in token order
-    rank: list[np.ndarray] = field(default_factory=list)
