@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from placer.summary import EQUAL_TOLERANCE, time_figure, verdict
+from placer.metrics import Metric, metric
+from placer.summary import EQUAL_TOLERANCE, verdict
 
 #: ``status`` of a row whose scenario planned and evaluated.
 STATUS_OK = "ok"
@@ -121,14 +122,29 @@ METRIC_FIELDS = {
 
 @dataclass(frozen=True)
 class Column:
-    """How a row field is shown in the text table (JSON and CSV carry raw values)."""
+    """How a row field is shown in the text table (JSON and CSV carry raw values).
+
+    A figure's column (``metric`` set) takes its header and number format from the metric
+    table (:mod:`placer.metrics`); the others (the scenario, changes, solver, status)
+    declare their own.
+    """
 
     field: str
     header: str
     fmt: str = "{}"
+    metric: Metric | None = None
+
+    @classmethod
+    def of(cls, field: str, key: str | None = None) -> Column:
+        """The column of row field ``field``, shown as metric ``key`` (default: the
+        evaluator key :data:`METRIC_FIELDS` maps it to, else ``field`` itself)."""
+        entry = metric(key or METRIC_FIELDS.get(field, field))
+        return cls(field, entry.header, entry.fmt, entry)
 
     def cell(self, row: CompareRow) -> str:
         value = getattr(row, self.field)
+        if self.metric is not None:
+            return self.metric.cell(value)
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             return "-"
         return self.fmt.format(value)
@@ -140,17 +156,11 @@ TABLE_COLUMNS = (
     Column("num_gpus", "GPUs"),
     Column("num_nodes", "nodes"),
     Column("slots_per_gpu", "slots/GPU"),
-    Column("kv_left_gb", "KV left GB", "{:.1f}"),
-    Column("hot_shard_ratio", "hot shard", "{:.3f}"),
-    Column("batch_hot_shard_p99", "batch hot p99", "{:.2f}"),
-    Column("remote_copies_per_token_gpu", "remote/tok GPU", "{:.2f}"),
-    Column("remote_copies_per_token_node", "remote/tok node", "{:.2f}"),
-    Column("bytes_per_token_intra", "KB/tok intra", "{:.1f}"),
-    Column("bytes_per_token_inter", "KB/tok inter", "{:.1f}"),
-    *(Column(f.key, f.header, f.fmt) for f in map(
-        time_figure, ("all_to_all_us", "moe_layer_p50_us", "moe_layer_p99_us", "step_p99_us",
-                      "step_mean_us"))),
-    Column("tokens_per_s_per_gpu", "tok/s/GPU", "{:,.0f}"),
+    *map(Column.of, (
+        "kv_left_gb", "hot_shard_ratio", "batch_hot_shard_p99", "remote_copies_per_token_gpu",
+        "remote_copies_per_token_node", "bytes_per_token_intra", "bytes_per_token_inter",
+        "all_to_all_us", "moe_layer_p50_us", "moe_layer_p99_us", "step_p99_us",
+        "step_mean_us", "tokens_per_s_per_gpu")),
     Column("versus_baseline", "Δ p99", "{:+.1%}"),
     Column("versus_baseline_mean", "Δ mean", "{:+.1%}"),
     Column("outcome", "verdict"),
@@ -158,9 +168,6 @@ TABLE_COLUMNS = (
     Column("solve_seconds", "solve s", "{:.2f}"),
     Column("status", "status"),
 )
-
-#: Fields shown in KB (1e3 bytes) in the text table; JSON and CSV keep bytes.
-_KB_FIELDS = ("bytes_per_token_intra", "bytes_per_token_inter")
 
 
 #: Columns whose cells are text (left-aligned); the others are numbers (right-aligned).
@@ -178,9 +185,7 @@ def table_cells(row: CompareRow) -> list[str]:
     is_base = row.outcome == BASELINE_NOTE
     for col in TABLE_COLUMNS:
         value = getattr(row, col.field)
-        if col.field in _KB_FIELDS and value is not None:
-            cells.append(col.fmt.format(value / 1e3))
-        elif col.field in _CHANGE_FIELDS and value is not None and (
+        if col.field in _CHANGE_FIELDS and value is not None and (
                 abs(value) < EQUAL_TOLERANCE):
             cells.append("=")
         elif is_base and ((col.field in _CHANGE_FIELDS and value is None)

@@ -121,11 +121,20 @@ METRICS: tuple[Metric, ...] = (
     Metric("num_layers", "layers", "layers", "layers", "evaluated", "{:,.0f}", better=""),
 )
 
-_BY_KEY = {m.key: m for m in METRICS}
+#: Figures computed from the metrics rather than by the evaluator (``placer compare``'s
+#: throughput, ``placer.compare.throughput``); rendered like the metrics.
+DERIVED: tuple[Metric, ...] = (
+    Metric("tokens_per_s_per_gpu", "tokens/s per GPU", "tok/s/GPU", "tokens/s",
+           "tokens of a judged batch over the mean step and the GPUs (MoE layers only)",
+           "{:,.0f}", better="higher"),
+)
+
+_BY_KEY = {m.key: m for m in (*METRICS, *DERIVED)}
 
 
 def metric(key: str) -> Metric:
-    """The :class:`Metric` of ``key`` (KeyError for a key the evaluator does not have)."""
+    """The :class:`Metric` of ``key``: an evaluator metric or a :data:`DERIVED` figure
+    (KeyError for another key)."""
     return _BY_KEY[key]
 
 

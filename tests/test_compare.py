@@ -192,7 +192,12 @@ def test_format_table_numbers_notes_and_alignment():
     assert lines[0].split()[:4] == ["scenario", "GPUs", "nodes", "slots/GPU"]
     assert lines[2].startswith("ok one ")
     cells = table_cells(rows[0])
-    assert cells[4] == "71.1" and cells[9] == "35.4" and cells[13] == "23.3"
+    assert cells[4] == "71.06" and cells[9] == "35,400" and cells[13] == "23.3"
+    # every figure's header and format are the metric table's (placer.metrics)
+    for col, text in zip(TABLE_COLUMNS, cells, strict=True):
+        if col.metric is not None:
+            assert col.header == col.metric.header
+            assert text == col.metric.cell(getattr(rows[0], col.field))
     assert lines[3].endswith("does not fit [1]") and lines[4].endswith("does not fit [1]")
     assert lines[5].endswith("error [2]")
     assert lines[-2:] == ["[1] too big", "[2] uneven"]

@@ -444,7 +444,7 @@ def _scenario_blocks(rows: Sequence[Any], gallery: _Gallery) -> tuple[list[Block
     short, notes = status_notes(rows)
     cells = tuple((*table_cells(r)[:-1], status) for r, status in zip(rows, short, strict=True))
     table = Table(tuple(c.header for c in TABLE_COLUMNS), cells,
-                  caption="Scenarios (units in the headers; KB = 1e3 bytes per token and layer)")
+                  caption="Scenarios (units in the headers; B/tok: bytes per token and layer)")
     p99 = np.array([r.moe_layer_p99_us if r.moe_layer_p99_us is not None else np.nan
                     for r in rows], dtype=np.float64)
     kv = np.array([r.kv_left_gb if r.kv_left_gb is not None and r.ok else np.nan for r in rows],
