@@ -28,6 +28,7 @@ from typing import Any
 
 from placer.compare_rows import CompareRow
 from placer.compare_scenarios import DEFAULT_P99_SLACK_PCT
+from placer.metrics import metric
 from placer.summary import EQUAL_TOLERANCE
 
 
@@ -72,7 +73,7 @@ def recommend(
     """The scenario to deploy by the module's rule (pure; rows as :func:`placer.compare.compare`
     returns them)."""
     if p99_target_us is not None:
-        rule = (f"fewest GPUs with step p99 <= {p99_target_us:,.1f} µs, then the highest"
+        rule = (f"fewest GPUs with step p99 <= {_us(p99_target_us)}, then the highest"
                 " throughput per GPU")
     else:
         rule = (f"highest throughput per GPU among the scenarios with step p99 within"
@@ -88,17 +89,17 @@ def recommend(
         why = "no scenario was judged" if not rows else "no scenario ran to a step time"
         return answer(None, f"{why}; see the status column")
     fastest_i, fastest = min(ran, key=lambda ir: (_p99(ir[1]), ir[0]))
-    lowest = f"{_p99(fastest):,.1f} µs, {fastest.scenario}"
+    lowest = f"{_us(_p99(fastest))}, {fastest.scenario}"
     if p99_target_us is not None:
         fit = [(i, r) for i, r in ran if _p99(r) <= p99_target_us]
         if not fit:
-            return answer(None, f"no scenario meets step p99 <= {p99_target_us:,.1f} µs;"
+            return answer(None, f"no scenario meets step p99 <= {_us(p99_target_us)};"
                                 f" the lowest is {lowest}")
         gpus = min(_gpus(r) for _, r in fit)
         fewest = [(i, r) for i, r in fit if _gpus(r) == gpus]
         i, best, ties = _most_per_gpu(fewest)
-        reason = (f"the fewest GPUs ({gpus}) with step p99 <= {p99_target_us:,.1f} µs:"
-                  f" {_p99(best):,.1f} µs, {_rate(best):,.0f} tokens/s per GPU")
+        reason = (f"the fewest GPUs ({gpus}) with step p99 <= {_us(p99_target_us)}:"
+                  f" {_us(_p99(best))}, {_per_gpu(_rate(best))} tokens/s per GPU")
         if len(fewest) > 1:
             reason += f", the most of the {len(fewest)} on {gpus} GPUs"
         return answer(best.scenario, reason + _ties(ties), tuple(r.scenario for _, r in fit))
@@ -106,15 +107,16 @@ def recommend(
     near = [(i, r) for i, r in ran if _p99(r) <= bound]
     i, best, ties = _most_per_gpu(near)
     if len(near) == 1:
-        reason = (f"the lowest step p99 ({_p99(best):,.1f} µs), {_rate(best):,.0f} tokens/s"
+        reason = (f"the lowest step p99 ({_us(_p99(best))}), {_per_gpu(_rate(best))} tokens/s"
                   f" per GPU; no other scenario within {p99_slack_pct:g}% of it")
     else:
         over = _p99(best) / _p99(fastest) - 1
         own = ("the lowest itself" if i == fastest_i else
-               f"{_p99(best):,.1f} µs, level with the lowest ({lowest})"
+               f"{_us(_p99(best))}, level with the lowest ({lowest})"
                if over < EQUAL_TOLERANCE else
-               f"{_p99(best):,.1f} µs, {over:+.1%} over the lowest ({lowest})")
-        reason = (f"the most tokens/s per GPU ({_rate(best):,.0f}) of the {len(near)} scenarios"
+               f"{_us(_p99(best))}, {over:+.1%} over the lowest ({lowest})")
+        reason = (f"the most tokens/s per GPU ({_per_gpu(_rate(best))}) of the {len(near)}"
+                  " scenarios"
                   f" with step p99 within {p99_slack_pct:g}% of the lowest; its step p99:"
                   f" {own}")
     return answer(best.scenario, reason + _ties(ties), tuple(r.scenario for _, r in near))
@@ -137,6 +139,16 @@ def _ties(count: int) -> str:
         return ""
     return (f"; {count} scenarios within {EQUAL_TOLERANCE:.1%} of that throughput: the fewest"
             " GPUs, then the fewest redundant experts")
+
+
+def _us(value: float) -> str:
+    """A step time as the table shows it (:mod:`placer.metrics`), with its unit."""
+    entry = metric("step_p99_us")
+    return f"{entry.cell(value)} {entry.unit}"
+
+
+def _per_gpu(value: float) -> str:
+    return metric("tokens_per_s_per_gpu").cell(value)
 
 
 def _usable(row: CompareRow) -> bool:

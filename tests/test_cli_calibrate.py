@@ -91,7 +91,7 @@ def test_text_report(fitted):
     lines = result.stdout.splitlines()
     assert lines[0].endswith("on dgx-h800 (10 all-to-all, 3 expert GEMM)")
     header = next(line for line in lines if line.startswith("line"))
-    assert header.split() == ["line", "row", "measured", "us", "before", "us", "after", "us",
+    assert header.split() == ["line", "row", "measured", "µs", "before", "µs", "after", "µs",
                               "before/meas", "after/meas"]
     row = next(line for line in lines if "normal EP16/8 dispatch" in line)
     assert row.split()[-1] == "1.000"

@@ -14,7 +14,7 @@ from placer.models import DTYPES, ModelSpec, load_model, model_from_dict, model_
 #: the reference table of the models' shapes, as printed: MoE layers, experts, top-k,
 #: shared, hidden, ffn, expert MB in BF16 and in the model's small dtype (FP8, or MXFP4
 #: for gpt-oss).
-DESIGN_TABLE = {
+PRESET_FIGURES = {
     "deepseek-v3": (58, 256, 8, 1, 7168, 2048, "88.1", "44.0", "fp8"),
     "kimi-k2": (60, 384, 8, 1, 7168, 2048, "88.1", "44.0", "fp8"),
     "qwen3-235b-a22b": (94, 128, 8, 0, 4096, 1536, "37.7", "18.9", "fp8"),
@@ -50,12 +50,12 @@ def _weights_only(model: ModelSpec, dtype: str) -> int:
 
 
 def test_catalog_holds_the_issue_models():
-    assert model_names() == list(DESIGN_TABLE)
+    assert model_names() == list(PRESET_FIGURES)
 
 
-@pytest.mark.parametrize("name", list(DESIGN_TABLE))
+@pytest.mark.parametrize("name", list(PRESET_FIGURES))
 def test_design_table(name):
-    layers, experts, top_k, shared, hidden, ffn, bf16_mb, small_mb, small = DESIGN_TABLE[name]
+    layers, experts, top_k, shared, hidden, ffn, bf16_mb, small_mb, small = PRESET_FIGURES[name]
     m = load_model(name)
     assert (m.num_moe_layers, m.num_experts, m.top_k, m.num_shared_experts) == (
         layers,

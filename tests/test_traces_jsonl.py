@@ -31,7 +31,8 @@ def write_lines(path: Path, rows: list[object]) -> Path:
 
 @pytest.fixture
 def canonical(tmp_path: Path) -> Path:
-    """DESIGN.md 4.1 in small: a header, 2 requests x 2 tokens x layers 5 and 6, top-2 of 4."""
+    """The JSONL format (docs/traces.md) in small: a header, 2 requests x 2 tokens x
+    layers 5 and 6, top-2 of 4."""
     rows: list[object] = [{"format": "placer-trace", "version": 1, "model": "tiny",
                            "num_layers": 2, "num_experts": 4, "top_k": 2, "synthetic": False}]
     experts = {("r1", 0): ([0, 1], [2, 3]), ("r1", 1): ([0, 2], [1, 3]),

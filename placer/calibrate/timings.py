@@ -183,7 +183,7 @@ Timing = AllToAllTiming | GemmTiming
 
 def _check_time(value: float) -> None:
     if not (math.isfinite(value) and value > 0):
-        raise UsageError(f"expected a measured time > 0 us, got {value}")
+        raise UsageError(f"expected a measured time > 0 µs, got {value}")
 
 
 def format_us(value: float) -> str:

@@ -111,7 +111,7 @@ def render(result: FitResult, timings: str, base_name: str) -> str:
         f" ({len(result.rows) - gemm} all-to-all, {gemm} expert GEMM)",
         "",
         table(
-            ("line", "row", "measured us", "before us", "after us", "before/meas",
+            ("line", "row", "measured µs", "before µs", "after µs", "before/meas",
              "after/meas"),
             [(_line(r.row.where), r.label, _us(r.measured_us), _us(r.before_us),
               _us(r.after_us), f"{r.ratio_before:.3f}", f"{r.ratio_after:.3f}")

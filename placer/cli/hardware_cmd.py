@@ -188,7 +188,7 @@ def topology_show(
     _echo()
     _echo(
         table(
-            ("link class", "GB/s", "latency us", "GPU pairs"),
+            ("link class", "GB/s", "latency µs", "GPU pairs"),
             [
                 (r["link_class"], r["bandwidth_gbps"], r["latency_us"], r["pairs"])
                 for r in link_rows(topology)
@@ -209,7 +209,7 @@ def topology_show(
 def _calibration_table(topology: Topology) -> str:
     """The achieved bandwidth per traffic class (calibrated or nominal)."""
     return table(
-        ("traffic", "link", "nominal GB/s/GPU", "efficiency", "achieved GB/s/GPU", "phase us"),
+        ("traffic", "link", "nominal GB/s/GPU", "efficiency", "achieved GB/s/GPU", "phase µs"),
         [
             (r["link_class"], r["technology"] + ("" if r["calibrated"] else " (nominal)"),
              r["nominal_gbps_per_gpu"], r["efficiency"], r["achieved_gbps_per_gpu"],
