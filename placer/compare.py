@@ -35,7 +35,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -82,6 +82,11 @@ from placer.planning import build_problem
 from placer.solvers import solve
 from placer.stats import ExpertStats, RoutingData
 
+if TYPE_CHECKING:
+    from placer.evaluate import Evaluation
+    from placer.models import ModelSpec
+    from placer.topology import Topology
+
 
 # -- outcomes -------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -97,7 +102,7 @@ class ScenarioOutcome:
 
     row: CompareRow
     placement: Placement | None = None
-    evaluation: Any = None
+    evaluation: Evaluation | None = None
 
 
 @dataclass(frozen=True)
@@ -151,8 +156,8 @@ class _Context:
     """What every scenario shares; sent once to each worker process."""
 
     split: RoutingSplit
-    model: Any
-    topologies: dict[str, Any]
+    model: ModelSpec
+    topologies: dict[str, Topology]
     settings: CompareSettings
     keep_details: bool = True
 
@@ -160,8 +165,8 @@ class _Context:
 def run_scenario(
     scenario: Scenario,
     split: RoutingSplit,
-    model: Any,
-    topology: Any,
+    model: ModelSpec,
+    topology: Topology,
     settings: CompareSettings,
     *,
     keep_details: bool = True,

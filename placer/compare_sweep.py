@@ -20,10 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from placer.compare_scenarios import Scenario, topology_label
 from placer.errors import InfeasibleError, UsageError
+
+if TYPE_CHECKING:
+    from placer.models import ModelSpec
+    from placer.topology import Topology
 
 #: Kinds of :class:`Sweep`.
 SWEEP_KINDS = ("fewest", "redundant", "slots", "auto")
@@ -225,11 +229,11 @@ def sweep_scenarios(
     topologies: Sequence[str],
     sweep: Sweep,
     solvers: Sequence[str],
-    model: Any,
+    model: ModelSpec,
     *,
     dtype: str | None = None,
     kv_reserve_gb: float | None = None,
-    loaded: Mapping[str, Any] | None = None,
+    loaded: Mapping[str, Topology] | None = None,
 ) -> tuple[tuple[Scenario, ...], tuple[str, ...]]:
     """Every (topology, redundancy, solver) the sweep gives, topology-major, and the notes.
 

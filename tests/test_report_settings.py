@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from placer.cli.main import app
 from placer.compare import CompareRow, CompareSettings, Scenario, ScenarioOutcome
 from placer.compare_rows import with_verdicts
+from placer.evaluate import EvalParams
 from placer.report.settings import (
     command_line,
     compare_settings_rows,
@@ -92,8 +93,8 @@ def test_compare_settings_rows_with_an_engine_say_where_policy_and_mode_come_fro
 
 
 def test_evaluation_settings_rows_and_section_carry_version_and_command():
-    params = SimpleNamespace(policy="round_robin", mode="normal", batch_tokens=None,
-                             num_batches=32, seed=3, dtype=None)
+    params = EvalParams(policy="round_robin", mode="normal", batch_tokens=None,
+                        num_batches=32, seed=3, dtype=None)
     rows = evaluation_settings_rows(params, model="gpt-oss-20b", topology="dgx-h100",
                                     default_dtype="mxfp4")
     assert dict(rows)["expert weight dtype"] == "mxfp4 (the model's)"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from placer.report._mpl import figure_png, smallest_text_px
 from placer.report.html import Block, Picture, Section, SideBySide, Table, Text, render_html
 from placer.report.settings import compare_settings_rows, settings_section
 from placer.report.verdicts import compare_judgements, placement_judgements, verdict_section
+
+if TYPE_CHECKING:
+    from placer.compare_scenarios import CompareSettings, Scenario
 from placer.stats import ExpertStats
 from placer.summary import TIME_FIGURES
 
@@ -372,8 +375,8 @@ def compare_report(
     node_of_gpu: dict[str, np.ndarray] | None = None,
     subtitle: str = "",
     dpi: int | None = None,
-    settings: Any = None,
-    scenarios: Sequence[Any] = (),
+    settings: CompareSettings | None = None,
+    scenarios: Sequence[Scenario] = (),
     command: str = "",
 ) -> Report:
     """``placer compare --report``: verdicts, the table and what-if chart, settings, then

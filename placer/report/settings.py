@@ -20,10 +20,14 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from placer import constants
 from placer.report.html import Code, Section, Table, Text
+
+if TYPE_CHECKING:
+    from placer.compare_scenarios import CompareSettings, Scenario
+    from placer.evaluate import EvalParams
 
 #: Caption of the settings table.
 SETTINGS_CAPTION = "Settings (the command line under the table runs this report again)"
@@ -44,13 +48,14 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return " ".join([head, *(shlex.quote(a) for a in args[1:])])
 
 
-def compare_settings_rows(settings: Any, scenarios: Sequence[Any] = ()) -> list[tuple[str, str]]:
+def compare_settings_rows(
+    settings: CompareSettings, scenarios: Sequence[Scenario] = ()
+) -> list[tuple[str, str]]:
     """``(setting, value)`` rows of a compare study.
 
     Parameters
     ----------
-    settings: ``placer.compare.CompareSettings`` (read by attribute, so any object
-        with its fields works).
+    settings: the study's settings.
     scenarios: ``placer.compare.Scenario`` of the study, summarized in one row each
         for topologies, redundancy levels and solvers.
 
@@ -58,7 +63,7 @@ def compare_settings_rows(settings: Any, scenarios: Sequence[Any] = ()) -> list[
     used: with an engine and workload they come from the workload, and the row
     says so.
     """
-    rows: list[tuple[str, str]] = [("model", str(getattr(settings, "model", "") or "-"))]
+    rows: list[tuple[str, str]] = [("model", settings.model or "-")]
     if scenarios:
         rows += [
             ("topologies", ", ".join(_unique(s.topology for s in scenarios))),
@@ -66,7 +71,7 @@ def compare_settings_rows(settings: Any, scenarios: Sequence[Any] = ()) -> list[
                                                               for s in scenarios))),
             ("solvers", ", ".join(_unique(s.solver for s in scenarios))),
         ]
-    target = getattr(settings, "target", None)
+    target = settings.target
     if target is not None:
         rows += [
             ("engine and workload", target.describe()),
@@ -75,35 +80,33 @@ def compare_settings_rows(settings: Any, scenarios: Sequence[Any] = ()) -> list[
             ("tokens per judged batch", f"{target.tokens} per GPU x the scenario's GPUs"),
         ]
     else:
-        batch = getattr(settings, "batch_tokens", None)
+        batch = settings.batch_tokens
         rows += [
             ("engine and workload", "none given (--policy, --mode and --batch-tokens apply)"),
-            ("dispatch policy", str(getattr(settings, "policy", "round_robin"))),
-            ("all-to-all mode", str(getattr(settings, "mode", "normal"))),
+            ("dispatch policy", settings.policy),
+            ("all-to-all mode", settings.mode),
             ("tokens per judged batch", str(batch) if batch else "the trace's steps"),
         ]
-    num_batches = getattr(settings, "num_batches", None)
-    total = getattr(settings, "time_limit_s", None)
-    per_layer = getattr(settings, "layer_time_limit_s", None)
-    reserve = getattr(settings, "kv_reserve_gb", None)
+    num_batches, total = settings.num_batches, settings.time_limit_s
+    per_layer, reserve = settings.layer_time_limit_s, settings.kv_reserve_gb
     rows += [
         ("batches sampled (aggregated loads only)",
          str(num_batches or constants.DEFAULT_SAMPLED_BATCHES)),
-        ("judged on", "held-out windows" if getattr(settings, "holdout", True)
+        ("judged on", "held-out windows" if settings.holdout
          else "every window (the windows the solvers saw)"),
-        ("expert weight dtype", getattr(settings, "dtype", None) or "the model's"),
+        ("expert weight dtype", settings.dtype or "the model's"),
         ("KV cache reserve per GPU",
          f"{reserve:g} GB" if reserve is not None else "capacity default"),
         ("time limit per scenario (whole plan)",
          f"{total if total is not None else constants.DEFAULT_PLAN_SECONDS:g} s"),
         ("time limit per layer (search-based solvers)",
          f"{per_layer:g} s" if per_layer is not None else "solver default"),
-        ("seed (solvers and sampling)", str(getattr(settings, "seed", 0))),
+        ("seed (solvers and sampling)", str(settings.seed)),
     ]
     return rows
 
 
-def evaluation_settings_rows(params: Any, *, model: str, topology: str,
+def evaluation_settings_rows(params: EvalParams, *, model: str, topology: str,
                              default_dtype: str = "") -> list[tuple[str, str]]:
     """``(setting, value)`` rows of ``placer report``'s evaluation.
 
@@ -113,8 +116,7 @@ def evaluation_settings_rows(params: Any, *, model: str, topology: str,
     model, topology: names of the model and topology.
     default_dtype: the model's dtype, shown when ``params.dtype`` is None.
     """
-    batch = getattr(params, "batch_tokens", None)
-    dtype = getattr(params, "dtype", None)
+    batch, dtype = params.batch_tokens, params.dtype
     return [
         ("model", model),
         ("topology", topology),
