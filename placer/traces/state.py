@@ -28,8 +28,8 @@ class TraceState:
 
     Attributes
     ----------
-    options: what ``read_routing`` was asked for (``coact`` turns off when co-activation
-        is left out, see :meth:`~placer.traces.counting.Counts.drop_coact`).
+    options: what ``read_routing`` was asked for (``coact`` turns off when
+        :class:`~placer.traces.counting.Counts` leaves co-activation out).
     sources, formats, source, skipped, rows_read, synthetic, model, notes: provenance
         and messages; ``source`` is the file read now.
     num_experts, experts_from, top_k, top_k_from, num_layers_declared: declared
