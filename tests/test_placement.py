@@ -83,18 +83,24 @@ def test_equality_ignores_meta_and_hash_is_consistent(docstring_example):
     assert len({twin, docstring_example, other}) == 2
 
 
+def _toy_model(num_experts: int, moe_layer_ids: tuple[int, ...]) -> SimpleNamespace:
+    """What ``Placement.check_model`` reads of a model (``placement.ModelLayers``)."""
+    return SimpleNamespace(name="toy", num_experts=num_experts, moe_layer_ids=moe_layer_ids,
+                           mtp_layer_ids=())
+
+
 def test_check_model_accepts_matching_model(docstring_example):
-    model = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(1, 2, 3))
+    model = _toy_model(4, (1, 2, 3))
     docstring_example.check_model(model)  # raises on mismatch
 
 
 def test_check_model_rejects_other_experts_or_layers(docstring_example):
-    other_experts = SimpleNamespace(name="toy", num_experts=8, moe_layer_ids=(3,))
+    other_experts = _toy_model(8, (3,))
     with pytest.raises(PlacementError) as info:
         docstring_example.check_model(other_experts, where="plan.json")
     assert str(info.value) == "plan.json: the placement has 4 experts per layer but toy has 8"
 
-    other_layers = SimpleNamespace(name="toy", num_experts=4, moe_layer_ids=(4, 5, 6, 9))
+    other_layers = _toy_model(4, (4, 5, 6, 9))
     with pytest.raises(PlacementError) as info:
         docstring_example.check_model(other_layers)
     assert str(info.value) == "layer 3 of the placement is not a MoE layer of toy"
