@@ -1,6 +1,6 @@
 """Aggregated statistics: load matrices from ``.npz``, ``.npy``, ``.csv`` and ``.json``.
 
-Content (DESIGN.md 4.2), whatever the container:
+Content (docs/traces.md, aggregated loads), whatever the container:
 
 - ``load``: ``[layers, experts]`` or ``[windows, layers, experts]`` whole token counts
   (``(token, expert)`` selections) >= 0;

@@ -117,8 +117,8 @@ class RowChunk:
 
 @dataclass
 class _HeldTokens:
-    """Validated whole tokens of one source waiting to be counted (see
-    :meth:`Accumulator._cut_warmup_tokens`); arrays as in :class:`TokenChunk`."""
+    """Validated whole tokens of one source held back until a warm-up run that may still
+    grow is seen whole (:meth:`Accumulator.add_tokens`); arrays as in :class:`TokenChunk`."""
 
     ids: np.ndarray  # [tokens, layers, k]
     lid: np.ndarray  # [layers] absolute layer ids
