@@ -176,20 +176,10 @@ class Checks:
         """Check and record a file's ``num_experts`` (against the declared one, the ids
         read so far and ``MAX_EXPERTS``); the accumulator grows the counts to it."""
         s = self.state
-        e = _positive_int(num_experts, "num_experts", where)
-        if e > constants.MAX_EXPERTS:
-            raise TraceError(
-                f"num_experts {e} is more than placer handles ({constants.MAX_EXPERTS})",
-                where=where, hint=_LIMITS_HINT,
-            )
-        if s.num_experts is not None and s.num_experts != e:
-            raise TraceError(
-                f"num_experts is {e} here but {s.num_experts} in {s.experts_from}",
-                where=where,
-                hint="check `num_experts` against the trace"
-                if s.experts_from == _DECLARED_EXPERTS
-                else "all inputs of one read must describe the same model",
-            )
+        e = _declared_count(
+            "num_experts", num_experts, constants.MAX_EXPERTS, (s.num_experts, s.experts_from),
+            _DECLARED_EXPERTS, "check `num_experts` against the trace", where,
+        )
         if s.max_expert >= e:
             raise TraceError(
                 f"num_experts is {e} but expert {s.max_expert} was already read",
@@ -205,20 +195,10 @@ class Checks:
         :meth:`~placer.traces.accumulate.Accumulator.declare`)."""
         s = self.state
         if top_k is not None:
-            k = _positive_int(top_k, "top_k", where)
-            if k > constants.MAX_TOP_K:
-                raise TraceError(
-                    f"top_k {k} is more than placer handles ({constants.MAX_TOP_K})",
-                    where=where, hint=_LIMITS_HINT,
-                )
-            if s.top_k is not None and s.top_k != k:
-                raise TraceError(
-                    f"top_k is {k} here but {s.top_k} in {s.top_k_from}",
-                    where=where,
-                    hint="check `model` and `top_k` against the trace"
-                    if s.top_k_from == _DECLARED_TOP_K
-                    else "all inputs of one read must describe the same model",
-                )
+            k = _declared_count(
+                "top_k", top_k, constants.MAX_TOP_K, (s.top_k, s.top_k_from), _DECLARED_TOP_K,
+                "check `model` and `top_k` against the trace", where,
+            )
             s.top_k, s.top_k_from = k, where
         if s.top_k is not None and s.num_experts is not None and s.top_k > s.num_experts:
             raise TraceError(
@@ -329,3 +309,24 @@ class Checks:
                 " second pass with the same ids or token numbers that restart"
             )
         return out
+
+
+def _declared_count(
+    name: str, value: Any, limit: int, known: tuple[int | None, str], declared: str,
+    declared_hint: str, where: str,
+) -> int:
+    """A count a file declares (``num_experts``, ``top_k``): a positive int within
+    ``limit`` that agrees with what is ``known`` already (value, where it came from;
+    ``declared`` when the caller gave it)."""
+    count = _positive_int(value, name, where)
+    if count > limit:
+        raise TraceError(f"{name} {count} is more than placer handles ({limit})",
+                         where=where, hint=_LIMITS_HINT)
+    before, source = known
+    if before is not None and before != count:
+        raise TraceError(
+            f"{name} is {count} here but {before} in {source}", where=where,
+            hint=declared_hint if source == declared
+            else "all inputs of one read must describe the same model",
+        )
+    return count
