@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from placer.errors import UsageError
+from placer.errors import PlacerError, UsageError
 
 #: Pending ``(temporary, target)`` renames of the innermost :func:`all_or_nothing` block.
 _PENDING: ContextVar[list[tuple[Path, Path]] | None] = ContextVar("_PENDING", default=None)
@@ -72,6 +72,29 @@ def check_not_inputs(outputs: Iterable[tuple[str, str | os.PathLike[str] | None]
                 raise UsageError(
                     f"{target} is an input of this command; writing it would destroy it",
                     where=option, hint="write the output to another file")
+
+
+@contextmanager
+def reading(
+    path: str | os.PathLike[str], error: type[PlacerError], what: str, *,
+    folder: str = "is a folder, not a file", folder_hint: str | None = None,
+) -> Iterator[None]:
+    """Opening or reading input ``path`` inside the block: a missing file, a folder, a
+    link loop or any other OS error becomes ``error`` naming the path, with a hint
+    (``what`` names the file: "trace", "engine file"; ``folder``, ``folder_hint``: what a
+    folder is told)."""
+    where = str(path)
+    try:
+        yield
+    except FileNotFoundError:
+        raise error("file not found", where=where, hint=f"check the path of the {what}") from None
+    except IsADirectoryError:
+        raise error(folder, where=where, hint=folder_hint or f"name the {what} itself") from None
+    except OSError as e:
+        raise error(
+            f"cannot read the file ({e.strerror or e})", where=where,
+            hint="check that it exists and is readable (and not a link loop)",
+        ) from None
 
 
 @contextmanager

@@ -27,6 +27,7 @@ import yaml
 
 from placer import constants
 from placer.errors import PlacerError
+from placer.fileio import reading
 
 _MISSING: Any = object()
 
@@ -225,22 +226,8 @@ def read_document(path: Path, error: type[PlacerError], *, what: str = "file") -
     Missing, unreadable (a folder, a link loop) or too large (``/dev/zero``) files
     become ``error`` naming ``path``; ``what`` names the file in hints.
     """
-    try:
-        with open(path, "rb") as f:
-            data = f.read(constants.MAX_DOCUMENT_BYTES + 1)
-    except FileNotFoundError:
-        raise error(
-            "file not found", where=str(path), hint=f"check the path of the {what}"
-        ) from None
-    except IsADirectoryError:
-        raise error(
-            "is a folder, not a file", where=str(path), hint=f"name the {what} itself"
-        ) from None
-    except OSError as e:
-        raise error(
-            f"cannot read the file ({e.strerror or e})", where=str(path),
-            hint="check that it exists and is readable (and not a link loop)",
-        ) from None
+    with reading(path, error, what), open(path, "rb") as f:
+        data = f.read(constants.MAX_DOCUMENT_BYTES + 1)
     if len(data) > constants.MAX_DOCUMENT_BYTES:
         raise error(
             f"the file is larger than {constants.MAX_DOCUMENT_BYTES >> 20} MiB, the most"

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from placer.errors import EngineFormatError, Param, PlacementError, UsageError
+from placer.fileio import reading
 from placer.placement import ModelLayers, Placement
 from placer.stats import format_ranges
 from placer.yaml_schema import decode_text, load_json, parse_yaml, read_document
@@ -214,17 +215,8 @@ def read_engine(
 def check_input(path: Path) -> None:
     """EngineFormatError unless ``path`` is a regular file (not missing, a folder, a link
     loop, a named pipe or a device)."""
-    try:
+    with reading(path, EngineFormatError, "engine file"):
         mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise EngineFormatError(
-            "file not found", where=str(path), hint="check the path of the engine file"
-        ) from None
-    except OSError as e:
-        raise EngineFormatError(
-            f"cannot read the file ({e.strerror or e})", where=str(path),
-            hint="check that it exists and is readable (and not a link loop)",
-        ) from None
     if stat.S_ISDIR(mode):
         raise EngineFormatError(
             "is a folder, not a file", where=str(path), hint="name the engine file itself"

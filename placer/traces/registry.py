@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from placer.errors import Param, TraceError, UsageError
+from placer.fileio import reading
 
 if TYPE_CHECKING:
     from placer.traces.accumulate import Accumulator
@@ -99,22 +100,9 @@ def get_format(name: str) -> TraceFormat:
 
 def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
     """The first ``size`` bytes of ``path``, decompressed when it is gzip."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(size)
-    except FileNotFoundError:
-        raise TraceError(
-            "file not found", where=str(path), hint="check the path of the trace"
-        ) from None
-    except IsADirectoryError:
-        raise TraceError(
-            "is a folder, not a trace file", where=str(path), hint="name the trace files in it"
-        ) from None
-    except OSError as e:
-        raise TraceError(
-            f"cannot read the file ({e.strerror or e})", where=str(path),
-            hint="check that it exists and is readable (and not a link loop)",
-        ) from None
+    with reading(path, TraceError, "trace", folder="is a folder, not a trace file",
+                 folder_hint="name the trace files in it"), open(path, "rb") as f:
+        head = f.read(size)
     if head[:2] == b"\x1f\x8b":
         try:
             with gzip.open(path, "rb") as g:
