@@ -180,11 +180,15 @@ def _slots(values: tuple[int, ...], name: str, experts: int, gpus: int,
     if many:
         reasons.append(f"{_join(many)} (more slots than the {experts} experts: a GPU would hold"
                        " two replicas of one expert)")
-    note = None
-    if reasons:
-        every = " (every value)" if not kept else ""
-        note = f"{name}: skipped --slots-per-gpu {'; '.join(reasons)}{every}"
-    return TopologySweep(tuple(s * gpus - experts for s in kept), note)
+    return TopologySweep(tuple(s * gpus - experts for s in kept),
+                         _skipped(name, "--slots-per-gpu", reasons, bool(kept)))
+
+
+def _skipped(name: str, flag: str, reasons: list[str], kept: bool) -> str | None:
+    """The sweep's note on ``name``: which values of ``flag`` were skipped and why."""
+    if not reasons:
+        return None
+    return f"{name}: skipped {flag} {'; '.join(reasons)}{'' if kept else ' (every value)'}"
 
 
 def _redundant(values: tuple[int, ...], name: str, experts: int, gpus: int,
@@ -206,11 +210,7 @@ def _redundant(values: tuple[int, ...], name: str, experts: int, gpus: int,
     if many:
         reasons.append(f"{_join(many)} (above {most}: a GPU would hold two replicas of one"
                        " expert)")
-    note = None
-    if reasons:
-        every = " (every value)" if not kept else ""
-        note = f"{name}: skipped --redundant {'; '.join(reasons)}{every}"
-    return TopologySweep(kept, note)
+    return TopologySweep(kept, _skipped(name, "--redundant", reasons, bool(kept)))
 
 
 def _unique(values: Iterable[int]) -> tuple[int, ...]:
