@@ -25,7 +25,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 demo: $(STAMP)
-	$(BIN)/python -m placer.demo
+	$(BIN)/python -m placer.cli.demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache out

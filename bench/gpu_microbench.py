@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from placer.calibrate.cases import AllToAllCase
 from placer.calibrate.timings import AllToAllTiming, GemmTiming, Timing, write_timings
-from placer.calibrate.workload import AllToAllCase
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "out" / "gpu_timings.csv"
 HOW = ("on a machine with a CUDA GPU: pip install -e '.[torch]' && python"

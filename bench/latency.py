@@ -147,9 +147,9 @@ def compare_engines(
     ``topology`` are specs; ``fit`` the fitted windows.  ``jobs`` defaults to every core
     (as ``placer plan``); ``time_limit_s`` None keeps the default (tests pass less).
     """
-    from placer.planning import build_problem
+    from placer.planning.build import build_problem
+    from placer.planning.solvers import solve
     from placer.problem import SolveParams
-    from placer.solvers import solve
     from placer.summary import BASELINE_SOLVER, summarize_plan
     from placer.workload import Workload
 
@@ -289,11 +289,11 @@ def h100_node(num_gpus: int) -> Any:
 def synth_trace(path: Path, model: str, **overrides: Any) -> Path:
     """A ``placer synth`` trace of ``model``'s shape at ``path``, written when absent.
 
-    ``overrides`` are :class:`placer.synth.SynthParams` fields (``num_tokens``, ``zipf``,
+    ``overrides`` are :class:`placer.traces.synth.SynthParams` fields (``num_tokens``, ``zipf``,
     ``clusters``, ``drift``, ``tokens_per_step``, ``num_ranks``, ``seed``, ...).
     """
-    from placer.models import load_model
-    from placer.synth import params_for_model, write_synth
+    from placer.model import load_model
+    from placer.traces.synth import params_for_model, write_synth
 
     if path.exists():
         log(f"reusing {path}")
@@ -310,7 +310,7 @@ def synth_trace(path: Path, model: str, **overrides: Any) -> Path:
 
 def read(source: Path | list[Path], model: str, **kwargs: Any) -> Any:
     """``read_routing`` with the model's ``top_k``; warnings to stderr."""
-    from placer.models import load_model
+    from placer.model import load_model
     from placer.traces import read_routing
 
     with warnings.catch_warnings(record=True) as caught:
@@ -410,7 +410,7 @@ def run() -> str:
 
 
 def _run(folder: Path) -> str:
-    from placer.models import load_model
+    from placer.model import load_model
 
     only = {k.strip() for k in os.environ.get("PLACER_BENCH_LATENCY_ONLY", "").split(",")
             if k.strip()}

@@ -4,7 +4,7 @@ Targets of issue 5, each measured in one run, side by side with EPLB, with pass/
 the margin.  Reads ``../shared/data/real`` (gpt-oss-20b loads and co-activation,
 Qwen3-30B-A3B loads and thresholded co-activation, Mixtral-8x7B per-token logs) the way
 ``placer plan`` does: through ``placer.traces.read_routing`` (``top_k`` from the model,
-as the CLI passes it) and ``placer.planning.build_problem`` with the model preset, the
+as the CLI passes it) and ``placer.planning.build.build_problem`` with the model preset, the
 GPU count or topology and ``--slots-per-gpu``.  The gpt-oss-20b ``load_coact.npz`` and
 the Mixtral JSONL logs are read as they are; the Qwen3 JSON is converted once, into a
 temporary folder, by ``traces/convert_qwen3.py`` (the script that made the bundled
@@ -44,11 +44,12 @@ import numpy as np
 from bench.__main__ import SHARED_DATA
 from placer.errors import PlacerWarning
 from placer.evaluate import expected_remote_copies, remote_copy_bounds
-from placer.models import load_model
+from placer.model import load_model
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
-from placer.planning import build_problem
+from placer.placement.migration import moves_from
+from placer.planning.build import build_problem
+from placer.planning.solvers import solve
 from placer.problem import PlacementProblem, SolveParams, SolveResult
-from placer.solvers import solve
 from placer.stats import RoutingData
 from placer.traces import read_routing
 
@@ -393,8 +394,8 @@ def _migration(timings: list) -> list[str]:
         replan = run_plan(problem_for(after, "mixtral-8x7b", gpus, slots, current=current),
                           "cpsat")
         timings.append((f"mixtral-8x7b {gpus}x{slots} (re-plan)", replan.seconds))
-        m_fresh = fresh.placement.moves_from(current)
-        m_replan = replan.placement.moves_from(current)
+        m_fresh = moves_from(fresh.placement, current)
+        m_replan = moves_from(replan.placement, current)
         h_fresh = float(fresh.result.objective or 0)
         h_replan = float(replan.result.objective or 0)
         ratio = m_replan / m_fresh if m_fresh else 0.0

@@ -44,11 +44,11 @@ def run() -> str:
 
 def _replan() -> list[str]:
     from placer.evaluate import EvalParams, evaluate
-    from placer.migration import move_cost
-    from placer.models import load_model
-    from placer.planning import build_problem
+    from placer.model import load_model
+    from placer.placement.migration import move_cost
+    from placer.planning.build import build_problem
+    from placer.planning.solvers import solve
     from placer.problem import SolveParams
-    from placer.solvers import solve
     from placer.topology import load_topology
     from placer.workload import Workload
 

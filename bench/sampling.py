@@ -1,7 +1,7 @@
 """Sampling benchmark: the evaluator's batches drawn from aggregated statistics.
 
 ``python -m bench sampling``.  Reads only what ships with placer (``traces/``) and what it
-makes itself (``placer.synth``), so it runs in any checkout.  Three cases, default
+makes itself (``placer.traces.synth``), so it runs in any checkout.  Three cases, default
 ``EvalParams`` (16 batches x 4,096 tokens, round-robin, normal mode), ``linear``
 placement on ``2x-dgx-h100``:
 
@@ -34,7 +34,7 @@ import numpy as np
 from placer import constants
 from placer.evaluate import EvalParams, evaluate
 from placer.evaluate.sampling import build_sampler, sampled_batch_windows, target_inclusion
-from placer.models import load_model
+from placer.model import load_model
 from placer.placement import Placement
 from placer.stats import ExpertStats, RoutingData
 from placer.topology import load_topology
@@ -99,8 +99,8 @@ def capped_hot_shard(stats: ExpertStats, num_gpus: int) -> float:
 
 def eplb(routing: RoutingData) -> Placement:
     """EPLB with 16 redundant experts on the benchmark's model and topology."""
-    from placer.planning import build_problem
-    from placer.solvers import solve
+    from placer.planning.build import build_problem
+    from placer.planning.solvers import solve
 
     problem = build_problem(routing, model=load_model(MODEL), topology=load_topology(TOPOLOGY),
                             redundant=16)
@@ -118,8 +118,8 @@ def zipf_stats(exponent: float = 1.5, tokens: int = 65_536, seed: int = 0) -> Ex
 
 
 def skewed_trace(folder: Path) -> RoutingData:
-    from placer.synth import SynthParams, write_synth
     from placer.traces import read_routing
+    from placer.traces.synth import SynthParams, write_synth
 
     path = folder / "skewed.npz"
     write_synth(path, SynthParams(num_tokens=16_384, layer_ids=tuple(range(48)),

@@ -39,7 +39,7 @@ GPU_LOAD_MAX_PANELS = 6
 #: Share of routing windows a comparison holds out for evaluation (the rest is fitted).
 HOLDOUT_FRACTION = 0.25
 
-# -- hardware and model sizes (placer.topology, placer.models, placer.capacity) -----------
+# -- hardware and model sizes (placer.topology, placer.model, placer.model.capacity) -----------
 
 #: Expert dtypes placer sizes, in the order ``placer capacity`` tries smaller ones.
 DTYPES = ("bf16", "fp8", "mxfp4")
@@ -81,7 +81,7 @@ DEFAULT_FABRIC_LATENCY_US = {"nvswitch": 1.0, "switch": 1.0, "mesh": 1.0, "pcie"
 #: NIC-to-NIC latency of the network between nodes when not given, microseconds.
 DEFAULT_NETWORK_LATENCY_US = 2.0
 
-# -- statistics and synthetic traces (placer.analysis, placer.synth) ---------------------
+# -- statistics and synthetic traces (placer.stats.analysis, placer.traces.synth) -----------
 
 #: Hot set compared between windows for drift: this share of a layer's experts (rounded up).
 DRIFT_HOT_SET_FRACTION = 0.125
@@ -89,7 +89,7 @@ DRIFT_HOT_SET_FRACTION = 0.125
 #: Co-activation counts covering less than this share of (top_k - 1) x load are "partial".
 COACT_COVERAGE_WARN = 0.99
 
-#: Tokens generated per chunk by placer.synth (memory: about 40 bytes x experts x chunk).
+#: Tokens generated per chunk by placer.traces.synth (memory: about 40 bytes x experts x chunk).
 SYNTH_CHUNK_TOKENS = 1 << 15
 
 #: Experts ids a synthetic trace supports (int16 ids); top-k up to this many experts.
@@ -178,7 +178,7 @@ MAX_MODEL_PARAMS = 1 << 50
 #: Tokens of one calibration case (num_gpus x tokens_per_gpu), routed in memory.
 MAX_CALIBRATE_TOKENS = 1 << 22
 
-# -- the CP-SAT planner (placer.solvers.cpsat) ----------------------------------------------
+# -- the CP-SAT planner (placer.planning.solvers.cpsat) -------------------------------------
 
 #: Slots a large-neighbourhood sub-model frees at once (GPUs freed = this / S, at least 2).
 CPSAT_NEIGHBOURHOOD_SLOTS = 10
@@ -270,7 +270,7 @@ SAMPLING_CALIBRATION_TOL = 1e-4
 DEFAULT_MIGRATION_WEIGHT = 3.0
 
 #: Re-planning without a move budget: the fewest moves whose estimated time is within this
-#: share of the best re-plan's (``--move-tolerance``; ``placer.migration.Frontier``).
+#: share of the best re-plan's (``--move-tolerance``; ``placer.placement.migration.Frontier``).
 MOVE_TOLERANCE = 0.005
 
 #: Budgets (shares of the best re-plan's moves) the move frontier is reported at.

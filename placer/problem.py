@@ -1,8 +1,9 @@
 """What every solver takes and returns: the planning problem, the parameters, the result.
 
 A solver is a function ``(PlacementProblem, SolveParams) -> SolveResult``; the table of
-solvers and :func:`placer.solvers.solve` live in :mod:`placer.solvers.registry` (this
-module imports no solver).  Solvers are pure: they neither print nor read files.
+solvers and :func:`placer.planning.solvers.solve` live in
+:mod:`placer.planning.solvers.registry` (this module imports no solver).  Solvers are
+pure: they neither print nor read files.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import numpy as np
 
 from placer import constants
 from placer.errors import Param, UsageError
+from placer.model.slots import fewest_slots_per_gpu
 from placer.placement import Placement
 from placer.stats import ExpertStats
 from placer.workload import Workload
 
 if TYPE_CHECKING:
-    from placer.models import ModelSpec
+    from placer.model import ModelSpec
     from placer.topology import Topology
 
 
@@ -37,7 +39,7 @@ class PlacementProblem:
     num_groups: expert groups of the model (DeepSeek-V3: 8), 1 when ungrouped;
         EPLB's hierarchical policy uses it.
     topology: the cluster (``placer.topology.Topology``) when known.
-    model: the model (``placer.models.ModelSpec``) when known.
+    model: the model (``placer.model.ModelSpec``) when known.
     current: the deployed placement, for migration-aware planning.
     """
 
@@ -63,7 +65,8 @@ class PlacementProblem:
                 f"{self.num_gpus} GPUs x {self.slots_per_gpu} slots = {self.num_physical} slots"
                 f" cannot hold {self.stats.num_experts} experts",
                 where=Param("slots_per_gpu"),
-                hint=f"use at least {-(-self.stats.num_experts // self.num_gpus)} slots per GPU",
+                hint=f"use at least {fewest_slots_per_gpu(self.stats.num_experts, self.num_gpus)}"
+                     " slots per GPU",
             )
         if self.slots_per_gpu > self.stats.num_experts:
             raise UsageError(
@@ -111,15 +114,15 @@ class SolveParams:
     workload: the engine and batch regime the plan is judged under (the evaluator's
         dispatch policy, all-to-all mode and batch size; :class:`placer.workload.Workload`).
     max_moves: re-planning (``problem.current``): at most this many weight moves in all
-        (a hard budget; :mod:`placer.migration`); None: no budget.
+        (a hard budget; :mod:`placer.placement.migration`); None: no budget.
     max_move_gb: the same budget in GB of expert weights to copy; None: none.
     move_tolerance: re-planning without a budget: the fewest moves whose estimated time
         is within this share of the best re-plan's (0.005 = 0.5%; 0 moves when the
         deployed placement is already there).
     options: the solver's own options: an instance of its options class (``cpsat``:
-        :class:`placer.solvers.cpsat.CpsatOptions`), a mapping of option names to
+        :class:`placer.planning.solvers.cpsat.CpsatOptions`), a mapping of option names to
         values or ``KEY=VALUE`` strings, or None for its defaults.  A solver without
-        options refuses any (:func:`placer.solvers.solve`).
+        options refuses any (:func:`placer.planning.solvers.solve`).
     progress: called as ``progress(done, total)`` as layers finish (search-based
         solvers); None: silent.
     ray: run the layers on Ray (:class:`placer.parallel.Backend`): ``"local"`` starts a
@@ -171,13 +174,13 @@ class SolveResult:
     Attributes
     ----------
     placement: always a valid placement (a time limit still yields one).
-    solver: name of the solver that ran (:func:`placer.solvers.solver_names`).
+    solver: name of the solver that ran (:func:`placer.planning.solvers.solver_names`).
     status: ``OPTIMAL``, ``FEASIBLE``, ``FALLBACK`` (the baseline was kept) or
         ``HEURISTIC`` (a greedy method with no bound).
     hot_shard: the mean over layers of the hot-shard ratio (the busiest GPU's load over
         the mean GPU load, dimensionless) of ``placement`` on the fitted windows' load
         summed over windows; the same figure for every solver, filled in by
-        :func:`placer.solvers.solve`.
+        :func:`placer.planning.solvers.solve`.
     objective: the solver's own objective value, in ``objective_unit``; None when it
         has none.
     objective_unit: what ``objective`` measures (for example ``"tokens, busiest GPU of
@@ -186,7 +189,7 @@ class SolveResult:
     baseline: what the solver compared its plan against and would have kept (``"eplb"``,
         ``"current"`` for the deployed placement), or None when it compares with nothing.
     replan: with a deployed placement, the move budget and the latency-versus-moves
-        frontier (:mod:`placer.migration`); None otherwise.
+        frontier (:mod:`placer.placement.migration`); None otherwise.
     seconds: wall time.
     details: per-layer reports and anything else worth showing (JSON-able values;
         each solver documents its keys).

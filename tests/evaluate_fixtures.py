@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from placer.models import ModelSpec
+from placer.model import ModelSpec
 from placer.placement import Placement
 from placer.stats import ExpertStats, RoutingData, RoutingTrace
 from placer.topology import GpuType, Topology

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from placer.ptfile import _Global, _PendingStorage, _TorchPickler, save_pt
+from placer.io.ptfile import _Global, _PendingStorage, _TorchPickler, save_pt
 
 #: Builds a case's files in the given folder and returns the placer arguments.
 Builder = Callable[[Path], list[str]]
@@ -58,8 +58,8 @@ class Case:
 
 CASES: list[Case] = []
 
-#: The YAML syntax errors of placer.yaml_schema have no hint while
-#: tests/test_topology.py::test_schema_errors requires them to have none.
+#: The YAML syntax errors of placer.io.yaml_schema have no hint while
+#: tests/topology/test_topology.py::test_schema_errors requires them to have none.
 
 def case(name: str, *, code: int = 1, contains: str = "", bomb: bool = False, no_hint: str = ""
          ) -> Callable[[Builder], Builder]:
@@ -1075,7 +1075,7 @@ def _compare(d: Path) -> list[str]:
 def placement(path: Path) -> Path:
     """A valid placement of 8 experts on 8 GPUs, layer 0."""
     from placer.placement import Placement
-    from placer.placement_io import write_placement
+    from placer.placement.document import write_placement
 
     write_placement(path, Placement(physical_to_logical=np.arange(8)[None], layer_ids=np.array([0]),
                                     num_experts=8, num_gpus=8))

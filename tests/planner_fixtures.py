@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from placer.models import ModelSpec
+from placer.model import ModelSpec
 from placer.stats import ExpertStats
 
 #: A small group-limited model: 32 experts in 4 groups, top-4 of 2 groups, 2 MoE layers.

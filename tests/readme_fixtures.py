@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from safetensors_fixture import write_safetensors
 
-from placer.ptfile import save_pt
+from placer.io.ptfile import save_pt
 
 REPO = Path(__file__).resolve().parent.parent
 HIDDEN_LAYERS, FIRST_MOE, EXPERTS, TOP_K = 61, 3, 256, 8

@@ -1,7 +1,11 @@
 """The import graph layers as docs/ARCHITECTURE.md says, and the document names real code.
 
-Reads the package's source (module-level imports, not those inside functions, which
-load optional or heavy dependencies late) and the "Layers" table of the document.
+Reads every import of the package's source, wherever it stands: at the top of a module,
+inside a function (a late import of a heavy or optional dependency), under
+``if TYPE_CHECKING:``.  A deferred import that closes a circle is still a circle, and an
+import made only for a type annotation is still a dependency.  The layer table of the
+document is by unit: a package (``placer.traces``) or a module of the package's root
+(``placer.errors``).
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import networkx as nx
@@ -19,6 +25,7 @@ PACKAGE = ROOT / "placer"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 
 
+@cache
 def _modules() -> dict[str, Path]:
     out = {}
     for path in PACKAGE.rglob("*.py"):
@@ -27,40 +34,68 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    found: list[ast.Import | ast.ImportFrom] = []
-    for node in tree.body:
-        body = [node]
-        if isinstance(node, ast.If):
-            if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+@dataclass(frozen=True)
+class Import:
+    """One name one module takes from another module of the package."""
+
+    source: str  # the importing module
+    target: str  # the module imported from (or imported)
+    name: str  # the name taken ("" for ``import placer.x``)
+    line: int
+
+
+def _resolve(package: str, node: ast.ImportFrom) -> str:
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        head = ".".join(parts[: len(parts) - node.level + 1])
+        base = f"{head}.{base}" if base else head
+    return base
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The module of the package that ``name`` (dotted) is, or lives in."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports_in(name: str, text: str, modules: dict[str, Path]) -> list[Import]:
+    """The imports of package modules that module ``name`` (source ``text``) makes."""
+    is_package = name.count(".") == 0 or modules.get(name, Path()).name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    found: list[Import] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _owner(alias.name, modules)
+                if target and target != name:
+                    found.append(Import(name, target, "", node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(package, node)
+            if not base.startswith("placer"):
                 continue
-            body = node.body
-        elif isinstance(node, ast.Try):
-            body = node.body
-        found += [n for n in body if isinstance(n, ast.Import | ast.ImportFrom)]
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                target = full if full in modules else _owner(base, modules)
+                taken = "" if full in modules else alias.name
+                if target and target != name:
+                    found.append(Import(name, target, taken, node.lineno))
     return found
 
 
-def _graph() -> nx.DiGraph:
+@cache
+def _imports() -> tuple[Import, ...]:
+    """Every import of a package module by a package module, wherever it stands."""
     modules = _modules()
+    return tuple(i for name, path in modules.items()
+                 for i in _imports_in(name, path.read_text("utf-8"), modules))
+
+
+def _graph() -> nx.DiGraph:
     graph = nx.DiGraph()
-    graph.add_nodes_from(modules)
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _top_level_imports(ast.parse(path.read_text("utf-8"))):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")
-                    head = ".".join(parts[: len(parts) - node.level + 1])
-                    base = f"{head}.{base}" if base else head
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                           for a in node.names]
-            for target in targets:
-                if target in modules and target != name:
-                    graph.add_edge(name, target)
+    graph.add_nodes_from(_modules())
+    graph.add_edges_from((i.source, i.target) for i in _imports())
     return graph
 
 
@@ -71,47 +106,88 @@ def _layers() -> dict[str, int]:
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].isdigit():
-            for unit in re.findall(r"`([a-z_]+)`", cells[2]):
+            for unit in re.findall(r"`([a-z_]+)/?`", cells[2]):
                 layers[unit] = int(cells[0])
     return layers
 
 
 def _unit(module: str) -> str:
-    """``placer.traces.npz`` -> ``traces``; ``placer`` -> ``""``."""
+    """``placer.traces.formats.npz`` -> ``traces``; ``placer.errors`` -> ``errors``;
+    ``placer`` -> ``""``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
 
-def test_the_table_names_every_module_once():
+def test_the_table_names_every_unit_once():
     layers = _layers()
     units = {_unit(m) for m in _modules()} - {""}
-    assert units - set(layers) == set(), "modules missing from docs/ARCHITECTURE.md's Layers"
-    assert set(layers) - units == set(), "the Layers table names modules that do not exist"
+    assert units - set(layers) == set(), "units missing from docs/ARCHITECTURE.md's Layers"
+    assert set(layers) - units == set(), "the Layers table names units that do not exist"
+
+
+def test_every_family_is_a_package():
+    """The root holds the few modules every layer shares; every family is a package."""
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert loose == ["constants", "errors", "metrics", "parallel", "problem", "workload"]
+    prefixes = [p.stem.split("_")[0] for p in PACKAGE.rglob("*.py") if "_" in p.stem.strip("_")]
+    families = {p for p in prefixes if prefixes.count(p) >= 3}
+    assert families == set(), "a family marked by a name prefix belongs in a package"
 
 
 def test_imports_go_down_the_layers_only():
     layers = _layers()
-    wrong = [
-        f"{a} (layer {layers[_unit(a)]}) imports {b} (layer {layers[_unit(b)]})"
-        for a, b in _graph().edges
-        if _unit(a) and _unit(b) and layers[_unit(b)] > layers[_unit(a)]
-    ]
+    wrong = sorted({
+        f"{i.source} (layer {layers[_unit(i.source)]}) imports {i.target}"
+        f" (layer {layers[_unit(i.target)]}), line {i.line}"
+        for i in _imports()
+        if _unit(i.source) and _unit(i.target)
+        and layers[_unit(i.target)] > layers[_unit(i.source)]
+    })
     assert wrong == []
 
 
-def test_no_import_cycle():
+def test_no_import_circle_deferred_or_not():
     assert list(nx.simple_cycles(_graph())) == []
 
 
+def test_no_circle_between_units():
+    """Packages of one layer may use each other, one way only."""
+    units = nx.DiGraph()
+    units.add_edges_from((_unit(i.source), _unit(i.target)) for i in _imports()
+                         if _unit(i.source) and _unit(i.target)
+                         and _unit(i.source) != _unit(i.target))
+    assert list(nx.simple_cycles(units)) == []
+
+
+def test_no_private_name_crosses_a_module():
+    """``from placer.x import _name`` reaches into another module's privates: a name
+    another module needs is public in its own."""
+    wrong = sorted(f"{i.source}:{i.line} takes {i.target}.{i.name}"
+                   for i in _imports() if i.name.startswith("_") and not i.name.startswith("__"))
+    assert wrong == []
+
+
+def test_the_reader_sees_deferred_and_type_only_imports():
+    """A test of the test: imports inside functions and under TYPE_CHECKING count (the
+    reader before this one took only the top of a file, and missed five circles)."""
+    text = ("from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from placer.stats import ExpertStats\n"
+            "def f():\n    from placer.errors import _private\n    import placer.topology\n")
+    found = _imports_in("placer.example", text, _modules())
+    assert [(i.target, i.name, i.line) for i in found] == [
+        ("placer.stats", "ExpertStats", 3), ("placer.errors", "_private", 5),
+        ("placer.topology", "", 6)]
+
+
 def test_the_judge_does_not_know_the_planner():
-    wrong = [(a, b) for a, b in _graph().edges
-             if _unit(a) == "evaluate" and _unit(b) in ("planning", "solvers")]
+    wrong = [(i.source, i.target) for i in _imports()
+             if _unit(i.source) == "evaluate" and _unit(i.target) == "planning"]
     assert wrong == []
 
 
 def test_nothing_imports_the_command_line_but_itself():
-    wrong = [(a, b) for a, b in _graph().edges
-             if _unit(b) == "cli" and _unit(a) not in ("cli", "demo", "")]
+    wrong = [(i.source, i.target) for i in _imports()
+             if _unit(i.target) == "cli" and _unit(i.source) not in ("cli", "")]
     assert wrong == []
 
 
@@ -137,10 +213,16 @@ def test_every_name_the_document_cites_exists(name):
     pytest.fail(f"{name} is not a module")
 
 
+def test_every_path_the_document_cites_exists():
+    paths = re.findall(r"`(placer/[\w/.]+)`", DOC.read_text("utf-8"))
+    assert paths, "the document names the package's files"
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert missing == []
+
+
 #: Layers that may speak the command line's language: the command line itself and the
 #: study pages (compare, report), which describe how they were run.
-SPEAKS_FLAGS = {"cli", "demo", "compare", "compare_scenarios", "compare_sweep", "compare_rows",
-                "compare_recommend", "compare_study", "report"}
+SPEAKS_FLAGS = {"cli", "compare", "report"}
 #: A serving engine's own launch flags that share a name with one of placer's.
 ENGINE_FLAGS = {("engines", "--ep-size")}
 
@@ -158,9 +240,12 @@ def _docstring_nodes(tree: ast.AST) -> set[int]:
 def test_the_core_names_parameters_not_flags():
     """Messages and hints of the core refer to parameters (``Param``, `` `name` ``);
     placer.cli.flags turns them into flags for the command line."""
-    from placer.cli.flags import _all_flags
+    import typer
 
-    flags = _all_flags()
+    from placer.cli.flags import all_flags
+    from placer.cli.main import app
+
+    flags = all_flags(typer.main.get_command(app))
     found = []
     for name, path in _modules().items():
         unit = _unit(name)
@@ -175,3 +260,48 @@ def test_the_core_names_parameters_not_flags():
                     if flag in flags and (unit, flag) not in ENGINE_FLAGS:
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {flag}")
     assert found == []
+
+
+# -- the house: the layout drawn from the code ---------------------------------------------
+
+HOUSE_BEGIN = "<!-- house: generated from the code by tests/test_architecture.py -->"
+HOUSE_END = "<!-- /house -->"
+
+
+def _purpose(path: Path) -> str:
+    """The first sentence of a module's docstring, shortened to fit one line."""
+    doc = ast.get_docstring(ast.parse(path.read_text("utf-8"))) or ""
+    first = " ".join(doc.split("\n\n", 1)[0].split())
+    first = re.split(r"(?<=[a-z)`])[.:;] ", first, maxsplit=1)[0].rstrip(".:")
+    return first if len(first) <= 72 else first[:71].rsplit(" ", 1)[0] + " ..."
+
+
+def house() -> str:
+    """Every layer, top floor first; in each, its units and their modules with purposes."""
+    layers = _layers()
+    modules = _modules()
+    lines = []
+    for layer in sorted(set(layers.values()), reverse=True):
+        lines.append(f"layer {layer}")
+        for unit in sorted(u for u, n in layers.items() if n == layer):
+            root = PACKAGE / unit
+            if root.is_dir():
+                lines.append(f"  {unit}/  {_purpose(root / '__init__.py')}")
+                inside = sorted((m.split(".")[2:], m) for m in modules
+                                if _unit(m) == unit and m.count(".") > 1)
+                for parts, name in inside:
+                    label = parts[-1] + ("/" if modules[name].name == "__init__.py" else ".py")
+                    lines.append(f"    {'  ' * (len(parts) - 1)}{label}  {_purpose(modules[name])}")
+            else:
+                lines.append(f"  {unit}.py  {_purpose(root.with_suffix('.py'))}")
+    return "\n".join(lines)
+
+
+def test_the_document_draws_the_house_the_code_has():
+    text = DOC.read_text("utf-8")
+    drawn = text.split(HOUSE_BEGIN, 1)[1].split(HOUSE_END, 1)[0].strip().strip("`").strip()
+    assert drawn == house(), "regenerate: python tests/test_architecture.py"
+
+
+if __name__ == "__main__":  # print the house, to paste between the markers
+    print(house())

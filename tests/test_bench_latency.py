@@ -33,7 +33,7 @@ def test_h100_node_sizes() -> None:
 
 
 def test_compare_engines_rows_and_rendering(tiny) -> None:
-    from placer.models import load_model
+    from placer.model import load_model
 
     assert tiny.trace is not None and tiny.stats.num_windows == 8
     rows = latency.compare_engines(

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placer.solvers import solve
+from placer.planning.solvers import solve
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the bench package
 import bench.planning as planning

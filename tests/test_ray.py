@@ -18,9 +18,9 @@ from placer.cli.main import app
 from placer.compare import CompareSettings, compare, expand_scenarios
 from placer.errors import UsageError
 from placer.parallel import RAY_LOCAL, Backend
-from placer.planning import build_problem
+from placer.planning.build import build_problem
+from placer.planning.solvers import solve
 from placer.problem import SolveParams
-from placer.solvers import solve
 from placer.traces import read_routing
 
 TRACE = "traces/synthetic-small.jsonl.gz"
@@ -78,7 +78,7 @@ def routing():
 
 
 def test_plan_on_ray_equals_the_local_plan(ray_instance, routing) -> None:
-    from placer.models import load_model
+    from placer.model import load_model
     from placer.topology import load_topology
 
     problem = build_problem(routing, model=load_model("gpt-oss-20b"),

@@ -80,7 +80,7 @@ def test_deepseek_v3_on_four_dgx_h100_with_sglang(tmp_path: Path) -> None:
 
 def test_qwen3_on_mi300x_vs_gb200_nvl72_recommends_a_redundancy() -> None:
     """Story 2: which cluster, and how many redundant experts?  One slots-per-GPU sweep is
-    valid on 16 and on 72 GPUs (an -r list is not; tests/test_cli_compare.py checks the
+    valid on 16 and on 72 GPUs (an -r list is not; tests/cli/test_cli_compare.py checks the
     skipped values and the recommendation's rule on --json); the table closes with the
     recommendation and its reason."""
     result = _placer("compare", QWEN3, "-m", "qwen3-30b-a3b", "-t", "2x8-mi300x-roce",

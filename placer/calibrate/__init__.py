@@ -1,6 +1,7 @@
 """Calibration: benchmark cases placer can predict, DeepEP's published figures, and the
 fit of link and compute efficiencies from measured timings (``placer calibrate``)."""
 
+from placer.calibrate.cases import AllToAllCase
 from placer.calibrate.deepep import (
     PUBLISHED,
     PUBLISHED_RDMA,
@@ -20,7 +21,6 @@ from placer.calibrate.timings import (
     write_deepep_timings,
     write_timings,
 )
-from placer.calibrate.workload import AllToAllCase
 
 __all__ = [
     "PUBLISHED",

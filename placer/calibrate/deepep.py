@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placer.calibrate.workload import AllToAllCase
+from placer.calibrate.cases import AllToAllCase
 
 #: DeepEP's FP8 token: hidden bytes plus one float32 scale per 128 values.
 _FP8_FACTOR = 1 + 4 / 128

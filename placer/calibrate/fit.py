@@ -3,7 +3,7 @@
 Model (the evaluator's own, :mod:`placer.evaluate.timing`):
 
 - an ``all_to_all`` row is predicted as :meth:`AllToAllCase.evaluate
-  <placer.calibrate.workload.AllToAllCase.evaluate>` predicts it: the case's copy matrix
+  <placer.calibrate.cases.AllToAllCase.evaluate>` predicts it: the case's copy matrix
   (DeepEP-test-style routing, experts placed linearly, the row's communication mode)
   through :func:`~placer.evaluate.timing.comm_time_us` on the base topology grown to the
   case's node count, slowest GPU.  The copies do not depend on the calibration, so they
@@ -13,7 +13,7 @@ Model (the evaluator's own, :mod:`placer.evaluate.timing`):
   ``num_experts`` slots with ``tokens_per_expert`` tokens each on the topology's first
   GPU: ``num_experts * max(expert_bytes / (hbm * hbm_eff), 6 * hidden * ffn * tokens /
   (peak_tflops * flops_eff))``, ``expert_bytes`` from :meth:`ModelSpec.expert_bytes
-  <placer.models.ModelSpec.expert_bytes>`.
+  <placer.model.ModelSpec.expert_bytes>`.
 
 Parameters: for every link technology of the rows' clusters (``Topology.link_kind``)
 an efficiency and a fixed phase cost; the compute efficiencies when GEMM rows are
@@ -39,13 +39,13 @@ from typing import Any
 import numpy as np
 
 from placer import constants
+from placer.calibrate.cases import AllToAllCase
 from placer.calibrate.optimize import minimize
 from placer.calibrate.timings import AllToAllTiming, GemmTiming, Timing
-from placer.calibrate.workload import AllToAllCase
 from placer.errors import UsageError
 from placer.evaluate.timing import comm_time_us, compute_time_us
 from placer.evaluate.traffic import Fabric, Segments, layer_traffic
-from placer.models import ModelSpec
+from placer.model import ModelSpec
 from placer.topology import Topology
 from placer.topology.calibration import (
     DEFAULT_CALIBRATION,

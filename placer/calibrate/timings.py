@@ -10,7 +10,7 @@ comments.  The ``benchmark`` column says what a row measured:
     low_latency | low_latency_rdma), ``num_gpus``, ``gpus_per_node``,
     ``tokens_per_gpu``, ``hidden``, ``top_k``, ``num_experts``, ``top_groups`` (0 = no
     group limit), ``dtype`` (fp8 | bf16, the dispatch payload), ``measured_us``.  Each
-    row is an :class:`~placer.calibrate.workload.AllToAllCase`.
+    row is an :class:`~placer.calibrate.cases.AllToAllCase`.
 ``expert_gemm``
     one GPU running its local experts' FFNs (grouped GEMMs): ``num_experts`` (local
     experts), ``tokens_per_expert``, ``hidden``, ``ffn`` (the expert's intermediate
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from placer import constants
-from placer.calibrate.workload import AllToAllCase
+from placer.calibrate.cases import AllToAllCase
 from placer.errors import DataError, UsageError
 from placer.evaluate.traffic import MODES
-from placer.fileio import write_text_atomic
+from placer.io.fileio import write_text_atomic
 
 ALL_TO_ALL = "all_to_all"
 EXPERT_GEMM = "expert_gemm"

@@ -9,7 +9,7 @@ Typer builds each command; these subclasses make them behave like placer:
   parser's own block (:func:`usage_errors`);
 - numbers: a float option refuses NaN and infinity, and every number option says what it
   expected and got (:func:`_guard_numbers`);
-- defaults: the options named by :data:`placer.config.SETTINGS` take their defaults from
+- defaults: the options named by :data:`placer.cli.config.SETTINGS` take their defaults from
   ``PLACER_*`` variables and the config file (:meth:`PlacerCommand.parse_args`).
 
 Register a command with ``app.command(NAME, cls=PlacerCommand, epilog=examples(...))``
@@ -31,7 +31,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from placer.cli.common import configured_options, fail
-from placer.config import SETTINGS, SOURCE_BUILT_IN, Default, load_config
+from placer.cli.config import SETTINGS, SOURCE_BUILT_IN, Default, load_config
+from placer.cli.flags import running_command
 from placer.errors import PlacerError, UsageError
 
 # Typer raises click's exceptions, from click or from its own copy of click (typer >= 0.16
@@ -51,7 +52,7 @@ CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 DEFAULT_METAVARS: dict[type, str] = {int: "N", float: "NUMBER", Path: "PATH", str: "TEXT"}
 
 #: ``ctx.meta`` key of the defaults applied from the environment and the config file.
-_META_DEFAULTS = "placer.config"
+_META_DEFAULTS = "placer.cli.config"
 
 
 def new_typer(**kwargs: Any) -> typer.Typer:
@@ -352,6 +353,8 @@ class PlacerGroup(TyperGroup):
 
     def make_context(self, info_name: Any, args: list[str], parent: Any = None,
                      **extra: Any) -> Any:
+        if parent is None:
+            running_command.set(self)  # the flags errors are written with
         with usage_errors():
             return super().make_context(info_name, args, parent=parent, **extra)
 

@@ -1,6 +1,6 @@
 """Shared CLI plumbing: consoles, error rendering, JSON output, atomic writes.
 
-``atomic_path`` and ``write_text_atomic`` live in :mod:`placer.fileio` (the library
+``atomic_path`` and ``write_text_atomic`` live in :mod:`placer.io.fileio` (the library
 writes files too) and are re-exported here.
 """
 
@@ -23,11 +23,11 @@ import typer
 from rich.console import Console
 
 from placer.errors import PlacerError, PlacerWarning, UsageError
-from placer.fileio import atomic_path, write_text_atomic
+from placer.io.fileio import atomic_path, write_text_atomic
 from placer.stats import RoutingData
 
 if TYPE_CHECKING:
-    from placer.models import ModelSpec
+    from placer.model import ModelSpec
 
 #: Results go to stdout; messages, warnings and progress to stderr.
 out = Console(highlight=False, soft_wrap=True)
@@ -94,7 +94,7 @@ def handle_errors(fn: F) -> F:
     """Decorator for commands: PlacerError -> clean message and exit code; warnings ->
     stderr (placer's as ``warning:`` lines, others as Python shows them, once each, after
     the command's output); Ctrl-C / SIGTERM -> ``interrupted`` and exit 130 (outputs not
-    written: :mod:`placer.fileio`); any other exception -> ``error: internal error`` and
+    written: :mod:`placer.io.fileio`); any other exception -> ``error: internal error`` and
     exit 3.
 
     A command that fails on placer's error (data or usage) says only the error and its
@@ -225,14 +225,14 @@ def complete_topology(incomplete: str) -> list[str]:
 
 def complete_model(incomplete: str) -> list[str]:
     """Model presets starting with ``incomplete`` (none: the shell completes files)."""
-    from placer.models import model_names
+    from placer.model import model_names
 
     return [name for name in model_names() if name.startswith(incomplete)]
 
 
 def complete_solver(incomplete: str) -> list[str]:
     """Solver names starting with ``incomplete``."""
-    from placer.solvers import solver_names
+    from placer.planning.solvers import solver_names
 
     return [name for name in solver_names() if name.startswith(incomplete)]
 

@@ -370,7 +370,7 @@ def compare(
     check_names(study.scenarios, study.settings)
     _check_pictures(dpi, report is not None or png_dir is not None)
     from placer import compare as compare_lib
-    from placer.models import load_model
+    from placer.model import load_model
 
     routing = read_trace(list(study.trace), trace_format, model=load_model(study.settings.model),
                          keep_tokens=True, keep_warmup=keep_warmup)
@@ -421,10 +421,10 @@ def _write_report(
     quiet: bool = False,
 ) -> None:
     from placer import __version__
-    from placer.analysis import summarize
     from placer.cli.common import write_text_atomic
     from placer.report.sections import compare_report
     from placer.report.settings import command_line
+    from placer.stats.analysis import summarize
     from placer.topology import load_topology
 
     split = split_routing(routing, study.settings.holdout)

@@ -1,6 +1,6 @@
 """``placer config``: the effective defaults and where each came from.
 
-Thin: :func:`placer.config.load_config` finds the config file and reads the ``PLACER_*``
+Thin: :func:`placer.cli.config.load_config` finds the config file and reads the ``PLACER_*``
 variables; this module lists each setting with its value, its source (the file's path,
 the variable, or built-in) and the commands whose option it sets.
 """
@@ -14,7 +14,7 @@ import typer
 
 from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import handle_errors, print_json
-from placer.config import (
+from placer.cli.config import (
     CONFIG_FILE,
     PYPROJECT_FILE,
     SOURCE_BUILT_IN,

@@ -30,11 +30,11 @@ from placer.engines import (
     sniff_engine,
 )
 from placer.errors import UsageError
-from placer.fileio import check_not_inputs, check_output_path
+from placer.io.fileio import check_not_inputs, check_output_path
 from placer.placement import Placement
 
 if TYPE_CHECKING:
-    from placer.models import ModelSpec
+    from placer.model import ModelSpec
 
 EXPORT_EXAMPLES = examples(
     "placer export plan.json --format sglang -o plan.sglang.json",
@@ -52,7 +52,7 @@ IMPORT_EXAMPLES = examples(
 
 def resolve_model(name: str | None, placement: Placement | None = None) -> ModelSpec:
     """``--model`` if given, else the model named in the placement file."""
-    from placer.models import load_model
+    from placer.model import load_model
 
     if name is None and placement is not None:
         declared = placement.meta.get("model")
@@ -88,7 +88,7 @@ def export(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Write a placement in a serving engine's format and print how to load it."""
-    from placer.placement_io import read_placement
+    from placer.placement.document import read_placement
 
     get_engine(fmt).check_output(output, where="--output")
     check_output_path(output, where="--output")
@@ -137,7 +137,7 @@ def import_(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Read a serving engine's placement file into placement JSON (for evaluate, --current)."""
-    from placer.placement_io import write_placement
+    from placer.placement.document import write_placement
 
     spec = resolve_model(model)
     check_output_path(output, where="--output")

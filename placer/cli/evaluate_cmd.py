@@ -36,9 +36,9 @@ from placer.evaluate import (
     EvalParams,
     Evaluation,
     evaluate_many,
-    parse_window_range,
 )
 from placer.metrics import METRICS
+from placer.stats.windows import parse_window_range
 
 EXAMPLES = examples(
     "placer evaluate traces/synthetic-small.jsonl.gz -p eplb.json -p cpsat.json --fit 0:6"
@@ -167,8 +167,8 @@ def evaluate_cmd(
     fit_range = parse_window_range(fit, option="--fit") if fit is not None else None
     eval_range = parse_window_range(held_out, option="--eval") if held_out is not None else None
 
-    from placer.models import load_model
-    from placer.placement_io import read_placement
+    from placer.model import load_model
+    from placer.placement.document import read_placement
     from placer.topology import load_topology
     placements = []
     for path in placement:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import re
+from contextvars import ContextVar
+from typing import Any
 
 from placer.errors import Param, PlacerError
 
@@ -26,15 +28,22 @@ FLAGS: dict[str, str] = {
 _NAME = re.compile(r"`([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?)`")
 
 
+#: The root command of the command line now running (set when it builds its context): its
+#: options are the flags :func:`flag_for` knows.
+running_command: ContextVar[Any] = ContextVar("running_command", default=None)
+
+
+def all_flags(command: Any = None) -> frozenset[str]:
+    """Every long option of ``command`` and its subcommands; by default of the running
+    command line (:data:`running_command`), none outside a command line."""
+    command = command if command is not None else running_command.get()
+    return frozenset() if command is None else _flags_of(command)
+
+
 @functools.cache
-def _all_flags() -> frozenset[str]:
-    """Every long option of every command of the ``placer`` app."""
-    import typer
-
-    from placer.cli.main import app
-
+def _flags_of(root: Any) -> frozenset[str]:
     found: set[str] = set()
-    stack = [typer.main.get_command(app)]
+    stack = [root]
     while stack:
         command = stack.pop()
         for param in command.params:
@@ -50,7 +59,7 @@ def flag_for(name: str) -> str | None:
     if name.startswith("options."):
         return f"--option {name.split('.', 1)[1]}"
     flag = "--" + name.replace("_", "-")
-    return flag if flag in _all_flags() else None
+    return flag if flag in all_flags() else None
 
 
 def as_flags(text: str) -> str:

@@ -1,7 +1,7 @@
 """``placer topology``, ``placer model`` and ``placer capacity``: the hardware side.
 
-Thin: options are parsed here, figures come from ``placer.topology``, ``placer.models``
-and ``placer.capacity``; tables go to stdout (``--json`` for machines).
+Thin: options are parsed here, figures come from ``placer.topology``, ``placer.model``
+and ``placer.model.capacity``; tables go to stdout (``--json`` for machines).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 
 import typer
 
-from placer.capacity import plan_capacity
 from placer.cli.command import PlacerCommand, examples, new_typer
 from placer.cli.common import (
     complete_model,
@@ -22,7 +21,9 @@ from placer.cli.common import (
 )
 from placer.constants import DEFAULT_KV_RESERVE_FRACTION, RUNTIME_OVERHEAD_GB
 from placer.errors import TopologyError
-from placer.model_describe import (
+from placer.model import load_model, model_names, model_to_dict
+from placer.model.capacity import plan_capacity
+from placer.model.describe import (
     DTYPE_HEADERS,
     PRESET_HEADERS,
     capacity_note,
@@ -31,7 +32,6 @@ from placer.model_describe import (
     preset_row,
     spec_rows,
 )
-from placer.models import load_model, model_names, model_to_dict
 from placer.topology import (
     Topology,
     calibration_rows,

@@ -2,8 +2,8 @@
 
 The command is thin: read the trace (keeping per-token routing when the inputs are small
 enough to replay), the model and the topology; plan and summarize with
-:func:`placer.summary.run.plan_routing` (build the problem, solve it, solve EPLB once for
-the side-by-side); write the placement (:func:`placer.placement_io.write_placement`) and
+:func:`placer.planning.run.plan_routing` (build the problem, solve it, solve EPLB once for
+the side-by-side); write the placement (:func:`placer.placement.document.write_placement`) and
 print the summary (``--json``: its ``to_dict()``).
 
 ``--engine`` (implied by ``--export`` when it names one engine), ``--workload`` and
@@ -38,17 +38,17 @@ from placer.cli.common import (
 )
 from placer.cli.progress import progress
 from placer.errors import UsageError
-from placer.fileio import all_or_nothing, check_not_inputs, check_output_path, is_stream
-from placer.placement_io import read_placement, write_placement
+from placer.io.fileio import all_or_nothing, check_not_inputs, check_output_path, is_stream
+from placer.placement.document import read_placement, write_placement
+from placer.planning.run import plan_routing
+from placer.planning.solvers import solver_names
 from placer.problem import SolveParams
-from placer.solvers import solver_names
+from placer.stats.windows import parse_window_range
 from placer.summary.replan import replan_rows
-from placer.summary.run import plan_routing
-from placer.windows import parse_window_range
 from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
 
 if TYPE_CHECKING:
-    from placer.models import ModelSpec
+    from placer.model import ModelSpec
     from placer.topology import Topology
 
 #: Solver used when ``--solver`` is not given.
@@ -464,7 +464,7 @@ def _parse_options(items: list[str]) -> dict[str, str]:
 def _load_model(name: str | None) -> ModelSpec | None:
     if name is None:
         return None
-    from placer.models import load_model
+    from placer.model import load_model
 
     return load_model(name)
 

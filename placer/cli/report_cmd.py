@@ -124,14 +124,14 @@ def report(
                          hint="give each placement a --name")
 
     from placer import __version__
-    from placer.analysis import summarize
     from placer.cli.common import write_pictures, write_text_atomic
     from placer.evaluate import EvalParams, evaluate
-    from placer.models import load_model
-    from placer.placement_io import read_placement
+    from placer.model import load_model
+    from placer.placement.document import read_placement
     from placer.report.sections import placement_report
     from placer.report.settings import command_line, evaluation_settings_rows
     from placer.report.verdicts import placement_judgements
+    from placer.stats.analysis import summarize
     from placer.topology import load_topology
 
     params = EvalParams(policy=policy, mode=mode, dtype=dtype, batch_tokens=batch_tokens,

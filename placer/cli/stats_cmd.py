@@ -1,6 +1,6 @@
 """``placer stats`` and ``placer synth``: describe a routing trace, or make one.
 
-Thin: ``placer.traces`` reads, ``placer.analysis`` computes, ``placer.synth``
+Thin: ``placer.traces`` reads, ``placer.stats.analysis`` computes, ``placer.traces.synth``
 generates; this module parses options and renders tables (``--json`` for machines).
 """
 
@@ -82,7 +82,7 @@ def stats(
     keep_warmup: bool = keep_warmup_option(),
 ) -> None:
     """Summarize expert load skew, hot experts, co-activated pairs and drift of a trace."""
-    from placer.analysis import summarize
+    from placer.stats.analysis import summarize
     if top < 1:
         raise UsageError(f"expected --top >= 1, got {top}", where="--top")
     if window_tokens is not None and window_tokens < 1:
@@ -288,7 +288,7 @@ def synth(
     ),
 ) -> None:
     """Write a synthetic per-token routing trace (skew, clusters, drift, expert groups)."""
-    from placer.synth import SynthParams, params_for_model, write_synth
+    from placer.traces.synth import SynthParams, params_for_model, write_synth
 
     if format is not None and format not in ("npz", "jsonl"):
         raise UsageError(f"unknown output format {format!r}", where="--format",
@@ -314,7 +314,7 @@ def synth(
         "seed": seed,
     }
     if model is not None:
-        from placer.models import load_model
+        from placer.model import load_model
 
         params = params_for_model(load_model(model), **explicit, **common)
     else:

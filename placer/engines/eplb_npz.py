@@ -27,8 +27,8 @@ from placer.engines.registry import (
     register_engine,
 )
 from placer.errors import EngineFormatError, TraceError
+from placer.io.ptfile import ZIP_READ_ERRORS, check_zip
 from placer.placement import Placement
-from placer.ptfile import ZIP_READ_ERRORS, check_zip
 
 ENGINE = "DeepSeek EPLB"
 KEYS = ("phy2log", "log2phy", "logcnt")
@@ -120,7 +120,7 @@ def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:
 def read(path: Path, model: EngineModel, num_gpus: int | None) -> Placement:
     """The three arrays, each checked before it is read (no pickles, no compression bombs,
     at most ``MAX_LOAD_BYTES`` each), then :func:`from_arrays`."""
-    from placer.traces.npz import read_member
+    from placer.traces.formats.npz import read_member
 
     where = str(path)
     try:

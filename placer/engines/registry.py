@@ -22,14 +22,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from placer.errors import EngineFormatError, Param, PlacementError, UsageError
-from placer.fileio import reading
+from placer.io.fileio import reading
+from placer.io.yaml_schema import decode_text, load_json, parse_yaml, read_document
 from placer.placement import ModelLayers, Placement
 from placer.stats import format_ranges
-from placer.yaml_schema import decode_text, load_json, parse_yaml, read_document
 
 
 class EngineModel(ModelLayers, Protocol):
-    """What the engine formats need from a model (``placer.models.ModelSpec`` has it)."""
+    """What the engine formats need from a model (``placer.model.ModelSpec`` has it)."""
 
     @property
     def num_hidden_layers(self) -> int: ...
@@ -100,13 +100,11 @@ def register_engine(fmt: EngineFormat) -> EngineFormat:
 
 def engine_names() -> list[str]:
     """Names of the registered engine formats, sorted."""
-    _load_builtin_engines()
     return sorted(_FORMATS)
 
 
 def get_engine(name: str) -> EngineFormat:
     """The format called ``name``; UsageError naming the choices otherwise."""
-    _load_builtin_engines()
     if name not in _FORMATS:
         raise UsageError(
             f"unknown engine format {name!r}",
@@ -136,7 +134,7 @@ def write_engine(
     ------
     EngineFormatError: the placement does not fit the model or the engine.
     """
-    from placer.fileio import atomic_path
+    from placer.io.fileio import atomic_path
 
     engine = get_engine(fmt)
     engine.check_output(path)
@@ -230,7 +228,6 @@ def check_input(path: Path) -> None:
 
 def sniff_engine(path: str | Path) -> str:
     """Guess the engine format of ``path``; UsageError when none or several match."""
-    _load_builtin_engines()
     path = Path(path)
     check_input(path)  # sniffing a pipe would wait for a writer, and eat what it reads
     hits = [name for name, fmt in sorted(_FORMATS.items()) if _safe_sniff(fmt, path)]
@@ -416,9 +413,3 @@ def read_yaml_data(path: Path) -> Any:
 def write_json(path: Path, doc: Any) -> None:
     """Write ``doc`` as compact JSON (engines parse it; people use ``placer import``)."""
     path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
-
-
-
-
-def _load_builtin_engines() -> None:
-    import placer.engines  # noqa: F401  (registers the built-in formats)

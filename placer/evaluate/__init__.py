@@ -10,17 +10,12 @@ model is documented in ``docs/evaluate.md`` (the floor in ``docs/planner.md``).
 """
 
 from placer.evaluate.bound import TimeBound, time_bound
-from placer.evaluate.core import METRIC_KEYS, EvalParams, Evaluation, evaluate
+from placer.evaluate.core import METRIC_KEYS, Evaluation, evaluate
 from placer.evaluate.dispatch import POLICIES, static_dispatch_table
 from placer.evaluate.many import PartEvaluation, evaluate_many
+from placer.evaluate.params import EvalParams
 from placer.evaluate.static import expected_remote_copies, remote_copy_bounds, window_hot_shard
 from placer.evaluate.traffic import MODES
-from placer.evaluate.windows import (
-    default_split,
-    evaluation_parts,
-    parse_window_range,
-    resolve_window_range,
-)
 
 __all__ = [
     "METRIC_KEYS",
@@ -30,14 +25,10 @@ __all__ = [
     "Evaluation",
     "PartEvaluation",
     "TimeBound",
-    "default_split",
     "evaluate",
     "evaluate_many",
-    "evaluation_parts",
     "expected_remote_copies",
-    "parse_window_range",
     "remote_copy_bounds",
-    "resolve_window_range",
     "static_dispatch_table",
     "time_bound",
     "window_hot_shard",

@@ -57,17 +57,17 @@ import numpy as np
 
 from placer import constants
 from placer.errors import Param
+from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
 from placer.evaluate.core import EvalParams, token_source
-from placer.evaluate.metrics import nan_percentile
 from placer.evaluate.round_robin_bound import EXACT_REPLICAS, Selections, round_robin_local
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
 from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
-from placer.evaluate.windows import resolve_window_range
 from placer.stats import ExpertStats, RoutingData
+from placer.stats.windows import resolve_window_range
 
 if TYPE_CHECKING:
-    from placer.models import ModelSpec
+    from placer.model import ModelSpec
     from placer.topology import Topology
 
 #: bytes / (GB/s) -> microseconds; flops / TFLOPS -> microseconds.

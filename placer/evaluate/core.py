@@ -22,28 +22,28 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from placer import constants
-from placer.capacity import plan_capacity
-from placer.errors import DataError, Param, PlacementError, PlacerError, PlacerWarning, UsageError
+from placer.errors import DataError, Param, PlacementError, PlacerError, PlacerWarning
+from placer.evaluate.balance import (
+    ratio,
+)
 from placer.evaluate.batches import Batches, make_batches
 from placer.evaluate.dispatch import (
-    POLICIES,
     STATIC_POLICIES,
     OrderBiasWarning,
     static_dispatch_table,
 )
-from placer.evaluate.metrics import (
-    ratio,
-)
+from placer.evaluate.params import EvalParams
 from placer.evaluate.sampling import plan_sampled_batches, sample_topk
 from placer.evaluate.simulate import ExpertsOf, simulate
 from placer.evaluate.static import window_hot_shard
-from placer.evaluate.traffic import MODES, Fabric
-from placer.evaluate.windows import resolve_window_range, token_windows
+from placer.evaluate.traffic import Fabric
+from placer.model.capacity import plan_capacity
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.stats import ExpertStats, RoutingData, format_ranges
+from placer.stats.windows import resolve_window_range, token_windows
 
 if TYPE_CHECKING:
-    from placer.models import ModelSpec
+    from placer.model import ModelSpec
     from placer.topology import Topology
 
 #: Metric keys every Evaluation carries, in display order (compare/report/plan read them).
@@ -87,65 +87,6 @@ METRIC_KEYS = (
 
 
 _SAMPLING_STREAM = 3
-
-
-@dataclass(frozen=True)
-class EvalParams:
-    """How to evaluate.
-
-    Attributes
-    ----------
-    policy: dispatch policy, one of ``round_robin`` (vLLM, TensorRT-LLM), ``sglang``
-        (current SGLang static dispatch), ``local_first`` (SGLang's earlier static
-        dispatch), ``random``.
-    mode: ``normal`` (DeepEP normal kernels: one copy per destination GPU, one per
-        destination node across nodes) or ``low_latency`` (one copy per selection).
-    batch_tokens: tokens per batch; None = the trace's steps when every token has one,
-        else ``constants.DEFAULT_BATCH_TOKENS``.  Sampled batches have this many tokens.
-    num_batches: batches to sample when only aggregated statistics are available.
-    seed: seeds sampling, the ``random`` policy and the static tables (``sglang`` draws
-        with Python's ``random.Random(42 + seed)``: seed 0 is SGLang's own table).
-    dtype: expert dtype (``bf16``, ``fp8``, ``mxfp4``); None = the model's default.
-    windows: ``(start, stop)`` windows of the routing data to evaluate; None = all.
-    sample: sample batches from the statistics even when a per-token trace is present.
-    """
-
-    policy: str = "round_robin"
-    mode: str = "normal"
-    batch_tokens: int | None = None
-    num_batches: int = constants.DEFAULT_SAMPLED_BATCHES
-    seed: int = 0
-    dtype: str | None = None
-    windows: tuple[int, int] | None = None
-    sample: bool = False
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise UsageError(
-                f"unknown dispatch policy {self.policy!r}", where=Param("policy"),
-                hint=f"choose one of: {', '.join(POLICIES)}",
-            )
-        if self.mode not in MODES:
-            raise UsageError(
-                f"unknown all-to-all mode {self.mode!r}", where=Param("mode"),
-                hint=f"choose one of: {', '.join(MODES)}",
-            )
-        if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise UsageError(f"expected batch tokens >= 1, got {self.batch_tokens}",
-                             where=Param("batch_tokens"))
-        if self.num_batches < 1:
-            raise UsageError(f"expected number of batches >= 1, got {self.num_batches}",
-                             where=Param("num_batches"))
-        if self.dtype is not None and self.dtype not in constants.DTYPES:
-            raise UsageError(
-                f"unknown dtype {self.dtype!r}", where=Param("dtype"),
-                hint=f"choose one of: {', '.join(constants.DTYPES)}",
-            )
-        if self.windows is not None and not 0 <= self.windows[0] < self.windows[1]:
-            raise UsageError(
-                f"window range {self.windows[0]}:{self.windows[1]} is empty",
-                where=Param("held_out")
-            )
 
 
 @dataclass(frozen=True)
@@ -231,7 +172,7 @@ def _evaluated_layers(placement: Placement, stats: ExpertStats) -> tuple[Placeme
 
 def _kv_left_gb(model: ModelSpec, topology: Topology, dtype: str, slots_per_gpu: int,
                 expert_gb: float) -> float:
-    """Memory left for the KV cache on the smallest GPU, GB (:func:`placer.capacity.
+    """Memory left for the KV cache on the smallest GPU, GB (:func:`placer.model.capacity.
     plan_capacity`); when capacity refuses the model outright, the same sum without its
     checks, which may be negative: the evaluation still reports what the placement costs."""
     try:

@@ -1,7 +1,7 @@
 """Several placements judged on the same parts of one trace: the evaluate command's loop.
 
 :func:`evaluate_many` evaluates every placement on every part (by default the fitted and
-the held-out windows, :func:`placer.windows.evaluation_parts`) with the same parameters,
+the held-out windows, :func:`placer.stats.windows.evaluation_parts`) with the same parameters,
 so their figures compare; warnings are said once, and the round-robin order findings of
 all (placement, part) pairs are gathered into one warning.
 """
@@ -19,10 +19,10 @@ from placer.evaluate.core import EvalParams, Evaluation, evaluate
 from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_message
 from placer.placement import Placement
 from placer.stats import RoutingData
-from placer.windows import OpenRange, WindowRange, evaluation_parts
+from placer.stats.windows import OpenRange, WindowRange, evaluation_parts
 
 if TYPE_CHECKING:
-    from placer.models import ModelSpec
+    from placer.model import ModelSpec
     from placer.topology import Topology
 
 
@@ -60,7 +60,7 @@ def evaluate_many(
 ) -> list[PartEvaluation]:
     """Evaluate each ``(label, placement)`` on each part of the trace.
 
-    ``fit`` / ``held_out``: the parts as given (see :func:`placer.windows.evaluation_parts`
+    ``fit`` / ``held_out``: the parts as given (see :func:`placer.stats.windows.evaluation_parts`
     for the default split). ``on_start(label, part, windows)`` is called before each
     evaluation (progress). A PlacerError of one evaluation names the placement's label
     when it names no place of its own.

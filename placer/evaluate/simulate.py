@@ -5,7 +5,7 @@ Tokens arrive sorted by (batch, source rank); batches are processed in blocks sm
 enough for ``[batches, G, G]`` copy matrices.  Per block and layer: slots chosen
 (:mod:`placer.evaluate.dispatch`), copies counted (:mod:`placer.evaluate.traffic`),
 dispatch / compute / combine times (:mod:`placer.evaluate.timing`), and the figures the
-engines report (:mod:`placer.evaluate.metrics`).
+engines report (:mod:`placer.evaluate.balance`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from placer import constants
+from placer.evaluate.balance import (
+    nan_percentile,
+    ratio,
+    sglang_balancedness,
+    trtllm_imbalance,
+    vllm_balancedness,
+)
 from placer.evaluate.batches import Batches
 from placer.evaluate.dispatch import (
     STATIC_POLICIES,
@@ -26,20 +33,13 @@ from placer.evaluate.dispatch import (
     round_robin_order_bias,
     static_dispatch_table,
 )
-from placer.evaluate.metrics import (
-    nan_percentile,
-    ratio,
-    sglang_balancedness,
-    trtllm_imbalance,
-    vllm_balancedness,
-)
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE, comm_time_us, compute_time_us
 from placer.evaluate.traffic import Fabric, LayerTraffic, Segments, layer_traffic
 from placer.placement import Placement, hot_shard_ratio
 
 if TYPE_CHECKING:
-    from placer.evaluate.core import EvalParams
-    from placer.models import ModelSpec
+    from placer.evaluate.params import EvalParams
+    from placer.model import ModelSpec
     from placer.topology import Topology
 
 #: Reads the ``[tokens, k]`` experts of one layer row (in the placement's layer order).

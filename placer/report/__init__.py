@@ -12,9 +12,9 @@
   two of them.
 """
 
-from placer.report._mpl import figure_png, require_matplotlib, smallest_text_px, text_sizes_px
 from placer.report.charts import hot_shard_tail, whatif_chart
 from placer.report.html import Code, Picture, Section, SideBySide, Table, Text, render_html
+from placer.report.mpl import figure_png, require_matplotlib, smallest_text_px, text_sizes_px
 from placer.report.plots import (
     coactivation_heatmap,
     expert_load_heatmap,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import UsageError
-from placer.report._mpl import new_figure
+from placer.report.mpl import new_figure
 from placer.report.plots import SERIES_COLOURS, check_series
 
 

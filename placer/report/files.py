@@ -7,7 +7,7 @@ from pathlib import Path
 
 from placer import constants
 from placer.errors import UsageError
-from placer.fileio import atomic_path
+from placer.io.fileio import atomic_path
 
 
 def check_dpi(dpi: int) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import UsageError
-from placer.report._mpl import new_figure
+from placer.report.mpl import new_figure
 
 #: Colours of the compared series (placements, scenarios): colour-blind safe.
 SERIES_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7")

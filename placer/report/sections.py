@@ -28,13 +28,13 @@ from placer.errors import UsageError
 from placer.metrics import metric
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.report import charts, plots
-from placer.report._mpl import figure_png, smallest_text_px
 from placer.report.html import Block, Picture, Section, SideBySide, Table, Text, render_html
+from placer.report.mpl import figure_png, smallest_text_px
 from placer.report.settings import compare_settings_rows, settings_section
 from placer.report.verdicts import compare_judgements, placement_judgements, verdict_section
 
 if TYPE_CHECKING:
-    from placer.compare_scenarios import CompareSettings, Scenario
+    from placer.compare.scenarios import CompareSettings, Scenario
 from placer.stats import ExpertStats
 from placer.summary import TIME_FIGURES
 
@@ -91,7 +91,7 @@ class _Gallery:
 
 # -- the trace ------------------------------------------------------------------------------
 def trace_section(stats: ExpertStats, summary: dict[str, Any], gallery: _Gallery) -> Section:
-    """The statistics summary (``placer.analysis.summarize``) and the expert load heatmap."""
+    """The statistics summary (``placer.stats.analysis.summarize``) and the expert load heatmap."""
     totals = summary.get("totals", {})
     overall = summary.get("overall", {})
     rows: list[tuple[str, str]] = [
@@ -338,7 +338,7 @@ def placement_report(
     Parameters
     ----------
     stats: the routing statistics the placements were evaluated on.
-    summary: ``placer.analysis.summarize(stats)``.
+    summary: ``placer.stats.analysis.summarize(stats)``.
     names, placements, evaluations: one entry per placement (up to 4); the first is
         the baseline of the verdicts (put the deployed or EPLB placement first).
     node_of_gpu: ``[G]`` node of each GPU of the topology (all placements share it).
@@ -386,7 +386,7 @@ def compare_report(
     ----------
     outcomes: ``placer.compare.ScenarioOutcome`` in scenario order.
     stats: the statistics the scenarios were judged on.
-    summary: ``placer.analysis.summarize`` of the whole trace.
+    summary: ``placer.stats.analysis.summarize`` of the whole trace.
     description: how the data was split (fitted / judged windows).
     node_of_gpu: topology argument -> ``[G]`` node of each GPU, for node boundaries.
     subtitle: line under the title.

@@ -26,7 +26,7 @@ from placer import constants
 from placer.report.html import Code, Section, Table, Text
 
 if TYPE_CHECKING:
-    from placer.compare_scenarios import CompareSettings, Scenario
+    from placer.compare.scenarios import CompareSettings, Scenario
     from placer.evaluate import EvalParams
 
 #: Caption of the settings table.

@@ -9,7 +9,7 @@ The compare rows are read through ``CompareRow.as_dict()`` so that the figures a
 row carries (``versus_baseline``, ``baseline``, ``outcome``) are used as they are;
 a delta the row does not carry is computed here from the two rows' figures.  The
 baseline is the row named by ``baseline``; a row that names none (rows built
-without ``placer.compare_rows.with_verdicts``) is judged against its topology's
+without ``placer.compare.rows.with_verdicts``) is judged against its topology's
 first EPLB row, or its first row when no EPLB row ran.
 """
 

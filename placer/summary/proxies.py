@@ -13,6 +13,7 @@ from placer import constants
 from placer.errors import DataError
 from placer.evaluate import EvalParams, evaluate
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
+from placer.placement.migration import moves_from
 from placer.problem import PlacementProblem, SolveResult
 from placer.stats import ExpertStats
 
@@ -180,7 +181,7 @@ def side_metrics(
     remote = remote_figures(problem, result.placement, stats)
     moves = None
     if problem.current is not None:
-        moves = float(result.placement.moves_from(problem.current))
+        moves = float(moves_from(result.placement, problem.current))
     return {
         "hot_shard_ratio_median": basic["hot_shard_ratio_median"],
         "hot_shard_ratio_worst": basic["hot_shard_ratio_worst"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.migration import move_cost
+from placer.placement.migration import move_cost
 from placer.problem import PlacementProblem, SolveResult
 
 
@@ -12,7 +12,7 @@ def replan_doc(problem: PlacementProblem, result: SolveResult,
                dtype: str | None = None) -> dict[str, Any] | None:
     """What re-planning from ``problem.current`` costs and gains (None without one).
 
-    Keys: ``moves``, ``slots``, ``gb``, ``copy_s`` (:func:`placer.migration.move_cost`),
+    Keys: ``moves``, ``slots``, ``gb``, ``copy_s`` (:func:`placer.placement.migration.move_cost`),
     and from the solver's ``replan`` report when it has one (``cpsat``): ``budget``,
     ``tolerance``, ``best_moves``, ``cost`` (what the figures are), ``current_cost``,
     ``cost_after``, ``best_cost`` and the ``frontier`` rows.

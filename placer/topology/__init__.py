@@ -15,6 +15,8 @@ from placer.topology.calibration import (
     LinkCalibration,
 )
 from placer.topology.describe import calibration_rows, link_rows, node_rows, topology_to_dict
+from placer.topology.gpus import GpuType
+from placer.topology.graph import with_nodes
 from placer.topology.presets import (
     load_topology,
     preset_names,
@@ -23,7 +25,7 @@ from placer.topology.presets import (
     topology_from_text,
 )
 from placer.topology.schema import FABRIC_KINDS, NETWORK_KINDS
-from placer.topology.types import GpuType, LinkClass, Topology
+from placer.topology.types import LinkClass, Topology
 
 __all__ = [
     "DEFAULT_CALIBRATION",
@@ -44,4 +46,5 @@ __all__ = [
     "topology_from_dict",
     "topology_from_text",
     "topology_to_dict",
+    "with_nodes",
 ]

@@ -506,10 +506,16 @@ def build_topology(spec: TopologySpec, source: str) -> Topology:
     )
 
 
-def replicate_first_node(topology: Topology, num_nodes: int) -> Topology:
-    """``num_nodes`` copies of ``topology``'s first node (see Topology.with_nodes)."""
+def with_nodes(topology: Topology, num_nodes: int) -> Topology:
+    """``num_nodes`` copies of ``topology``'s first node on its network, same calibration
+    (a cluster of the same machines at another size).
+
+    Raises UsageError when the topology was not built from a document, or when several
+    nodes need a network this topology does not have.
+    """
     spec = topology.spec
-    assert spec is not None
+    if spec is None:
+        raise UsageError(f"topology {topology.name} was built from arrays; it cannot be resized")
     if num_nodes < 1:
         raise UsageError(f"expected at least 1 node, got {num_nodes}")
     if num_nodes > 1 and (spec.network is None or spec.nodes[0].nic_gbps is None):

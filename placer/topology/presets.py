@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from placer.errors import TopologyError
+from placer.io.yaml_schema import YamlDoc, parse_yaml, read_yaml
 from placer.topology.graph import build_topology
 from placer.topology.schema import read_calibration, read_spec
 from placer.topology.types import Topology
-from placer.yaml_schema import YamlDoc, parse_yaml, read_yaml
 
 #: Longest chain of overlays (``extends:``) followed before giving up.
 _MAX_EXTENDS = 8

@@ -44,13 +44,13 @@ from typing import TypeVar
 
 from placer.constants import DEFAULT_FABRIC_LATENCY_US, DEFAULT_NETWORK_LATENCY_US, MAX_GPUS
 from placer.errors import UsageError
+from placer.io.yaml_schema import Section, YamlDoc
 from placer.topology.calibration import (
     Calibration,
     ComputeCalibration,
     LinkCalibration,
 )
-from placer.topology.types import GpuType
-from placer.yaml_schema import Section, YamlDoc
+from placer.topology.gpus import GpuType
 
 FABRIC_KINDS = ("nvswitch", "switch", "mesh", "pcie", "none")
 NETWORK_KINDS = ("infiniband", "roce", "ethernet")

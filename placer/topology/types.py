@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 import networkx as nx
 import numpy as np
 
-from placer.constants import DTYPES
-from placer.errors import UsageError
 from placer.topology.calibration import DEFAULT_CALIBRATION, Calibration
+from placer.topology.gpus import GpuType
 
 if TYPE_CHECKING:
     from placer.topology.schema import TopologySpec
@@ -24,39 +23,6 @@ class LinkClass(IntEnum):
     SAME_GPU = 0
     INTRA_NODE = 1
     INTER_NODE = 2
-
-
-@dataclass(frozen=True)
-class GpuType:
-    """One kind of GPU.
-
-    Attributes
-    ----------
-    name: the key of ``gpu_types`` in the topology file (``"h100-sxm"``).
-    memory_gb: HBM capacity, GB (1e9 bytes).
-    hbm_gbps: HBM bandwidth, GB/s.
-    bf16_tflops: dense BF16 tensor throughput, TFLOPS.
-    fp8_tflops: dense FP8 tensor throughput, TFLOPS.
-    mxfp4_tflops: dense FP4 throughput, TFLOPS, or None when the GPU has no FP4 units
-        (MXFP4 experts then run at the FP8 figure).
-    """
-
-    name: str
-    memory_gb: float
-    hbm_gbps: float
-    bf16_tflops: float
-    fp8_tflops: float
-    mxfp4_tflops: float | None = None
-
-    def tflops(self, dtype: str) -> float:
-        """Dense throughput for experts stored in ``dtype`` (``bf16``, ``fp8``, ``mxfp4``)."""
-        if dtype == "bf16":
-            return self.bf16_tflops
-        if dtype == "fp8":
-            return self.fp8_tflops
-        if dtype == "mxfp4":
-            return self.mxfp4_tflops if self.mxfp4_tflops is not None else self.fp8_tflops
-        raise UsageError(f"unknown dtype '{dtype}'", hint=f"expected one of: {', '.join(DTYPES)}")
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -191,19 +157,6 @@ class Topology:
     def with_calibration(self, calibration: Calibration) -> Topology:
         """The same cluster with ``calibration`` laid over this one's."""
         return replace(self, calibration=self.calibration.merged(calibration))
-
-    def with_nodes(self, num_nodes: int) -> Topology:
-        """``num_nodes`` copies of this topology's first node on its network, same
-        calibration (a cluster of the same machines at another size).
-
-        Raises UsageError when the topology was not built from a document, or when
-        several nodes need a network this topology does not have.
-        """
-        from placer.topology.graph import replicate_first_node
-
-        if self.spec is None:
-            raise UsageError(f"topology {self.name} was built from arrays; it cannot be resized")
-        return replicate_first_node(self, num_nodes)
 
     @property
     def num_nodes(self) -> int:

@@ -116,7 +116,7 @@ class RowChunk:
 
 
 @dataclass
-class _HeldTokens:
+class HeldTokens:
     """Validated whole tokens of one source held back until a warm-up run that may still
     grow is seen whole (:meth:`Accumulator.add_tokens`); arrays as in :class:`TokenChunk`."""
 
@@ -129,7 +129,7 @@ class _HeldTokens:
     array: str  # name of the id array, for messages
     has_none: bool = False
 
-    def continued_by(self, other: _HeldTokens) -> bool:
+    def continued_by(self, other: HeldTokens) -> bool:
         """Whether ``other`` are the tokens right after these, in the same layout."""
         return (
             self.array == other.array
@@ -142,30 +142,30 @@ class _HeldTokens:
             )
         )
 
-    def join(self, other: _HeldTokens) -> _HeldTokens:
+    def join(self, other: HeldTokens) -> HeldTokens:
         def cat(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
             return None if a is None or b is None else np.concatenate([a, np.asarray(b)])
 
-        return _HeldTokens(
+        return HeldTokens(
             np.concatenate([self.ids, other.ids]), other.lid, cat(self.step, other.step),
             cat(self.rank, other.rank), cat(self.weights, other.weights), self.offset,
             self.array, self.has_none or other.has_none,
         )
 
-    def tail(self, cut: int, has_none: bool) -> _HeldTokens:
+    def tail(self, cut: int, has_none: bool) -> HeldTokens:
         """Copies of the tokens from ``cut`` on (readers reuse their chunk buffers)."""
         def part(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else np.array(np.asarray(a)[cut:])
 
         ids = part(self.ids)
         assert ids is not None
-        return _HeldTokens(
+        return HeldTokens(
             ids, self.lid, part(self.step), part(self.rank), part(self.weights),
             self.offset + cut, self.array, has_none,
         )
 
 
-def _concat_rows(a: RowChunk, b: RowChunk) -> RowChunk:
+def concat_rows(a: RowChunk, b: RowChunk) -> RowChunk:
     """Rows of ``a`` then ``b`` (a row without step or rank has -1 there)."""
 
     def cat(x: np.ndarray | None, y: np.ndarray | None, n: int, m: int) -> np.ndarray | None:

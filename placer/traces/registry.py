@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from placer.errors import Param, TraceError, UsageError
-from placer.fileio import reading
+from placer.io.fileio import reading
 
 if TYPE_CHECKING:
     from placer.traces.accumulate import Accumulator
@@ -81,13 +81,11 @@ def register_format(
 
 def format_names() -> list[str]:
     """Names of the registered formats, in registration order."""
-    _load_builtin()
     return list(_FORMATS)
 
 
 def get_format(name: str) -> TraceFormat:
     """The format called ``name``; UsageError listing the names when unknown."""
-    _load_builtin()
     try:
         return _FORMATS[name]
     except KeyError:
@@ -116,7 +114,6 @@ def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
 
 def detect_format(path: Path) -> TraceFormat:
     """The format of ``path``, from its name's ending and its first bytes."""
-    _load_builtin()
     if path.is_dir():
         for fmt in _FORMATS.values():
             if fmt.sniff(path, b""):
@@ -148,8 +145,3 @@ def detect_format(path: Path) -> TraceFormat:
         where=str(path),
         hint=f"pass `format` one of: {claimed}",
     )
-
-
-def _load_builtin() -> None:
-    """Import the built-in format modules (each registers itself)."""
-    import placer.traces  # noqa: F401  (registers the built-in formats on import)

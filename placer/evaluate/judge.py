@@ -1,0 +1,85 @@
+"""The evaluator as the planner's judge: estimated MoE-layer time of candidate plans.
+
+The CP-SAT passes optimize proxies the models can express linearly (the robust hot
+shard, co-location of co-activated experts, moves).  What a user pays is the
+evaluator's estimated layer time under the engine's dispatch policy, all-to-all kernels
+and batch size (:class:`placer.workload.Workload`).  :func:`layer_times` scores whole
+placements with :func:`placer.evaluate.evaluate` on batches sampled from the fitted
+statistics, their windows pooled (:func:`pooled`) -- the same seeds, so two placements
+are judged on the same tokens -- and :func:`faster_rows` keeps, layer by layer, the
+placement the evaluator says is faster.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+import numpy as np
+
+from placer.errors import PlacerWarning
+from placer.evaluate.core import evaluate
+from placer.evaluate.params import EvalParams
+from placer.placement import Placement
+from placer.problem import PlacementProblem
+from placer.stats import ExpertStats
+from placer.workload import Workload
+
+#: Relative difference of two layer times below which they count as equal.
+EQUAL_TIME = 1e-9
+
+
+def can_judge(problem: PlacementProblem) -> bool:
+    """Whether the evaluator can time plans of ``problem`` (topology and model known)."""
+    return problem.topology is not None and problem.model is not None
+
+
+def eval_params(problem: PlacementProblem, workload: Workload, seed: int) -> EvalParams:
+    """How the judge evaluates: the workload's policy, mode and step size, sampled."""
+    return EvalParams(
+        policy=workload.policy, mode=workload.mode,
+        batch_tokens=workload.batch_tokens(problem.num_gpus), seed=seed, sample=True,
+    )
+
+
+def layer_times(
+    placement: Placement, problem: PlacementProblem, workload: Workload, seed: int,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
+) -> np.ndarray:
+    """``[layers]`` float64 estimated p99 time over sampled batches of each layer of
+    ``problem.stats``, microseconds (layer order of the statistics).  Pass the same
+    ``draws`` dict to judge several placements on the same tokens, drawn once."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlacerWarning)  # the user sees them when evaluating
+        result = evaluate(placement, pooled(problem.stats), *problem.cluster(),
+                          eval_params(problem, workload, seed), draws=draws)
+    by_id = dict(zip(result.layer_ids.tolist(), result.per_layer["layer_time_p99_us"].tolist(),
+                     strict=True))
+    return np.array([by_id[int(i)] for i in problem.stats.layer_ids], dtype=np.float64)
+
+
+def pooled(stats: ExpertStats) -> ExpertStats:
+    """``stats`` with its fitted windows summed into one: the judge's view of the future.
+
+    The plan is fitted on the windows themselves (the robust hot shard balances the worst
+    of them), so timing candidates on batches drawn window by window rewards fitting those
+    very windows; when routing drifts, the windows that come next are none of them.
+    Batches drawn from the summed load score what the fitted period looks like on
+    average, the same for every candidate: a placement balanced for the average
+    degrades more gracefully than one fitted to each past window.  Measured against
+    per-window batches (one run each, same code otherwise; docs/planner.md, "The
+    judge"): the 16 rows of ``python -m bench latency`` equal or better, and on
+    synthetic Qwen3 traces over 16 DP ranks whose expert popularity drifts 0.5 ranks per
+    step, held-out step p99 against EPLB went from 38.2% slower to equal (vLLM) and from
+    32.5% slower to 7.4% faster (SGLang).
+    """
+    if stats.num_windows == 1:
+        return stats
+    return replace(stats, load=stats.load.sum(axis=0, keepdims=True),
+                   tokens=stats.tokens.sum(keepdims=True),
+                   window_starts=None if stats.window_starts is None else stats.window_starts[:1])
+
+
+def faster_rows(plan: np.ndarray, baseline: np.ndarray) -> np.ndarray:
+    """``[layers]`` bool: layers where the baseline is strictly faster than the plan."""
+    return baseline < plan * (1 - EQUAL_TIME)

@@ -1,0 +1,193 @@
+"""How many redundant experts to buy: ``placer plan --redundant auto``.
+
+Replicating hot experts evens the load but every slot a GPU holds is one more expert's
+weights to read per layer (at decode batch sizes an expert GEMM is memory-bound: the
+read, not the tokens, sets its time) and memory the KV cache no longer has.  So more
+redundancy is not always faster.  :func:`choose_redundancy` tries every slot count the
+memory allows (``S = ceil(E / G)`` up to the capacity bound, ``R = G * S - E``), places
+each with the EPLB baseline (the greedy every engine ships, seconds for a whole model)
+and times it with the evaluator under the workload, on the fitted windows and the
+same sampled tokens for every candidate.  The answer is the fewest redundant experts
+whose estimated step time is within ``tolerance`` of the fastest: time first, then KV
+cache.  The planner then plans that redundancy with its own solver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from placer.errors import InfeasibleError, Param, UsageError
+from placer.evaluate.judge import layer_times
+from placer.model.slots import fewest_slots_per_gpu
+from placer.planning.solvers import solve
+from placer.problem import PlacementProblem, SolveParams
+from placer.workload import Workload
+
+if TYPE_CHECKING:
+    from placer.model import ModelSpec
+    from placer.topology import Topology
+
+#: Candidates within this share of the fastest count as equally fast (fewer slots win).
+DEFAULT_TOLERANCE = 0.005
+#: Most slot counts tried (spread evenly between the fewest and the most).
+MAX_CANDIDATES = 8
+
+
+@dataclass(frozen=True)
+class RedundancyOption:
+    """One candidate.
+
+    Attributes
+    ----------
+    redundant: redundant experts per layer ``R``.  slots_per_gpu: ``S``.
+    step_us: estimated step time (sum over layers of each layer's p99 over sampled
+        batches), microseconds, of the EPLB baseline placement at this redundancy.
+    kv_left_gb: memory left for the KV cache on the tightest GPU, GB (None unknown).
+    """
+
+    redundant: int
+    slots_per_gpu: int
+    step_us: float
+    kv_left_gb: float | None
+
+
+@dataclass(frozen=True)
+class RedundancyChoice:
+    """What ``--redundant auto`` chose, and why.
+
+    Attributes
+    ----------
+    chosen: the option planned.
+    options: every candidate tried, fewest slots first.
+    tolerance: candidates within this share of the fastest counted as equal.
+    workload: what the times were estimated under.
+    """
+
+    chosen: RedundancyOption
+    options: tuple[RedundancyOption, ...]
+    tolerance: float
+    workload: Workload
+
+    @property
+    def reason(self) -> str:
+        """One line: the choice, against the fastest and the no-redundancy option."""
+        fastest = min(self.options, key=lambda o: o.step_us)
+        least = self.options[0]
+        parts = [f"`redundant` auto: {self.chosen.redundant} redundant experts"
+                 f" ({self.chosen.slots_per_gpu} slots per GPU), estimated step"
+                 f" {self.chosen.step_us:.1f} us with EPLB under {self.workload.engine}"
+                 f" {self.workload.phase}"]
+        if fastest is not self.chosen:
+            parts.append(f"within {100 * self.tolerance:.1f}% of the fastest"
+                         f" ({fastest.redundant}: {fastest.step_us:.1f} us) with fewer slots")
+        if least is not self.chosen:
+            gain = 1 - self.chosen.step_us / least.step_us
+            parts.append(f"{100 * gain:.1f}% faster than {least.redundant} redundant")
+        elif len(self.options) > 1:
+            parts.append("replicas would cost more weight reads than they save")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "redundant": self.chosen.redundant,
+            "slots_per_gpu": self.chosen.slots_per_gpu,
+            "reason": self.reason,
+            "options": [
+                {"redundant": o.redundant, "slots_per_gpu": o.slots_per_gpu,
+                 "step_us": o.step_us, "kv_left_gb": o.kv_left_gb}
+                for o in self.options
+            ],
+        }
+
+
+def slot_candidates(num_experts: int, num_gpus: int, max_slots: int) -> list[int]:
+    """Slot counts to try: ``S0 = ceil(E / G)``, then ``S0 + 1, S0 + 2, S0 + 4, ...``
+    (the extra slots doubling: engines deploy a few redundant slots per GPU, and each
+    slot costs a weight read, so the interesting range is near ``S0``), at most
+    :data:`MAX_CANDIDATES` of them and never above ``min(max_slots, E)``."""
+    low = fewest_slots_per_gpu(num_experts, num_gpus)
+    high = max(low, min(max_slots, num_experts))
+    picks = [low]
+    extra = 1
+    while low + extra <= high and len(picks) < MAX_CANDIDATES:
+        picks.append(low + extra)
+        extra *= 2
+    return picks
+
+
+def choose_redundancy(
+    problems: dict[int, PlacementProblem],
+    workload: Workload,
+    *,
+    kv_left_gb: Mapping[int, float | None] | None = None,
+    seed: int = 0,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> RedundancyChoice:
+    """Pick the slots per GPU whose EPLB plan the evaluator times fastest.
+
+    Parameters
+    ----------
+    problems: slots per GPU -> the planning problem at that size (same statistics,
+        topology and model; built by :func:`placer.planning.build.build_problem`).
+    workload: the engine and batch regime to time under.
+    kv_left_gb: slots per GPU -> KV cache left, GB, for the report.
+    """
+    if not problems:
+        raise UsageError("no slot count to try", where=Param("redundant"))
+    first = next(iter(problems.values()))
+    if first.topology is None or first.model is None:
+        raise UsageError(
+            "`redundant` auto needs the model and the topology to time candidates",
+            where=Param("redundant"), hint="pass `model` and `topology`, or give a number",
+        )
+    if not 0 <= tolerance < 1:
+        raise UsageError(f"expected a tolerance in [0, 1), got {tolerance}")
+    draws: dict[tuple[int, ...], np.ndarray] = {}
+    options = []
+    for slots in sorted(problems):
+        problem = problems[slots]
+        baseline = solve(problem, "eplb", SolveParams(seed=seed, workload=workload)).placement
+        step = float(layer_times(baseline, problem, workload, seed, draws).sum())
+        options.append(RedundancyOption(
+            redundant=problem.num_redundant, slots_per_gpu=slots, step_us=step,
+            kv_left_gb=(kv_left_gb or {}).get(slots),
+        ))
+    fastest = min(o.step_us for o in options)
+    chosen = next(o for o in options if o.step_us <= fastest * (1 + tolerance))
+    return RedundancyChoice(chosen, tuple(options), tolerance, workload)
+
+
+def auto_problems(
+    build: Any, num_experts: int, num_gpus: int, max_slots: int
+) -> dict[int, PlacementProblem]:
+    """``{S: build(S)}`` for every candidate slot count that fits in memory
+    (``build(S)`` raises InfeasibleError for one that does not)."""
+    out: dict[int, PlacementProblem] = {}
+    for slots in slot_candidates(num_experts, num_gpus, max_slots):
+        try:
+            out[slots] = build(slots)
+        except InfeasibleError:
+            break
+    return out
+
+
+def auto_redundancy(
+    build: Callable[[int], PlacementProblem], num_experts: int, model: ModelSpec,
+    topology: Topology, workload: Workload, *, dtype: str | None = None,
+    kv_reserve_gb: float | None = None, seed: int = 0,
+) -> RedundancyChoice:
+    """Time every slot count the memory allows and choose one (``--redundant auto``).
+
+    ``build(S)``: the planning problem with ``S`` slots per GPU.  The memory bound and
+    the KV cache left at each count come from :func:`placer.model.capacity.plan_capacity`.
+    """
+    from placer.model.capacity import plan_capacity
+
+    capacity = plan_capacity(model, topology, dtype, kv_reserve_gb=kv_reserve_gb)
+    problems = auto_problems(build, num_experts, topology.num_gpus, capacity.slots_per_gpu)
+    kv = {s: float(capacity.kv_left_gb_at(s)) for s in problems}
+    return choose_redundancy(problems, workload, kv_left_gb=kv, seed=seed)

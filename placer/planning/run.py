@@ -1,0 +1,127 @@
+"""One plan from routing data to its summary: :func:`plan_routing`, the library of ``placer plan``.
+
+Build the problem (:func:`placer.planning.build.build_problem`), choose the redundancy
+when asked (:func:`placer.planning.redundancy.auto_redundancy`), solve it, solve the
+reference EPLB once for the side-by-side, and summarize
+(:func:`placer.summary.summarize_plan`).  Reading the inputs
+and writing the placement and engine files are the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from placer.errors import Param, UsageError
+from placer.placement import Placement
+from placer.planning.build import build_problem
+from placer.planning.redundancy import RedundancyChoice, auto_redundancy
+from placer.planning.solvers import solve
+from placer.problem import PlacementProblem, SolveParams, SolveResult
+from placer.stats import RoutingData
+from placer.stats.windows import OpenRange
+from placer.summary.figures import BASELINE_SOLVER
+from placer.summary.plan import PlanSummary, summarize_plan
+from placer.summary.proxies import basic_metrics
+
+if TYPE_CHECKING:
+    from placer.model import ModelSpec
+    from placer.topology import Topology
+
+#: Context manager giving a ``report(done, total)`` callback while the layers are solved.
+Progress = AbstractContextManager[Callable[[int, int], None] | None]
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """What :func:`plan_routing` made.
+
+    Attributes
+    ----------
+    problem: the problem solved (with the chosen slots per GPU).
+    result: the solver's result; ``result.placement`` is the plan.
+    baseline: the reference EPLB's result; None when EPLB is the solver.
+    metrics: :func:`placer.summary.basic_metrics` of the plan on the fitted windows.
+    summary: the plan's summary (:class:`placer.summary.PlanSummary`).
+    auto: what automatic redundancy chose and why; None when the count was given.
+    """
+
+    problem: PlacementProblem
+    result: SolveResult
+    baseline: SolveResult | None
+    metrics: dict[str, float]
+    summary: PlanSummary
+    auto: RedundancyChoice | None = None
+
+
+def plan_routing(
+    routing: RoutingData,
+    solver: str,
+    params: SolveParams,
+    *,
+    model: ModelSpec | None = None,
+    topology: Topology | None = None,
+    num_gpus: int | None = None,
+    slots_per_gpu: int | None = None,
+    redundant: int | None = None,
+    auto: bool = False,
+    dtype: str | None = None,
+    kv_reserve_gb: float | None = None,
+    fit: OpenRange | None = None,
+    current: Placement | None = None,
+    workload_note: str = "",
+    output: str = "",
+    no_trace_reason: str = "",
+    progress: Progress | None = None,
+) -> PlanRun:
+    """Plan ``routing`` with ``solver`` under ``params`` (its workload is the one judged)
+    and summarize the plan against the reference EPLB.
+
+    Parameters
+    ----------
+    routing: the trace's statistics (and per-token routing when kept for the replay).
+    model, topology, num_gpus, slots_per_gpu, redundant, dtype, kv_reserve_gb, fit,
+        current: as :func:`placer.planning.build.build_problem` takes them.
+    auto: choose the slots per GPU with :func:`placer.planning.redundancy.auto_redundancy` (needs
+        ``model`` and ``topology``; ``slots_per_gpu`` and ``redundant`` are then unused).
+    workload_note, output, no_trace_reason: passed to :func:`summarize_plan`.
+    progress: entered around the solve; its callback is ``params.progress``.
+    """
+
+    def build(slots: int | None, spare: int | None) -> PlacementProblem:
+        return build_problem(
+            routing, model=model, topology=topology, num_gpus=num_gpus,
+            slots_per_gpu=slots, redundant=spare, dtype=dtype,
+            kv_reserve_gb=kv_reserve_gb, fit=fit, current=current,
+        )
+
+    choice = None
+    if auto:
+        if model is None or topology is None:
+            raise UsageError("`redundant` auto times candidates with the evaluator, which needs"
+                             " the model and the topology", where=Param("redundant"),
+                             hint="pass `model` and `topology`, or give a number")
+        choice = auto_redundancy(lambda s: build(s, None), routing.stats.num_experts, model,
+                                 topology, params.workload, dtype=dtype,
+                                 kv_reserve_gb=kv_reserve_gb, seed=params.seed)
+        problem = build(choice.chosen.slots_per_gpu, None)
+    else:
+        problem = build(slots_per_gpu, redundant)
+    with progress if progress is not None else nullcontext(None) as report:
+        result = solve(problem, solver, replace(params, progress=report))
+    # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
+    baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER,
+                                                                 params.shared())
+    metrics = basic_metrics(result.placement, problem.stats)
+    windows = routing.stats.num_windows
+    fitted = None
+    if fit is not None:
+        fitted = (fit[0] or 0, windows if fit[1] is None else fit[1])
+    summary = summarize_plan(
+        problem, result, baseline, routing, workload=params.workload,
+        workload_note=workload_note, fit=fitted, output=output, dtype=dtype,
+        no_trace_reason=no_trace_reason,
+    )
+    return PlanRun(problem, result, baseline, metrics, summary, choice)

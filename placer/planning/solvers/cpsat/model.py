@@ -1,0 +1,414 @@
+"""The CP-SAT model of one layer, built over a neighbourhood of GPUs.
+
+A placement of one layer is ``X: [E, G]`` bool.  A model frees the GPUs ``K`` (all
+GPUs for the full model, a few for a large-neighbourhood step): every slot of a GPU
+in ``K`` is re-decided, every other slot keeps its expert.  The experts that held a
+slot in ``K`` are the free experts ``F``; they may also change their replica count,
+which changes their load on GPUs outside ``K`` too, so those loads are modelled.
+
+Variables (names carry their indices, as ``x_{e}_{g}``):
+
+- ``x[e, g]``  expert ``e`` in ``F`` has a replica on GPU ``g`` in ``K``;
+- ``y[e, c]``  expert ``e`` has ``c`` replicas (only when it has several choices);
+- ``z[e, g, c] = x[e, g] AND y[e, c]``, so that a GPU's load
+  ``sum_e sum_c load[w, e] / c * z[e, g, c]`` is linear;
+- ``T``        the hottest GPU's load over windows (balance objective); with a
+  tail of ``k > 1`` windows, ``T_w`` per window and the sum of the ``k`` largest as
+  ``k t + sum_w max(0, T_w - t)`` (the linear form of the conditional value at risk);
+- ``s[i, j, g]``, ``n[i, k]``, ``t[i, j, k]``  pair ``(i, j)`` shares GPU ``g``;
+  expert ``i`` is on node ``k``; pair shares node ``k`` (traffic objective).
+
+Loads are window shares scaled to integers (``layer.load_scale``): a GPU's integer
+load is its hot-shard ratio times ``scale / G``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from placer import constants
+from placer.planning.solvers.cpsat.layer import LayerData
+
+BALANCE = "balance"
+COST = "cost"
+
+
+@dataclass(frozen=True)
+class SubResult:
+    """What one CP-SAT solve returned.
+
+    Attributes
+    ----------
+    x: ``[E, G]`` bool, the whole layer with the neighbourhood re-decided, or None
+        when CP-SAT found no solution.
+    status: CP-SAT's status name (``OPTIMAL``, ``FEASIBLE``, ``UNKNOWN``, ...).
+    objective, bound: CP-SAT's objective value and best bound (model units).
+    dtime: deterministic time spent.
+    """
+
+    x: np.ndarray | None
+    status: str
+    objective: float
+    bound: float
+    dtime: float
+
+
+class LayerModel:
+    """CP-SAT model of one layer with the GPUs ``gpus`` free.
+
+    Parameters
+    ----------
+    data: the layer.
+    x: ``[E, G]`` bool, the placement to start from (also the hint).
+    gpus: GPUs whose slots are re-decided (sorted, distinct).
+    mode: ``"balance"`` (minimize the hottest GPU) or ``"cost"`` (minimize traffic and
+        moves with every GPU's load at most ``cap``).
+    scale: integer scale of the loads.
+    cap: hot-shard ratio the cost mode may not exceed.
+    traffic_weight, migration_weight: weights of the cost mode.
+    free_counts: whether free experts may change their replica count.
+    symmetry: order identical GPUs of a node by load (full model, no current placement).
+    """
+
+    def __init__(
+        self,
+        data: LayerData,
+        x: np.ndarray,
+        gpus: np.ndarray,
+        *,
+        mode: str,
+        scale: float,
+        cap: float | None = None,
+        traffic_weight: float = 1.0,
+        migration_weight: float = 1.0,
+        free_counts: bool = True,
+        symmetry: bool = False,
+    ) -> None:
+        self.data = data
+        self.start = x
+        self.gpus = np.asarray(gpus, dtype=np.int64)
+        self.mode = mode
+        self.scale = scale
+        self.unit = scale / data.num_gpus  # integer load of a GPU at ratio 1.0
+        self.model = cp_model.CpModel()
+        self.x: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.y: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.z: dict[tuple[int, int, int], cp_model.IntVar] = {}
+        self.counts: dict[int, list[int]] = {}
+        self.loads: dict[tuple[int, int], cp_model.LinearExprT] = {}
+        self.constant_load = np.zeros(data.num_windows, dtype=np.int64)
+
+        self._select_free_experts(free_counts)
+        self._add_slot_constraints()
+        self._add_replica_constraints()
+        self._add_load_expressions()
+        if mode == BALANCE:
+            self.model.minimize(self._hot_expression())
+        else:
+            assert cap is not None  # internal: the search always passes a cap in cost mode
+            self._add_load_cap(cap)
+            terms = self._add_colocation_terms(traffic_weight) + self._add_move_terms(
+                migration_weight
+            )
+            self.model.minimize(sum(terms) if terms else 0)
+        if symmetry:
+            self._add_symmetry_breaking()
+        self._add_hint()
+
+    # -- building steps ----------------------------------------------------------------
+    def _select_free_experts(self, free_counts: bool) -> None:
+        """Free experts: those holding a slot in K; their allowed replica counts."""
+        data, x = self.data, self.start
+        in_k = np.zeros(data.num_gpus, dtype=bool)
+        in_k[self.gpus] = True
+        self.in_k = in_k
+        self.free = np.flatnonzero(x[:, in_k].any(axis=1))
+        self.fixed = x & ~in_k[None, :]  # replicas that stay where they are
+        for e in self.free.tolist():
+            outside = int(self.fixed[e].sum())
+            now = int(x[e].sum())
+            if free_counts:
+                low, high = (int(v) for v in data.replica_range[e])
+                low = max(low, outside, 1)
+                room = self.gpus.size
+                if data.allowed is not None:
+                    room = int(data.allowed[e, self.gpus].sum())
+                high = min(high, outside + room)
+                options = set(range(low, high + 1)) | {now}
+            else:
+                options = {now}
+            self.counts[e] = sorted(options)
+
+    def _add_slot_constraints(self) -> None:
+        """Every freed GPU holds exactly S replicas, at most one per expert; an expert
+        stays on the GPUs it is allowed on (its home nodes, when the layer keeps them)."""
+        allowed = self.data.allowed
+        for e in self.free.tolist():
+            for g in self.gpus.tolist():
+                self.x[e, g] = self.model.new_bool_var(f"x_{e}_{g}")
+                if allowed is not None and not allowed[e, g]:
+                    self.model.add(self.x[e, g] == 0)
+        for g in self.gpus.tolist():
+            self.model.add(sum(self.x[e, g] for e in self.free.tolist()) == self.data.slots_per_gpu)
+
+    def _add_replica_constraints(self) -> None:
+        """Each free expert has one replica count; its replicas in K make up the difference."""
+        m = self.model
+        for e in self.free.tolist():
+            outside = int(self.fixed[e].sum())
+            in_k = sum(self.x[e, g] for g in self.gpus.tolist())
+            options = self.counts[e]
+            if len(options) == 1:
+                m.add(in_k == options[0] - outside)
+                continue
+            for c in options:
+                self.y[e, c] = m.new_bool_var(f"y_{e}_{c}")
+            m.add_exactly_one(self.y[e, c] for c in options)
+            m.add(in_k == sum((c - outside) * self.y[e, c] for c in options))
+            for c in options:
+                for g in self.gpus.tolist():
+                    self.z[e, g, c] = m.new_bool_var(f"z_{e}_{g}_{c}")
+                    m.add_implication(self.z[e, g, c], self.y[e, c])
+                # z links x and y: with c replicas, c - outside of them are in K
+                m.add(
+                    sum(self.z[e, g, c] for g in self.gpus.tolist())
+                    == (c - outside) * self.y[e, c]
+                )
+            for g in self.gpus.tolist():
+                m.add(sum(self.z[e, g, c] for c in options) == self.x[e, g])
+
+    def _coefficient(self, w: int, e: int, c: int) -> int:
+        return round(float(self._per_replica[c][w, e]) * self.scale)
+
+    def _add_load_expressions(self) -> None:
+        """Integer load of every GPU in every window that the model can change."""
+        data, x = self.data, self.start
+        current_counts = x.sum(axis=1)
+        free_set = set(self.free.tolist())
+        multi = {e for e in free_set if len(self.counts[e]) > 1}
+        needed = {int(c) for c in current_counts} | {c for cs in self.counts.values() for c in cs}
+        self._per_replica = {c: data.effective_share(c) for c in needed if c > 0}
+        # no GPU carries more than every expert's whole (one-replica) share
+        self.load_top = int(np.ceil(data.effective_share(1).sum(axis=1).max() * self.scale))
+        for w in range(data.num_windows):
+            for g in range(data.num_gpus):
+                terms: list[cp_model.LinearExprT] = []
+                constant = 0
+                if self.in_k[g]:
+                    for e in self.free.tolist():
+                        if e in multi:
+                            terms += [
+                                self._coefficient(w, e, c) * self.z[e, g, c]
+                                for c in self.counts[e]
+                            ]
+                        else:
+                            terms.append(self._coefficient(w, e, self.counts[e][0]) * self.x[e, g])
+                else:
+                    for e in np.flatnonzero(x[:, g]).tolist():
+                        if e in multi:
+                            terms += [
+                                self._coefficient(w, e, c) * self.y[e, c] for c in self.counts[e]
+                            ]
+                        elif e in free_set:
+                            constant += self._coefficient(w, e, self.counts[e][0])
+                        else:
+                            constant += self._coefficient(w, e, int(current_counts[e]))
+                if terms:
+                    self.loads[w, g] = sum(terms) + constant
+                else:
+                    self.constant_load[w] = max(self.constant_load[w], constant)
+
+    def _hot_expression(self) -> cp_model.LinearExprT:
+        """The hot-shard objective in integer loads, times the tail ``k``.
+
+        ``k = 1``: one ``T`` above every GPU's load in every window.  ``k > 1``: the sum
+        of the ``k`` largest window maxima ``T_w``, as ``k t + sum_w u_w`` with
+        ``u_w >= T_w - t``, ``u_w >= 0`` (exact at the optimum over ``t``).
+        """
+        m, data = self.model, self.data
+        top = int(self.load_top * 2 + int(self.constant_load.max()) + 1)
+        tail = self.objective_windows
+        if tail == 1:
+            hottest = m.new_int_var(int(self.constant_load.max()), top, "T")
+            for expr in self.loads.values():
+                m.add(hottest >= expr)
+            return hottest
+        level = m.new_int_var(0, top, "t")
+        excess = []
+        for w in range(data.num_windows):
+            peak = m.new_int_var(int(self.constant_load[w]), top, f"T_{w}")
+            for g in range(data.num_gpus):
+                if (w, g) in self.loads:
+                    m.add(peak >= self.loads[w, g])
+            u = m.new_int_var(0, top, f"u_{w}")
+            m.add(u >= peak - level)
+            excess.append(u)
+        return tail * level + sum(excess)
+
+    def _add_load_cap(self, cap: float) -> None:
+        """The hot shard may not exceed the cap (rounding slack: S / 2 per window).
+
+        With a tail of one window every GPU's load in every window is capped; with a
+        longer tail, the mean of the tail windows' maxima.
+        """
+        limit = int(np.floor(cap * self.unit)) + (self.data.slots_per_gpu + 1) // 2
+        if self.objective_windows == 1:
+            for expr in self.loads.values():
+                self.model.add(expr <= limit)
+            return
+        self.model.add(self._hot_expression() <= self.objective_windows * limit)
+
+    @property
+    def objective_windows(self) -> int:
+        """Windows the balance objective sums (divide its value by this and ``unit``)."""
+        return min(max(self.data.tail, 1), self.data.num_windows)
+
+    def _add_colocation_terms(self, weight: float) -> list[cp_model.LinearExprT]:
+        """Reward pairs of co-activated experts on one GPU and, across nodes, on one node.
+
+        Coefficients use the replica counts of the starting placement (exact when
+        counts do not change; the search re-scores every candidate exactly).
+        """
+        data = self.data
+        reference = data.traffic_reference()
+        if weight <= 0 or reference <= 0 or data.pairs.size == 0:
+            return []
+        m = self.model
+        counts = self.start.sum(axis=1).astype(np.float64)
+        free_set = set(self.free.tolist())
+        factor = weight * constants.CPSAT_COST_SCALE / reference
+        terms: list[cp_model.LinearExprT] = []
+        multi_node = data.num_nodes > 1
+        node_gpus = {
+            k: [g for g in self.gpus.tolist() if data.node_of_gpu[g] == k]
+            for k in range(data.num_nodes)
+        }
+        node_vars: dict[tuple[int, int], cp_model.IntVar] = {}
+
+        def on_node(e: int, k: int) -> cp_model.IntVar:
+            if (e, k) not in node_vars:
+                var = m.new_bool_var(f"n_{e}_{k}")
+                m.add(var <= sum(self.x[e, g] for g in node_gpus[k]))
+                node_vars[e, k] = var
+            return node_vars[e, k]
+
+        for (i, j), rate in zip(data.pairs.tolist(), data.pair_rate.tolist(), strict=True):
+            fi, fj = i in free_set, j in free_set
+            if not (fi or fj):
+                continue
+            base = factor * rate / (counts[i] * counts[j])
+            gpu_coef = round(base * data.gpu_cost)
+            if fi and fj and gpu_coef > 0:
+                for g in self.gpus.tolist():
+                    s = m.new_bool_var(f"s_{i}_{j}_{g}")
+                    m.add_implication(s, self.x[i, g])
+                    m.add_implication(s, self.x[j, g])
+                    terms.append(-gpu_coef * s)
+            node_coef = base * data.node_cost
+            if not multi_node or node_coef <= 0:
+                continue
+            for k, members in node_gpus.items():
+                if not members:
+                    continue
+                fixed_i = int(self.fixed[i, data.node_of_gpu == k].sum())
+                fixed_j = int(self.fixed[j, data.node_of_gpu == k].sum())
+                # a_i a_j = (fixed_i + X_i)(fixed_j + X_j): the cross terms are linear
+                if fi and fixed_j:
+                    coef = round(node_coef * fixed_j)
+                    terms += [-coef * self.x[i, g] for g in members]
+                if fj and fixed_i:
+                    coef = round(node_coef * fixed_i)
+                    terms += [-coef * self.x[j, g] for g in members]
+                if fi and fj and round(node_coef) > 0:
+                    t = m.new_bool_var(f"t_{i}_{j}_{k}")
+                    m.add_implication(t, on_node(i, k))
+                    m.add_implication(t, on_node(j, k))
+                    terms.append(-round(node_coef) * t)
+        return terms
+
+    def _add_move_terms(self, weight: float) -> list[cp_model.LinearExprT]:
+        """Charge every replica placed on a GPU that does not hold that expert now."""
+        current = self.data.current
+        if current is None or weight <= 0:
+            return []
+        coef = round(weight * constants.CPSAT_COST_SCALE / self.data.num_physical)
+        return [
+            coef * self.x[e, g]
+            for e in self.free.tolist()
+            for g in self.gpus.tolist()
+            if not current[e, g]
+        ]
+
+    def _add_symmetry_breaking(self) -> None:
+        """Identical GPUs of one node hold non-increasing summed loads in rank order."""
+        node = self.data.node_of_gpu
+        gpus = self.gpus.tolist()
+        for a, b in itertools.pairwise(gpus):
+            if node[a] != node[b]:
+                continue
+            total_a = sum(self.loads[w, a] for w in range(self.data.num_windows))
+            total_b = sum(self.loads[w, b] for w in range(self.data.num_windows))
+            self.model.add(total_a >= total_b)
+
+    def _add_hint(self) -> None:
+        """Start the search from the given placement."""
+        x = self.start
+        for (e, g), var in self.x.items():
+            self.model.add_hint(var, bool(x[e, g]))
+        counts = x.sum(axis=1)
+        for (e, c), var in self.y.items():
+            self.model.add_hint(var, int(counts[e]) == c)
+        for (e, g, c), var in self.z.items():
+            self.model.add_hint(var, bool(x[e, g]) and int(counts[e]) == c)
+
+    # -- solving ---------------------------------------------------------------------------
+    def solve(self, dtime: float, wall: float, seed: int, lns: bool = False) -> SubResult:
+        """Solve with one worker and a fixed seed (reproducible under the dtime limit).
+
+        ``lns``: a neighbourhood step; the LP relaxation is switched off there, as
+        these small models are solved faster by search alone.
+        """
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.catch_sigint_signal = False  # Ctrl-C is placer's: it stops the run
+        if lns:
+            solver.parameters.linearization_level = 0
+        solver.parameters.random_seed = seed
+        solver.parameters.max_deterministic_time = max(dtime, 1e-3)
+        solver.parameters.max_time_in_seconds = max(wall, 1e-3)
+        handler = _sigint_handler()
+        status = solver.solve(self.model)
+        _restore_sigint(handler)
+        name = solver.status_name(status)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return SubResult(None, name, float("nan"), float("nan"), solver.deterministic_time)
+        x = self.start.copy()
+        x[:, self.in_k] = False
+        for (e, g), var in self.x.items():
+            x[e, g] = bool(solver.value(var))
+        return SubResult(
+            x, name, solver.objective_value, solver.best_objective_bound,
+            solver.deterministic_time,
+        )
+
+
+def _sigint_handler() -> Any:
+    """The SIGINT handler now (None off the main thread, where it cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGINT)
+
+
+def _restore_sigint(handler: Any) -> None:
+    """Put back the SIGINT handler a solve found: OR-Tools may install its own for a solve
+    and leave the system default behind, which kills placer without cleaning up (the
+    solver is also told not to catch SIGINT: Ctrl-C stops the run, not one solve)."""
+    if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
+        signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,409 @@
+"""The search of one layer: a balance pass, then a traffic-and-migration pass.
+
+Small layers are solved as one CP-SAT model (all GPUs free), which gives CP-SAT's
+own status and bound.  Larger layers use large-neighbourhood search with CP-SAT as
+the engine: each step frees a few GPUs (``constants.CPSAT_NEIGHBOURHOOD_SLOTS``
+slots), solves that sub-model exactly or to its deterministic-time limit, re-scores
+the answer with the exact figures of :mod:`placer.planning.solvers.cpsat.layer` and keeps it
+only if it is better.  Steps draw their neighbourhoods from a generator seeded with
+``(seed, layer)``; with deterministic-time limits this makes the search reproducible.
+
+Pass 1 (balance) minimizes the robust hot-shard ratio ``T``, starting from the
+better of the hint (EPLB) and the current placement.  Pass 2 fixes
+``T <= cap = min((1 + tolerance) * T1, T_hint)`` and minimizes
+``traffic_weight * traffic / reference + migration_weight * moves / P``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from placer import constants
+from placer.planning.solvers.cpsat.layer import LayerData
+from placer.planning.solvers.cpsat.model import BALANCE, COST, LayerModel
+from placer.planning.solvers.cpsat.options import CpsatOptions
+
+#: Steps without improvement after which a neighbourhood grows by one GPU.
+STALL_GROWTH = 3
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """What one layer's search reads: the seed, its wall-clock cap and the options."""
+
+    seed: int
+    time_limit_s: float
+    options: CpsatOptions = field(default_factory=CpsatOptions)
+
+
+@dataclass
+class LayerOutcome:
+    """One layer's answer and how it was found.
+
+    Attributes
+    ----------
+    x: ``[E, G]`` bool, the placement.
+    balance, hint_balance, bound: objective 1 of the answer and of the hint, and a
+        proven lower bound on it (hot-shard ratios).
+    traffic, hint_traffic, moves, hint_moves: objectives 2 and 3.
+    status: ``OPTIMAL`` (balance proven optimal), ``FEASIBLE`` or ``FALLBACK`` (the
+        hint kept unchanged).
+    winner: ``"cpsat"`` or ``"hint"`` (the solver reports the hint's name).
+    method: ``"full"`` (one model) or ``"lns"``.
+    balance_first, cap: objective 1 after the balance pass, and the cap the second
+        pass kept it under.
+    steps: sub-models solved and accepted, per pass.
+    seconds: wall time; hit_wall_limit: the wall-clock limit stopped a pass.
+    """
+
+    x: np.ndarray
+    balance: float
+    hint_balance: float
+    bound: float
+    traffic: float
+    hint_traffic: float
+    moves: int
+    hint_moves: int
+    status: str
+    winner: str
+    method: str
+    balance_first: float = 0.0
+    cap: float = 0.0
+    steps: dict[str, list[int]] = field(default_factory=dict)
+    seconds: float = 0.0
+    hit_wall_limit: bool = False
+
+
+class _Clock:
+    def __init__(self, limit: float) -> None:
+        self.start = time.perf_counter()
+        self.limit = limit
+
+    def left(self) -> float:
+        return self.limit - (time.perf_counter() - self.start)
+
+
+def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> LayerOutcome:
+    """Plan one layer from the hint placement ``hint: [E, G] bool``."""
+    opts = params.options
+    clock = _Clock(params.time_limit_s)
+    rng = np.random.default_rng([params.seed, data.layer_id])
+    scale = data.scale
+    full = _full_model_size(data) <= opts.full_model_max_vars
+    steps: dict[str, list[int]] = {}
+
+    start = hint
+    # the current placement seeds the search only when the model can hold it: one replica
+    # of an expert per GPU (DeepSeek's EPLB may have put two on one GPU; the judge still
+    # weighs the deployed placement as it is)
+    current = data.current if _representable(data, data.current) else None
+    if current is not None and data.balance_key(current) < data.balance_key(hint):
+        start = current
+    bound = data.balance_bound()
+
+    # Pass 1: balance.
+    if full:
+        x1, bound1, proven = _full_balance(data, start, scale, params, clock)
+        bound = max(bound, bound1)
+    else:
+        x1, tried, kept = _lns_balance(data, start, scale, params, rng, clock, bound)
+        steps["balance"] = [tried, kept]
+        proven = False
+    balance1 = data.balance(x1)
+    hint_balance = data.balance(hint)
+    if balance1 > hint_balance:  # cannot happen with a kept hint; guard the promise anyway
+        x1, balance1 = hint, hint_balance
+    proven = proven or balance1 <= bound * (1 + 1e-9)
+
+    # Pass 2: traffic and migration under the balance cap.
+    x = x1
+    cap = balance1
+    has_cost = (data.pairs.size and opts.traffic_weight > 0) or (
+        data.current is not None and opts.migration_weight > 0
+    )
+    if has_cost:
+        cap = balance_cap(balance1, hint_balance, bound, opts.balance_tolerance,
+                          opts.traffic_first)
+        x2 = _cost_start(data, x1, (current, hint), cap, params)
+        if full:
+            x = _full_cost(data, x2, scale, cap, params, clock)
+        else:
+            x, tried, kept = _lns_cost(data, x2, scale, cap, params, rng, clock)
+            steps["cost"] = [tried, kept]
+
+    final_balance = data.balance(x)
+    unchanged = bool(np.array_equal(x, hint))
+    if unchanged:
+        status, winner = "FALLBACK", "hint"
+    else:
+        status = "OPTIMAL" if proven and final_balance <= balance1 * (1 + 1e-12) else "FEASIBLE"
+        winner = "cpsat"
+    return LayerOutcome(
+        x=x,
+        balance=final_balance,
+        hint_balance=hint_balance,
+        bound=min(bound, final_balance),
+        traffic=data.traffic(x),
+        hint_traffic=data.traffic(hint),
+        moves=data.moves(x),
+        hint_moves=data.moves(hint),
+        status=status,
+        winner=winner,
+        method="full" if full else "lns",
+        balance_first=balance1,
+        cap=cap,
+        steps=steps,
+        seconds=time.perf_counter() - clock.start,
+        hit_wall_limit=clock.left() <= 0,
+    )
+
+
+def _cost_start(
+    data: LayerData, first: np.ndarray, others: tuple[np.ndarray | None, ...], cap: float,
+    params: SearchParams,
+) -> np.ndarray:
+    """Where pass 2 starts: the cheapest placement that meets the cap among pass 1's
+    (relabelled to the current slots) and ``others`` (the current one, the hint's: pass 1
+    may have traded the hint's co-location for balance)."""
+    start = _relabel_to_current(data, first) if data.current is not None else first
+    for other in others:
+        if (
+            other is not None
+            and data.balance(other) <= cap
+            and _cost(data, other, params) < _cost(data, start, params)
+        ):
+            start = other
+    return start
+
+
+def balance_cap(
+    first: float, hint: float, bound: float, tolerance: float, traffic_first: bool = False
+) -> float:
+    """Hot-shard ratio the second pass may reach.
+
+    Balance first (the default): ``min(hint, max((1 + tol) * bound, first))``.  The
+    tolerance is measured from the balance lower bound (about 1.0, a perfectly even
+    split), so the default 0.005 promises a hot shard within 0.5% of the mean GPU load
+    whenever the balance pass got there; it never exceeds the hint's (EPLB's) hot shard.
+
+    Traffic first: ``max(first, (1 + tol) * hint)``, the tolerance measured from the
+    hint's hot shard: ``--traffic-first --balance-tolerance 0.01`` trades up to 1% of
+    hot shard over EPLB's for co-location.
+    """
+    if traffic_first:
+        return max(first, (1.0 + tolerance) * hint)
+    return min(hint, max((1.0 + tolerance) * bound, first))
+
+
+# -- full model ---------------------------------------------------------------------------
+def _full_model_size(data: LayerData) -> int:
+    choices = (data.replica_range[:, 1] - data.replica_range[:, 0] + 1).sum()
+    pair_vars = data.pairs.shape[0] * data.num_gpus
+    return int(choices * data.num_gpus + pair_vars)
+
+
+def _full_balance(
+    data: LayerData, start: np.ndarray, scale: float, params: SearchParams, clock: _Clock
+) -> tuple[np.ndarray, float, bool]:
+    """Pass 1 as one model; returns the placement, its proven bound and whether optimal."""
+    opts = params.options
+    symmetric = data.current is None and data.identical_gpus
+    x0 = _canonical(data, start) if symmetric else start
+    model = LayerModel(
+        data, x0, np.arange(data.num_gpus), mode=BALANCE, scale=scale, symmetry=symmetric
+    )
+    result = model.solve(opts.full_model_dtime, clock.left(), params.seed)
+    if result.x is None or data.balance_key(result.x) >= data.balance_key(x0):
+        return start, 0.0, False
+    unit = scale / data.num_gpus
+    slack = 0.5 * data.slots_per_gpu / unit  # rounding of the integer loads
+    bound = max(0.0, result.bound / model.objective_windows / unit - slack)
+    return result.x, bound, result.status == "OPTIMAL"
+
+
+def _full_cost(
+    data: LayerData, start: np.ndarray, scale: float, cap: float, params: SearchParams,
+    clock: _Clock,
+) -> np.ndarray:
+    opts = params.options
+    model = LayerModel(
+        data, start, np.arange(data.num_gpus), mode=COST, scale=scale, cap=cap,
+        traffic_weight=opts.traffic_weight, migration_weight=opts.migration_weight,
+        free_counts=data.current is not None,
+    )
+    result = model.solve(opts.full_model_dtime, clock.left(), params.seed)
+    if result.x is None or not _better_cost(data, result.x, start, cap, params):
+        return start
+    return result.x
+
+
+# -- large-neighbourhood search -----------------------------------------------------------
+def _neighbourhood_size(data: LayerData, params: SearchParams, stall: int) -> int:
+    """GPUs to free: ``neighbourhood_slots / S`` (at least 2), one more GPU for every
+    ``STALL_GROWTH`` steps without improvement, up to twice the base size."""
+    opts = params.options
+    base = max(2, round(opts.neighbourhood_slots / data.slots_per_gpu))
+    size = min(base + stall // STALL_GROWTH, 2 * base)
+    return int(min(size, data.num_gpus))
+
+
+def _lns_balance(
+    data: LayerData, x: np.ndarray, scale: float, params: SearchParams,
+    rng: np.random.Generator, clock: _Clock, bound: float,
+) -> tuple[np.ndarray, int, int]:
+    """Pass 1 by neighbourhoods: the hottest GPU plus GPUs drawn toward the coldest."""
+    opts = params.options
+    key = data.balance_key(x)
+    tried = kept = stall = 0
+    while tried < opts.balance_iterations and stall < opts.patience and clock.left() > 0:
+        if key[0] <= bound * (1 + constants.CPSAT_BALANCE_GAP):
+            break
+        size = _neighbourhood_size(data, params, stall)
+        worst = data.gpu_ratio(x).max(axis=0)  # [G]
+        hottest = int(np.argmax(worst))
+        gpus = _draw(rng, hottest, worst.max() - worst + 1e-9, size)
+        model = LayerModel(data, x, gpus, mode=BALANCE, scale=scale)
+        result = model.solve(opts.submodel_dtime, clock.left(), params.seed + tried, lns=True)
+        tried += 1
+        if result.x is not None and (new := data.balance_key(result.x)) < key:
+            x, key = result.x, new
+            kept += 1
+            stall = 0
+        else:
+            stall += 1
+    return x, tried, kept
+
+
+def _lns_cost(
+    data: LayerData, x: np.ndarray, scale: float, cap: float, params: SearchParams,
+    rng: np.random.Generator, clock: _Clock,
+) -> tuple[np.ndarray, int, int]:
+    """Pass 2 by neighbourhoods: around a heavy pair that is split, or at random."""
+    opts = params.options
+    tried = kept = stall = 0
+    patience = min(opts.patience, opts.cost_patience)
+    while tried < opts.cost_iterations and stall < patience and clock.left() > 0:
+        size = _neighbourhood_size(data, params, stall)
+        gpus = _cost_neighbourhood(data, x, rng, size, tried)
+        model = LayerModel(
+            data, x, gpus, mode=COST, scale=scale, cap=cap,
+            traffic_weight=opts.traffic_weight, migration_weight=opts.migration_weight,
+            free_counts=data.current is not None,
+        )
+        result = model.solve(opts.submodel_dtime, clock.left(), params.seed + tried, lns=True)
+        tried += 1
+        if result.x is not None and _better_cost(data, result.x, x, cap, params):
+            x = result.x
+            kept += 1
+            stall = 0
+        else:
+            stall += 1
+    return x, tried, kept
+
+
+def _cost_neighbourhood(
+    data: LayerData, x: np.ndarray, rng: np.random.Generator, size: int, step: int
+) -> np.ndarray:
+    """Even steps: GPUs of a heavy split pair (drawn by rate); odd steps: at random.
+
+    Steps that reduce moves start from a GPU holding an expert the current placement
+    does not have there.
+    """
+    g_all = np.arange(data.num_gpus)
+    if data.current is not None and step % 3 == 2:
+        moved = np.flatnonzero((x & ~data.current).any(axis=0))
+        if moved.size:
+            first = int(rng.choice(moved))
+            return _draw(rng, first, np.ones(data.num_gpus), size)
+    if data.pairs.size and step % 2 == 0:
+        split = ~(x[data.pairs[:, 0]] & x[data.pairs[:, 1]]).any(axis=1)
+        if split.any():
+            rates = data.pair_rate * split
+            pick = int(rng.choice(rates.size, p=rates / rates.sum()))
+            i, j = data.pairs[pick]
+            gi = int(rng.choice(np.flatnonzero(x[i])))
+            gj = int(rng.choice(np.flatnonzero(x[j])))
+            weight = np.ones(data.num_gpus)
+            weight[gj] = 1e6  # make sure the partner's GPU comes along
+            return _draw(rng, gi, weight, size)
+    return np.sort(rng.choice(g_all, size=size, replace=False))
+
+
+def _draw(rng: np.random.Generator, first: int, weight: np.ndarray, size: int) -> np.ndarray:
+    """``first`` plus ``size - 1`` other GPUs drawn without replacement by ``weight``."""
+    weight = np.asarray(weight, dtype=np.float64).copy()
+    weight[first] = 0.0
+    others = np.flatnonzero(weight > 0)
+    take = min(size - 1, others.size)
+    p = weight[others] / weight[others].sum()
+    chosen = rng.choice(others, size=take, replace=False, p=p) if take else np.zeros(0, int)
+    return np.sort(np.concatenate([[first], chosen]).astype(np.int64))
+
+
+# -- scoring ------------------------------------------------------------------------------
+def _cost(data: LayerData, x: np.ndarray, params: SearchParams) -> float:
+    opts = params.options
+    return data.cost(x, opts.traffic_weight, opts.migration_weight)
+
+
+def _better_cost(
+    data: LayerData, new: np.ndarray, old: np.ndarray, cap: float, params: SearchParams
+) -> bool:
+    if data.balance(new) > cap * (1 + 1e-12):
+        return False
+    return _cost(data, new, params) < _cost(data, old, params) - 1e-12
+
+
+def _representable(data: LayerData, x: np.ndarray | None) -> bool:
+    """Whether ``x`` is a placement of the model: ``slots_per_gpu`` distinct experts on
+    every GPU, every expert somewhere."""
+    return x is not None and bool((x.sum(axis=0) == data.slots_per_gpu).all()
+                                  and (x.sum(axis=1) >= 1).all())
+
+
+def _canonical(data: LayerData, x: np.ndarray) -> np.ndarray:
+    """The same placement with each node's GPUs sorted by summed load, heaviest first."""
+    total = data.gpu_ratio(x).sum(axis=0)
+    order = np.arange(data.num_gpus)
+    for node in range(data.num_nodes):
+        members = np.flatnonzero(data.node_of_gpu == node)
+        order[members] = members[np.argsort(-total[members], kind="stable")]
+    return x[:, order]
+
+
+def _relabel_to_current(data: LayerData, x: np.ndarray) -> np.ndarray:
+    """Permute identical GPUs within nodes so that ``x`` keeps most of the current placement.
+
+    An assignment problem per node (GPUs of ``x`` to GPU ranks), solved with CP-SAT;
+    the loads and the traffic do not change, the moves only go down.
+    """
+    current = data.current
+    if current is None or not data.identical_gpus:
+        return x
+    order = np.arange(data.num_gpus)
+    for node in range(data.num_nodes):
+        members = np.flatnonzero(data.node_of_gpu == node)
+        overlap = (x[:, members].T.astype(np.int64) @ current[:, members].astype(np.int64))
+        model = cp_model.CpModel()
+        a = {
+            (p, q): model.new_bool_var(f"a_{p}_{q}")
+            for p in range(members.size) for q in range(members.size)
+        }
+        for p in range(members.size):
+            model.add_exactly_one(a[p, q] for q in range(members.size))
+            model.add_exactly_one(a[q, p] for q in range(members.size))
+        model.maximize(sum(int(overlap[p, q]) * var for (p, q), var in a.items()))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_deterministic_time = 1.0
+        if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            continue
+        for (p, q), var in a.items():
+            if solver.value(var):
+                order[members[q]] = members[p]
+    relabelled = x[:, order]
+    return relabelled if data.moves(relabelled) <= data.moves(x) else x
