@@ -9,7 +9,7 @@ configurations it must be at least 10% lower (DeepSeek-V3 shape, EP32) and 5% lo
 Every row runs the path ``placer plan`` runs: ``read_routing`` (the model's ``top_k``;
 per-token routing kept for the replay when the data has it), ``build_problem`` (model,
 topology, slots or redundant experts, ``--fit``), ``solve(problem, "cpsat",
-SolveParams(jobs=os.cpu_count(), workload=Workload(engine, "decode")))`` with every other
+SolveParams(jobs=os.cpu_count(), regime=Regime(engine, "decode")))`` with every other
 setting at its default, EPLB (``--solver eplb``: deepseek-ai/EPLB's ``rebalance_experts``
 exactly; it reads no workload, so it is solved once per configuration), and
 ``placer.summary.summarize_plan`` for the side-by-side on the windows ``--fit`` left out.
@@ -150,8 +150,8 @@ def compare_engines(
     from placer.planning.build import build_problem
     from placer.planning.solvers import solve
     from placer.problem import SolveParams
+    from placer.regime import Regime
     from placer.summary import BASELINE_SOLVER, summarize_plan
-    from placer.workload import Workload
 
     problem = build_problem(routing, model=model, topology=topology, slots_per_gpu=slots_per_gpu,
                             redundant=redundant, fit=fit)
@@ -163,8 +163,8 @@ def compare_engines(
     _say_warnings(caught, f"{label} eplb")
     rows = []
     for engine in engines:
-        workload = Workload(engine, "decode")
-        params = SolveParams(jobs=jobs, workload=workload, **extra)
+        workload = Regime(engine, "decode")
+        params = SolveParams(jobs=jobs, regime=workload, **extra)
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -174,7 +174,7 @@ def compare_engines(
         log(f"{label}, {engine}: cpsat {seconds:.1f} s ({result.status}); judging ...")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            summary = summarize_plan(problem, result, baseline, routing, workload=workload,
+            summary = summarize_plan(problem, result, baseline, routing, regime=workload,
                                      fit=fit)
         _say_warnings(caught, f"{label} {engine} summary")
         if not summary.times:

@@ -49,15 +49,15 @@ def _replan() -> list[str]:
     from placer.planning.build import build_problem
     from placer.planning.solvers import solve
     from placer.problem import SolveParams
+    from placer.regime import Regime
     from placer.topology import load_topology
-    from placer.workload import Workload
 
     name, model_name, overrides = SYNTH["deepseek-v3"]
     routing = read(synth_trace(OUT / name, model_name, **overrides), model_name,
                    keep_tokens=True)
     model = load_model(model_name)
     topology = load_topology("4x-dgx-h100")
-    workload = Workload("vllm", "decode")
+    workload = Regime("vllm", "decode")
     jobs = os.cpu_count() or 1
 
     def problem(fit: tuple[int, int], current: Any = None) -> Any:
@@ -69,7 +69,7 @@ def _replan() -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = solve(problem(fit, current), "cpsat",
-                           SolveParams(jobs=jobs, workload=workload, **extra))
+                           SolveParams(jobs=jobs, regime=workload, **extra))
         return result, time.perf_counter() - started
 
     log("replan: deployed plan on windows 0:8 ...")
@@ -95,7 +95,7 @@ def _replan() -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ev = evaluate(placement, routing, topology, model, EvalParams(
-                policy=workload.policy, mode=workload.mode,
+                policy=workload.dispatch, mode=workload.all_to_all,
                 batch_tokens=workload.batch_tokens(topology.num_gpus), windows=(12, 16)))
         cost = move_cost(placement, current, model, topology)
         rows.append((label, cost, ev.metrics, seconds, details))

@@ -18,8 +18,8 @@ from placer import constants
 from placer.errors import Param, UsageError
 from placer.model.slots import fewest_slots_per_gpu
 from placer.placement import Placement
+from placer.regime import Regime
 from placer.stats import ExpertStats
-from placer.workload import Workload
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
@@ -111,8 +111,11 @@ class SolveParams:
         only the per-layer budget.
     seed: random seed; same inputs and seed give the same placement.
     jobs: layers solved in parallel (processes).
-    workload: the engine and batch regime the plan is judged under (the evaluator's
-        dispatch policy, all-to-all mode and batch size; :class:`placer.workload.Workload`).
+    regime: the engine and batch regime the plan is judged under (the evaluator's
+        dispatch policy, all-to-all mode and batch size; :class:`placer.regime.Regime`).
+    distinct: no GPU may hold two replicas of one expert (the target engine's file
+        cannot say so: vLLM-Ascend); solvers that keep a baseline's layer keep
+        ``eplb-valid``'s instead of the reference EPLB's.
     max_moves: re-planning (``problem.current``): at most this many weight moves in all
         (a hard budget; :mod:`placer.placement.migration`); None: no budget.
     max_move_gb: the same budget in GB of expert weights to copy; None: none.
@@ -133,7 +136,8 @@ class SolveParams:
     total_time_limit_s: float | None = constants.DEFAULT_PLAN_SECONDS
     seed: int = 0
     jobs: int = 1
-    workload: Workload = field(default_factory=Workload)
+    regime: Regime = field(default_factory=Regime)
+    distinct: bool = False
     max_moves: int | None = None
     max_move_gb: float | None = None
     move_tolerance: float = constants.MOVE_TOLERANCE

@@ -241,7 +241,7 @@ def _hardware(folder: Path) -> None:
 
 
 def _models(folder: Path) -> None:
-    from test_models_hf import CONFIGS
+    from hf_configs import CONFIGS
 
     (folder / "DeepSeek-V3").mkdir()
     doc = {**CONFIGS["deepseek-v3"],

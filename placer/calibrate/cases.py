@@ -24,9 +24,9 @@ import numpy as np
 
 from placer.errors import UsageError
 from placer.evaluate import EvalParams, evaluate
-from placer.evaluate.traffic import MODES
 from placer.model import ModelSpec
 from placer.placement import Placement
+from placer.regime import MODES
 from placer.stats import ExpertStats, RoutingData, RoutingTrace
 from placer.topology import Topology, with_nodes
 

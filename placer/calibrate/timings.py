@@ -33,8 +33,8 @@ from pathlib import Path
 from placer import constants
 from placer.calibrate.cases import AllToAllCase
 from placer.errors import DataError, UsageError
-from placer.evaluate.traffic import MODES
 from placer.io.fileio import write_text_atomic
+from placer.regime import MODES
 
 ALL_TO_ALL = "all_to_all"
 EXPERT_GEMM = "expert_gemm"

@@ -239,7 +239,7 @@ def complete_solver(incomplete: str) -> list[str]:
 
 def complete_engine(incomplete: str) -> list[str]:
     """Serving engines starting with ``incomplete``."""
-    from placer.workload import ENGINES
+    from placer.regime import ENGINES
 
     return [name for name in ENGINES if name.startswith(incomplete)]
 
@@ -322,3 +322,30 @@ def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,
     written = write(pictures, folder)
     if not quiet:
         sys.stderr.write(f"wrote {len(written)} PNG file(s) to {folder}\n")
+
+
+def records(placements: list[Any], key: str) -> bool:
+    """Whether the placements record one model or topology name (see :func:`recorded_name`)."""
+    try:
+        recorded_name(placements, key, "")
+    except UsageError:
+        return False
+    return True
+
+
+def recorded_name(placements: list[Any], key: str, option: str) -> str:
+    """The model or topology name the placements record, when they agree; else a
+    UsageError naming ``option`` (the flag that gives it)."""
+    names = set()
+    for pl in placements:
+        value = pl.meta.get(key)
+        name = value.get("name") if isinstance(value, dict) else value
+        if name:
+            names.add(str(name))
+    if len(names) != 1:
+        what = "no" if not names else "different"
+        raise UsageError(
+            f"the placements record {what} {key} names", where=option,
+            hint=f"pass {option} NAME_OR_FILE",
+        )
+    return names.pop()

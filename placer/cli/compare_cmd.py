@@ -19,7 +19,6 @@ import typer
 from placer import constants
 from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
-    complete_engine,
     complete_model,
     complete_solver,
     complete_topology,
@@ -31,6 +30,14 @@ from placer.cli.common import (
     read_trace,
     to_jsonable,
     write_pictures,
+)
+from placer.cli.regime import (
+    engine_option,
+    judged_as,
+    mode_option,
+    policy_option,
+    tokens_per_gpu_option,
+    workload_option,
 )
 from placer.compare import (
     DEFAULT_P99_SLACK_PCT,
@@ -49,7 +56,6 @@ from placer.compare import (
     split_routing,
 )
 from placer.errors import UsageError
-from placer.workload import ENGINES, PHASES
 
 EXAMPLES = examples(
     "placer compare traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t dgx-h100 -t 2x-dgx-h100"
@@ -122,14 +128,11 @@ def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str
         "trace": list(study.trace),
         "model": s.model,
         "evaluated_on": description,
-        "settings": {"dtype": s.dtype, "policy": s.policy, "mode": s.mode,
-                     "kv_reserve_gb": s.kv_reserve_gb, "time_limit_s": s.time_limit_s,
-                     "layer_time_limit_s": s.layer_time_limit_s,
-                     "seed": s.seed, "batch_tokens": s.batch_tokens,
-                     "num_batches": s.num_batches, "holdout": s.holdout,
-                     "engine": s.engine, "workload": s.workload,
-                     "tokens_per_gpu": s.tokens_per_gpu, "p99_target_us": s.p99_target_us,
-                     "p99_slack_pct": s.p99_slack_pct},
+        "regime": s.regime.to_dict(),
+        "settings": {"dtype": s.dtype, "kv_reserve_gb": s.kv_reserve_gb,
+                     "time_limit_s": s.time_limit_s,
+                     "layer_time_limit_s": s.layer_time_limit_s, "holdout": s.holdout,
+                     "p99_target_us": s.p99_target_us, "p99_slack_pct": s.p99_slack_pct},
         "notes": list(study.notes),
         "rows": [o.row.as_dict() for o in outcomes],
         "recommendation": None if recommendation is None else recommendation.to_dict(),
@@ -222,18 +225,6 @@ def compare(
         help="Scenario file (YAML) instead of --topology/--redundant/"
         "--solver; see docs/compare.md.", show_default=False,
     ),
-    policy: str | None = typer.Option(
-        None, "--policy", metavar="POLICY",
-        help="Dispatch policy: round_robin (vLLM, TensorRT-LLM), sglang (SGLang static),"
-        " local_first (SGLang's earlier static), random."
-        " Default round_robin.", show_default=False,
-    ),
-    mode: str | None = typer.Option(
-        None, "--mode", metavar="MODE",
-        help="All-to-all mode: normal, low_latency (NVLink in a node) or low_latency_rdma"
-        " (every copy through the NICs). Default normal.",
-        show_default=False,
-    ),
     dtype: str | None = typer.Option(
         None, "--dtype", metavar="DTYPE", help="Expert weight dtype (default: the model's).",
         show_default=False,
@@ -252,37 +243,17 @@ def compare(
         help="Wall seconds per layer for search-based solvers (a cap; default 10).",
         show_default=False,
     ),
-    seed: int | None = typer.Option(None, "--seed", help="Seed of solvers and evaluation."),
-    batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens", metavar="TOKENS",
-        help="Tokens per evaluated batch (default: the trace's steps).",
-        show_default=False,
-    ),
-    num_batches: int | None = typer.Option(
-        None, "--num-batches", help="Batches sampled when the trace has only aggregated loads"
-        " (default 32).", show_default=False,
-    ),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of solvers and evaluation.",
+                                    show_default=False),
     holdout: bool | None = typer.Option(
         None, "--holdout/--no-holdout", help="Judge on held-out windows (default) or on all.",
         show_default=False,
     ),
-    engine: str | None = typer.Option(
-        None, "--engine", "-e", metavar="ENGINE", autocompletion=complete_engine,
-        help=f"Serving engine ({', '.join(ENGINES)}) to plan for and"
-        " judge under; with --workload and --tokens-per-gpu it replaces --policy, --mode and"
-        " --batch-tokens (default vllm when --workload or --tokens-per-gpu is given).",
-        show_default=False,
-    ),
-    workload: str | None = typer.Option(
-        None, "--workload", metavar="|".join(PHASES),
-        help=f"Batch regime ({', '.join(PHASES)}); default decode when"
-        " --engine or --tokens-per-gpu is given.", show_default=False,
-    ),
-    tokens_per_gpu: int | None = typer.Option(
-        None, "--tokens-per-gpu", min=1, metavar="TOKENS",
-        help="Tokens each EP rank dispatches per step"
-        " (default 128 decode, 4096 prefill).", show_default=False,
-    ),
+    engine: str | None = engine_option(),
+    workload: str | None = workload_option(),
+    tokens_per_gpu: int | None = tokens_per_gpu_option(),
+    policy: str | None = policy_option(),
+    mode: str | None = mode_option(),
     p99_target_us: float | None = typer.Option(
         None, "--p99-target-us", metavar="US",
         help="Recommend the fewest GPUs whose estimated step p99 is at most this (µs)."
@@ -328,13 +299,11 @@ def compare(
     if json_out and csv_out:
         raise UsageError("--json and --csv are two answers to one question", where="--csv",
                          hint="choose one")
-    # configured defaults yield to the command line (--policy, --mode, --batch-tokens
-    # outrank a configured engine) and to a scenario file's own settings
-    legacy_given = policy is not None or mode is not None or batch_tokens is not None
-    if legacy_given or scenarios is not None:
+    # configured defaults yield to a scenario file's own settings
+    if scenarios is not None:
         engine = None if from_config("--engine") else engine
         workload = None if from_config("--workload") else workload
-    if scenarios is not None:
+        tokens_per_gpu = None if from_config("--tokens-per-gpu") else tokens_per_gpu
         topology = [] if from_config("--topology") else topology
         solver = [] if from_config("--solver") else solver
         model = None if from_config("--model") else model
@@ -343,20 +312,9 @@ def compare(
         dtype = None if from_config("--dtype") else dtype
         kv_reserve_gb = None if from_config("--kv-reserve-gb") else kv_reserve_gb
         seed = None if from_config("--seed") else seed
-    given = [o for o, v in (("--engine", engine), ("--workload", workload),
-                            ("--tokens-per-gpu", tokens_per_gpu)) if v is not None]
-    legacy = [o for o, v in (("--policy", policy), ("--mode", mode),
-                             ("--batch-tokens", batch_tokens)) if v is not None]
-    if given and legacy:
-        raise UsageError(
-            f"{given[0]} sets the dispatch policy, the all-to-all mode and the batch;"
-            f" {legacy[0]} contradicts it", where=given[0],
-            hint=f"drop {', '.join(legacy)}, or drop {', '.join(given)}",
-        )
     overrides = {"model": model, "dtype": dtype, "policy": policy, "mode": mode,
                  "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit,
-                 "layer_time_limit_s": layer_time_limit, "seed": seed,
-                 "batch_tokens": batch_tokens, "num_batches": num_batches, "holdout": holdout,
+                 "layer_time_limit_s": layer_time_limit, "seed": seed, "holdout": holdout,
                  "engine": engine, "workload": workload, "tokens_per_gpu": tokens_per_gpu,
                  "p99_target_us": p99_target_us, "p99_slack_pct": p99_slack}
     study = build_study(scenarios, list(trace or []), topology, redundant, solver, overrides,
@@ -377,8 +335,7 @@ def compare(
     description = split_routing(routing, study.settings.holdout).description
     if not quiet:
         sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")
-        if study.settings.target is not None:
-            sys.stderr.write(f"judged as {study.settings.target.describe()}\n")
+        sys.stderr.write(judged_as(study.settings.regime) + "\n")
     labels = [s.label for s in study.scenarios]
     with _Progress(labels, quiet=quiet) as progress:
         outcomes = compare_lib.compare(routing, study.scenarios, study.settings, jobs=jobs,

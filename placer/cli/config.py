@@ -87,6 +87,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("model", str, "model preset name, Hugging Face id or model YAML file"),
     Setting("engine", str, "serving engine planned and judged for (sglang, vllm, trtllm)"),
     Setting("workload", str, "batch regime (decode, prefill)"),
+    Setting("tokens_per_gpu", int, "tokens each EP rank dispatches per step"),
     Setting("solver", str, "placement solver of plan and compare"),
     Setting("dtype", str, "expert weight dtype (bf16, fp8, mxfp4)"),
     Setting("kv_reserve_gb", float, "memory per GPU kept for the KV cache, GB"),

@@ -28,23 +28,30 @@ from placer.cli.common import (
     out,
     print_json,
     read_trace,
+    recorded_name,
+    records,
 )
-from placer.errors import PlacerError, UsageError
-from placer.evaluate import (
-    MODES,
-    POLICIES,
-    EvalParams,
-    Evaluation,
-    evaluate_many,
+from placer.cli.regime import (
+    engine_option,
+    judged_as,
+    mode_option,
+    policy_option,
+    resolve_regime,
+    seed_option,
+    tokens_per_gpu_option,
+    workload_option,
 )
+from placer.errors import PlacerError
+from placer.evaluate import Evaluation, PartEvaluation, evaluate_many
 from placer.metrics import METRICS
+from placer.regime import Regime
 from placer.stats.windows import parse_window_range
 
 EXAMPLES = examples(
     "placer evaluate traces/synthetic-small.jsonl.gz -p eplb.json -p cpsat.json --fit 0:6"
     " --eval 6:8",
-    "placer evaluate trace.npz -p plan.json -m deepseek-v3 -t 4x-dgx-h100 --policy sglang"
-    " --json",
+    "placer evaluate trace.npz -p plan.json -m deepseek-v3 -t 4x-dgx-h100 --engine sglang"
+    " --workload decode --json",
     note="The metrics and how batches are replayed: docs/evaluate.md.",
 )
 
@@ -66,18 +73,21 @@ def column_names(paths: list[Path]) -> list[str]:
 
 def evaluation_report(
     parts: list[dict[str, Any]], *, trace: list[str], model: str, topology: str,
-    params: EvalParams,
+    regime: Regime, note: str, judged: list[PartEvaluation], dtype: str,
 ) -> dict[str, Any]:
-    """The JSON document of ``placer evaluate --json``."""
+    """The JSON document of ``placer evaluate --json``: the regime, and each part's
+    parameters (batches replayed or sampled) and figures."""
+    for part, done in zip(parts, judged, strict=True):
+        params = done.evaluations[0][1].params if done.evaluations else None
+        if params is not None:
+            part["params"] = {"batch_tokens": params.batch_tokens,
+                              "num_batches": params.num_batches, "sample": params.sample}
     return {
         "trace": trace,
         "model": model,
         "topology": topology,
-        "params": {
-            "policy": params.policy, "mode": params.mode, "batch_tokens": params.batch_tokens,
-            "num_batches": params.num_batches, "seed": params.seed, "dtype": params.dtype,
-            "sample": params.sample,
-        },
+        "dtype": dtype,
+        "regime": {**regime.to_dict(), "note": note},
         "parts": parts,
     }
 
@@ -118,21 +128,11 @@ def evaluate_cmd(
         autocompletion=complete_model,
         help="Model preset or YAML file (default: the placement's model).",
     ),
-    policy: str = typer.Option(
-        "round_robin", "--policy", metavar="POLICY",
-        help=f"Dispatch policy: {', '.join(POLICIES)} (round_robin: vLLM, TensorRT-LLM;"
-        " sglang: SGLang's static dispatch; local_first: SGLang's earlier static dispatch).",
-    ),
-    mode: str = typer.Option(
-        "normal", "--mode", metavar="MODE", help=f"Communication mode: {', '.join(MODES)}."
-    ),
-    batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens", metavar="TOKENS",
-        help="Tokens per batch (default: the trace's steps, else 4096; sampled batches: 4096).",
-    ),
-    num_batches: int = typer.Option(
-        16, "--num-batches", help="Batches sampled when the trace has only aggregated loads."
-    ),
+    engine: str | None = engine_option(),
+    workload: str | None = workload_option(),
+    tokens_per_gpu: int | None = tokens_per_gpu_option(),
+    policy: str | None = policy_option(),
+    mode: str | None = mode_option(),
     fit: str | None = typer.Option(
         None, "--fit", metavar="START:STOP", help="Windows the placements were fitted on."
     ),
@@ -144,10 +144,7 @@ def evaluate_cmd(
         None, "--dtype", metavar="DTYPE",
         help="Expert dtype: bf16, fp8, mxfp4 (default: the model's)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the random policies."),
-    sample: bool = typer.Option(
-        False, "--sample", help="Sample batches from the statistics even with per-token data."
-    ),
+    seed: int = seed_option(),
     window_tokens: int | None = typer.Option(
         None, "--window-tokens", metavar="TOKENS",
         help="Cut the trace into windows of this many tokens."
@@ -162,8 +159,7 @@ def evaluate_cmd(
     ),
 ) -> None:
     """Evaluate placements on a routing trace: hot shard, traffic and time, side by side."""
-    base = EvalParams(policy=policy, mode=mode, batch_tokens=batch_tokens,
-                      num_batches=num_batches, seed=seed, dtype=dtype, sample=sample)
+    regime, note = resolve_regime(engine, workload, tokens_per_gpu, policy, mode, seed)
     fit_range = parse_window_range(fit, option="--fit") if fit is not None else None
     eval_range = parse_window_range(held_out, option="--eval") if held_out is not None else None
 
@@ -178,12 +174,12 @@ def evaluate_cmd(
             e.where = e.where or str(path)
             raise
     # the model and topology a placement records outrank configured defaults
-    if from_config("--model") and _recorded(placements, "model"):
+    if from_config("--model") and records(placements, "model"):
         model = None
-    if from_config("--topology") and _recorded(placements, "topology"):
+    if from_config("--topology") and records(placements, "topology"):
         topology = None
-    model_name = model or _meta_name(placements, "model", "--model")
-    topology_name = topology or _meta_name(placements, "topology", "--topology")
+    model_name = model or recorded_name(placements, "model", "--model")
+    topology_name = topology or recorded_name(placements, "topology", "--topology")
     model_spec = load_model(model_name)
     topo = load_topology(topology_name)
     routing = read_trace(trace, trace_format, model=model_spec, window_tokens=window_tokens,
@@ -198,8 +194,8 @@ def evaluate_cmd(
 
     try:
         judged = evaluate_many(list(zip(names, placements, strict=True)), routing, topo,
-                               model_spec, base, fit=fit_range, held_out=eval_range,
-                               on_start=starting)
+                               model_spec, regime, dtype=dtype, fit=fit_range,
+                               held_out=eval_range, on_start=starting)
     except PlacerError as e:  # name the placement's file, not its column
         if e.where in path_of:
             e.where = str(path_of[e.where])
@@ -211,12 +207,13 @@ def evaluate_cmd(
     } for part in judged]
     report = evaluation_report(
         report_parts, trace=[str(p) for p in trace], model=model_spec.name,
-        topology=topo.name, params=EvalParams(**{**base.__dict__,
-                                                 "dtype": dtype or model_spec.default_dtype}),
+        topology=topo.name, regime=regime, note=note, judged=judged,
+        dtype=dtype or model_spec.default_dtype,
     )
     if json_out:
         print_json(report)
         return
+    sys.stdout.write(judged_as(regime, note) + "\n\n")
     for i, part in enumerate(report_parts):
         if i:
             sys.stdout.write("\n")
@@ -245,32 +242,6 @@ def _column(name: str, path: Path, evaluation: Evaluation) -> dict[str, Any]:
         "metrics": evaluation.metrics,
         "per_layer": {key: values for key, values in evaluation.per_layer.items()},
     }
-
-
-def _recorded(placements: list[Any], key: str) -> bool:
-    """Whether the placements record one model or topology name (see :func:`_meta_name`)."""
-    try:
-        _meta_name(placements, key, "")
-    except UsageError:
-        return False
-    return True
-
-
-def _meta_name(placements: list[Any], key: str, option: str) -> str:
-    """The model or topology name recorded in the placements, when they agree."""
-    names = set()
-    for pl in placements:
-        value = pl.meta.get(key)
-        name = value.get("name") if isinstance(value, dict) else value
-        if name:
-            names.add(str(name))
-    if len(names) != 1:
-        what = "no" if not names else "different"
-        raise UsageError(
-            f"the placements record {what} {key} names", where=option,
-            hint=f"pass {option} NAME_OR_FILE",
-        )
-    return names.pop()
 
 
 def register(app: typer.Typer) -> None:

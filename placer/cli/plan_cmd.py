@@ -6,9 +6,10 @@ enough to replay), the model and the topology; plan and summarize with
 the side-by-side); write the placement (:func:`placer.placement.document.write_placement`) and
 print the summary (``--json``: its ``to_dict()``).
 
-``--engine`` (implied by ``--export`` when it names one engine), ``--workload`` and
-``--tokens-per-gpu`` make the :class:`placer.workload.Workload` the solver plans for
-(``SolveParams.workload``) and the summary judges under.
+``--engine`` (implied by ``--export`` when it names one engine), ``--workload``,
+``--tokens-per-gpu`` and the overrides ``--policy``/``--mode`` make the
+:class:`placer.regime.Regime` the solver plans for (``SolveParams.regime``) and the
+summary judges under (:mod:`placer.cli.regime`, the flags every judging command shares).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from placer import constants
 from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
     as_flags,
-    complete_engine,
     complete_model,
     complete_solver,
     complete_topology,
@@ -37,6 +37,15 @@ from placer.cli.common import (
     top_k_option,
 )
 from placer.cli.progress import progress
+from placer.cli.regime import (
+    EXPORT_ENGINE,
+    engine_option,
+    mode_option,
+    policy_option,
+    resolve_regime,
+    tokens_per_gpu_option,
+    workload_option,
+)
 from placer.errors import UsageError
 from placer.io.fileio import all_or_nothing, check_not_inputs, check_output_path, is_stream
 from placer.placement.document import read_placement, write_placement
@@ -45,7 +54,6 @@ from placer.planning.solvers import solver_names
 from placer.problem import SolveParams
 from placer.stats.windows import parse_window_range
 from placer.summary.replan import replan_rows
-from placer.workload import DEFAULT_TOKENS_PER_GPU, ENGINES, PHASES, Workload
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
@@ -54,7 +62,6 @@ if TYPE_CHECKING:
 #: Solver used when ``--solver`` is not given.
 DEFAULT_SOLVER = "cpsat"
 
-_TOKEN_DEFAULTS = ", ".join(f"{n} {phase}" for phase, n in DEFAULT_TOKENS_PER_GPU.items())
 
 EXAMPLES = examples(
     "placer plan traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x-dgx-h100 -r 16 -o plan.json",
@@ -64,45 +71,6 @@ EXAMPLES = examples(
     " --max-moves 64 -o next.json",
     note="Solvers, knobs and the summary: docs/planner.md; re-planning: docs/placement.md.",
 )
-
-#: Export format -> the engine whose dispatch it implies (``eplb`` files imply none).
-EXPORT_ENGINE = {"sglang": "sglang", "trtllm": "trtllm", "vllm": "vllm", "vllm-ascend": "vllm"}
-
-
-def resolve_workload(
-    engine: str | None, phase: str, tokens_per_gpu: int | None, export_formats: list[str]
-) -> tuple[Workload, str]:
-    """The workload of ``--engine``/``--workload``/``--tokens-per-gpu`` and ``--export``,
-    and where it came from in words (for the summary's ``judged as`` line).
-
-    The engine is ``--engine``, else the one engine the exports are for (``vllm-ascend``
-    counts as ``vllm``), else ``vllm``.  An ``--engine`` that none of the exports is for
-    is a UsageError.
-    """
-    implied = sorted({EXPORT_ENGINE[f] for f in export_formats if f in EXPORT_ENGINE})
-    if engine is not None and implied and engine not in implied:
-        formats = ", ".join(f for f in export_formats if f in EXPORT_ENGINE)
-        raise UsageError(
-            f"--engine {engine} contradicts --export {formats} (an engine file for"
-            f" {' and '.join(implied)})", where="--engine",
-            hint=f"drop --engine (the export implies {' or '.join(implied)}), or export"
-            f" for {engine}",
-        )
-    if engine is not None:
-        chosen, said = engine, "engine from --engine"
-    elif len(implied) == 1:
-        chosen = implied[0]
-        fmt = next(f for f in export_formats if EXPORT_ENGINE.get(f) == chosen)
-        said = f"engine from --export {fmt}"
-    else:
-        chosen = "vllm"
-        said = ("default engine (exports for " + ", ".join(implied) + ": choose with --engine)"
-                if implied else "default engine")
-    workload = Workload(chosen, phase, tokens_per_gpu)
-    defaults = engine is None and not implied and phase == "decode" and tokens_per_gpu is None
-    note = "set with --engine/--workload" if defaults else f"{said}; set with --engine/--workload"
-    return workload, note
-
 
 def keep_tokens_for(paths: list[Path]) -> tuple[bool, str]:
     """Whether to keep per-token routing for the summary's replay: inputs up to
@@ -264,26 +232,15 @@ def plan(
         help="Also write the placement for a serving engine (repeatable), e.g. sglang:plan.json;"
         " needs --model.",
     ),
-    engine: str | None = typer.Option(
-        None, "--engine", "-e", metavar="ENGINE", autocompletion=complete_engine,
-        help=f"Serving engine ({', '.join(ENGINES)}): fixes the dispatch policy planned and"
-        " judged under (sglang: static dispatch; vllm, trtllm: round-robin). Default: the"
-        " engine of --export when it names one, else vllm.", show_default=False,
-    ),
-    workload: str = typer.Option(
-        "decode", "--workload", metavar="|".join(PHASES),
-        help=f"Batch regime ({', '.join(PHASES)}): decode uses low-latency all-to-all and"
-        " small batches (memory-bound experts), prefill normal all-to-all and large ones.",
-    ),
-    tokens_per_gpu: int | None = typer.Option(
-        None, "--tokens-per-gpu", min=1, metavar="TOKENS",
-        help=f"Tokens each EP rank dispatches per step (default: {_TOKEN_DEFAULTS}).",
-        show_default=False,
-    ),
+    engine: str | None = engine_option(exports=True),
+    workload: str | None = workload_option(),
+    tokens_per_gpu: int | None = tokens_per_gpu_option(),
+    policy: str | None = policy_option(),
+    mode: str | None = mode_option(),
 ) -> None:
     """Plan an expert placement from a routing trace and write it as placement JSON."""
     from placer.cli.exports import parse_export_spec
-    from placer.engines import export_engine
+    from placer.engines import export_engine, get_engine
 
     exports = [parse_export_spec(spec) for spec in export]
     # configured defaults yield to the command line: --num-gpus to a topology, --export's
@@ -294,14 +251,15 @@ def plan(
         engine = None
     _check_paths(output, exports, [trace, current, topology, model])
     _check_flags(exports, model, solver)
-    target, target_note = resolve_workload(engine, workload, tokens_per_gpu,
-                                           [fmt for fmt, _ in exports])
+    target, target_note = resolve_regime(engine, workload, tokens_per_gpu, policy, mode,
+                                         seed, [fmt for fmt, _ in exports])
     if current is None:
         _check_no_budget(max_moves, max_move_gb, sweep_moves)
     params = SolveParams(
         time_limit_s=layer_time_limit, total_time_limit_s=time_limit,
         max_moves=max_moves, max_move_gb=max_move_gb, move_tolerance=move_tolerance,
-        seed=seed, jobs=jobs or os.cpu_count() or 1, ray=ray, workload=target,
+        seed=seed, jobs=jobs or os.cpu_count() or 1, ray=ray, regime=target,
+        distinct=any(not get_engine(fmt).duplicates for fmt, _ in exports),
         options=solver_options(option, {
             "--balance-tolerance": ("balance_tolerance", balance_tolerance),
             "--traffic-first": ("traffic_first", traffic_first),
@@ -327,7 +285,7 @@ def plan(
         routing, solver, params, model=model_spec, topology=topo, num_gpus=num_gpus,
         slots_per_gpu=slots_per_gpu, redundant=None if auto else _redundant_count(redundant),
         auto=auto, dtype=dtype, kv_reserve_gb=kv_reserve_gb, fit=fit_range,
-        current=current_placement, workload_note=target_note, output=str(output),
+        current=current_placement, regime_note=target_note, output=str(output),
         no_trace_reason=no_trace,
         progress=progress("layers planned", enabled=not (quiet or json_out)),
     )
@@ -354,7 +312,7 @@ def plan(
     if sweep_moves:
         lines += replan_rows(summary.replan, frontier=True)[len(replan_rows(summary.replan)):]
     if run.auto is not None:
-        lines += ["", run.auto.reason, "candidates (redundant: estimated step us with EPLB): "
+        lines += ["", run.auto.reason, "candidates (redundant: EPLB's µs per step, as above): "
                   + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in run.auto.options)]
     for item in exported:
         lines += ["", *item.lines()]

@@ -8,8 +8,8 @@ placement on the trace (:func:`placer.evaluate.evaluate`); build the report
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -18,17 +18,35 @@ from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
     complete_model,
     complete_topology,
+    from_config,
     handle_errors,
     print_json,
     read_trace,
+    recorded_name,
+    records,
+)
+from placer.cli.regime import (
+    engine_option,
+    judged_as,
+    mode_option,
+    policy_option,
+    resolve_regime,
+    seed_option,
+    tokens_per_gpu_option,
+    workload_option,
 )
 from placer.errors import UsageError
+from placer.stats.windows import default_split, parse_window_range, resolve_window_range
+
+if TYPE_CHECKING:
+    from placer.model import ModelSpec
+    from placer.topology import Topology
 
 EXAMPLES = examples(
     "placer report traces/qwen3-30b-a3b.npz -p eplb.json -p cpsat.json -m qwen3-30b-a3b"
     " -t 2x-dgx-h100 -o report.html",
     "placer report trace.npz -p plan.json --name deployed -m deepseek-v3 -t 4x-dgx-h100"
-    " --policy sglang -o report.html --png-dir pictures/ --json",
+    " --engine sglang -o report.html --png-dir pictures/ --json",
     note="What the page shows: docs/compare.md.",
 )
 
@@ -41,14 +59,16 @@ def report(
         help="Placement JSON (placer plan's output); repeat to put"
         " up to 4 side by side.", show_default=False,
     ),
-    topology: str = typer.Option(
-        ..., "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology, help="Topology preset name or YAML file.",
+    topology: str | None = typer.Option(
+        None, "--topology", "-t", metavar="NAME|FILE",
+        autocompletion=complete_topology,
+        help="Topology preset name or YAML file (default: the one the placements record).",
         show_default=False,
     ),
-    model: str = typer.Option(
-        ..., "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model, help="Model preset name or YAML file.",
+    model: str | None = typer.Option(
+        None, "--model", "-m", metavar="NAME|FILE",
+        autocompletion=complete_model,
+        help="Model preset name or YAML file (default: the one the placements record).",
         show_default=False,
     ),
     output: Path = typer.Option(
@@ -65,29 +85,21 @@ def report(
         help="Absolute layer id drawn in the maps (default: the hottest).",
         show_default=False,
     ),
-    policy: str = typer.Option(
-        "round_robin", "--policy", metavar="POLICY",
-        help="Dispatch policy: round_robin (vLLM, TensorRT-LLM), sglang (SGLang static),"
-        " local_first (SGLang's earlier static), random.",
-    ),
-    mode: str = typer.Option(
-        "normal", "--mode", metavar="MODE",
-        help="All-to-all mode: normal, low_latency or low_latency_rdma (all copies via NICs).",
-    ),
+    engine: str | None = engine_option(),
+    workload: str | None = workload_option(),
+    tokens_per_gpu: int | None = tokens_per_gpu_option(),
+    policy: str | None = policy_option(),
+    mode: str | None = mode_option(),
+    seed: int = seed_option(),
     dtype: str | None = typer.Option(
         None, "--dtype", metavar="DTYPE",
         help="Expert weight dtype (default: the model's).", show_default=False
     ),
-    batch_tokens: int | None = typer.Option(
-        None, "--batch-tokens", metavar="TOKENS",
-        help="Tokens per evaluated batch (default: the trace's steps).",
-        show_default=False,
+    held_out: str | None = typer.Option(
+        None, "--eval", metavar="START:STOP",
+        help="Windows to judge on (default: the held-out part of the default split, as"
+        " placer compare; every window of a one-window trace).", show_default=False,
     ),
-    num_batches: int | None = typer.Option(
-        None, "--num-batches", help="Batches sampled when the trace has only aggregated loads"
-        " (default 32).", show_default=False,
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the evaluation's sampling."),
     trace_format: str | None = typer.Option(
         None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
     ),
@@ -112,49 +124,39 @@ def report(
     from placer.report.files import check_dpi
 
     check_dpi(dpi)
-    if name and len(name) != len(placement):
-        raise UsageError(f"{len(name)} --name for {len(placement)} --placement", where="--name",
-                         hint="give one --name per --placement, or none")
-    if len(placement) > 4:
-        raise UsageError(f"at most 4 placements fit side by side, got {len(placement)}",
-                         where="--placement")
-    labels = list(name) or [p.stem for p in placement]
-    if len(set(labels)) != len(labels):
-        raise UsageError("two placements have the same label", where="--name",
-                         hint="give each placement a --name")
+    labels = _labels(placement, name)
 
     from placer import __version__
     from placer.cli.common import write_pictures, write_text_atomic
-    from placer.evaluate import EvalParams, evaluate
-    from placer.model import load_model
+    from placer.evaluate import evaluate_many
     from placer.placement.document import read_placement
     from placer.report.sections import placement_report
     from placer.report.settings import command_line, evaluation_settings_rows
     from placer.report.verdicts import placement_judgements
     from placer.stats.analysis import summarize
-    from placer.topology import load_topology
 
-    params = EvalParams(policy=policy, mode=mode, dtype=dtype, batch_tokens=batch_tokens,
-                        seed=seed)
-    if num_batches is not None:
-        params = replace(params, num_batches=num_batches)
-    model_spec = load_model(model)
-    topo = load_topology(topology)
+    regime, note = resolve_regime(engine, workload, tokens_per_gpu, policy, mode, seed)
     placements = [read_placement(p) for p in placement]
+    model_spec, topo = _cluster(placements, model, topology)
     routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True)
-    evaluations = []
-    for label, p in zip(labels, placements, strict=True):
-        if not quiet:
-            sys.stderr.write(f"evaluating {label} ...\n")
-        evaluations.append(evaluate(p, routing, topo, model_spec, params))
+    windows = _judged_windows(routing.stats.num_windows, held_out)
+    if not quiet:
+        sys.stderr.write(f"evaluating {', '.join(labels)} on windows"
+                         f" {windows[0]}:{windows[1]}\n")
+    part = evaluate_many(list(zip(labels, placements, strict=True)), routing, topo, model_spec,
+                         regime, dtype=dtype, held_out=windows)[0]
+    evaluations = [e for _, e in part.evaluations]
+    params = evaluations[0].params
     subtitle = (f"{', '.join(str(t) for t in trace)} · model {model_spec.name} · topology"
-                f" {topo.name} · {policy} dispatch, {mode} mode")
+                f" {topo.name} · {regime.describe()}")
     built = placement_report(routing.stats, summarize(routing.stats), labels, placements,
                              evaluations, node_of_gpu=topo.node_of_gpu, layer=layer,
                              subtitle=subtitle, dpi=dpi,
                              settings=[("trace", ", ".join(str(t) for t in trace)),
+                                       ("judged on", f"windows {windows[0]}:{windows[1]}"),
                                        *evaluation_settings_rows(
-                                           params, model=model_spec.name, topology=topo.name,
+                                           regime, params, model=model_spec.name,
+                                           topology=topo.name,
                                            default_dtype=model_spec.default_dtype)],
                              command=command_line())
     write_text_atomic(output, built.html(footer=f"placer {__version__}"))
@@ -164,6 +166,7 @@ def report(
         write_pictures(built.pictures, png_dir, quiet)
     judged = placement_judgements(labels, evaluations)[1:] if len(labels) > 1 else []
     if not json_out:
+        sys.stdout.write(judged_as(regime, note) + "\n")
         for j in judged:  # the answer on stdout, one line per placement after the first
             sys.stdout.write(j.line + "\n")
         return
@@ -172,9 +175,11 @@ def report(
         "pictures": ([str(png_dir / f"{stem}.png") for stem, _ in built.pictures]
                      if png_dir is not None else []),
         "trace": [str(t) for t in trace], "model": model_spec.name, "topology": topo.name,
-        "params": {"policy": policy, "mode": mode, "dtype": dtype or model_spec.default_dtype,
-                   "batch_tokens": batch_tokens, "num_batches": params.num_batches,
-                   "seed": seed},
+        "regime": {**regime.to_dict(), "note": note},
+        "windows": list(windows),
+        "params": {"dtype": dtype or model_spec.default_dtype,
+                   "batch_tokens": params.batch_tokens, "num_batches": params.num_batches,
+                   "sample": params.sample},
         "placements": [{"name": label, "path": str(path), "metrics": e.metrics}
                        for label, path, e in zip(labels, placement, evaluations,
                                                  strict=True)],
@@ -182,6 +187,46 @@ def report(
                       "word": j.word, "line": j.line} for j in judged],
         "command": command_line(),
     })
+
+
+def _labels(placement: list[Path], name: list[str]) -> list[str]:
+    """The placements' labels (``--name``, else file stems), checked."""
+    if name and len(name) != len(placement):
+        raise UsageError(f"{len(name)} --name for {len(placement)} --placement", where="--name",
+                         hint="give one --name per --placement, or none")
+    if len(placement) > 4:
+        raise UsageError(f"at most 4 placements fit side by side, got {len(placement)}",
+                         where="--placement", hint="report 1 to 4 placements at a time")
+    labels = list(name) or [p.stem for p in placement]
+    if len(set(labels)) != len(labels):
+        raise UsageError("two placements have the same label", where="--name",
+                         hint="give each placement a --name")
+    return labels
+
+
+def _cluster(placements: list[Any], model: str | None,
+             topology: str | None) -> tuple[ModelSpec, Topology]:
+    """The model and topology: the flags, else the ones the placements record (which also
+    outrank configured defaults)."""
+    from placer.model import load_model
+    from placer.topology import load_topology
+
+    if from_config("--model") and records(placements, "model"):
+        model = None
+    if from_config("--topology") and records(placements, "topology"):
+        topology = None
+    return (load_model(model or recorded_name(placements, "model", "--model")),
+            load_topology(topology or recorded_name(placements, "topology", "--topology")))
+
+
+def _judged_windows(num_windows: int, held_out: str | None) -> tuple[int, int]:
+    """``--eval``'s windows, else the held-out part of the default split (as ``placer
+    compare`` judges), else every window."""
+    if held_out is not None:
+        return resolve_window_range(parse_window_range(held_out, option="--eval"),
+                                    num_windows, option="--eval")
+    split = default_split(num_windows)
+    return split[1] if split is not None else (0, num_windows)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from placer.compare.rows import METRIC_FIELDS, STATUS_OK, CompareRow, with_verdi
 from placer.compare.scenarios import CompareSettings, Scenario
 from placer.errors import InfeasibleError, PlacerError, UsageError
 from placer.evaluate import evaluate
+from placer.evaluate.params import replay_or_sample
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.planning.build import build_problem
@@ -140,8 +141,10 @@ def run_scenario(
         started = time.perf_counter()
         result = solve(problem, scenario.solver, settings.solve_params())
         seconds = result.seconds or (time.perf_counter() - started)
-        evaluation = evaluate(result.placement, split.routing, topology, model,
-                              settings.eval_params(int(topology.num_gpus), split.judge))
+        params = settings.eval_params(
+            int(topology.num_gpus), split.judge, num_layers=split.routing.stats.num_layers,
+            sample=replay_or_sample(split.routing, split.judge)[0])
+        evaluation = evaluate(result.placement, split.routing, topology, model, params)
     except InfeasibleError as e:
         return ScenarioOutcome(CompareRow(status=f"does not fit: {_reason(e)}", **base))
     except PlacerError as e:

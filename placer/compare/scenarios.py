@@ -14,8 +14,9 @@ from typing import Any
 
 from placer.errors import UsageError
 from placer.evaluate import EvalParams
+from placer.evaluate.params import regime_params
 from placer.problem import SolveParams
-from placer.workload import Workload
+from placer.regime import DEFAULT_ENGINE, DEFAULT_WORKLOAD, Regime
 
 #: Default :attr:`CompareSettings.p99_slack_pct`.
 DEFAULT_P99_SLACK_PCT = 10.0
@@ -85,26 +86,18 @@ class CompareSettings:
     model: model preset name or YAML path (``placer.model.load_model``); ``""``
         until the command line or the scenario file names one.
     dtype: expert weight dtype (``bf16``, ``fp8``, ``mxfp4``); None = the model's default.
-    policy: dispatch policy the evaluator simulates (``round_robin``, ``sglang``, ``local_first``,
-        ``random``; :data:`placer.evaluate.POLICIES`).
-    mode: all-to-all mode (``normal`` deduplicates copies per GPU and node; ``low_latency`` not).
     kv_reserve_gb: GB per GPU kept for the KV cache when sizing slots; None = capacity default.
     time_limit_s: wall seconds for each scenario's whole plan, split over its layers
         (``SolveParams.total_time_limit_s``, as ``placer plan --time-limit``); None = the
         default (``constants.DEFAULT_PLAN_SECONDS``).
     layer_time_limit_s: wall seconds cap of one layer (``SolveParams.time_limit_s``, as
         ``placer plan --layer-time-limit``); None = ``SolveParams`` default.
-    seed: seed of solvers and of the evaluator's sampling.
-    batch_tokens: tokens per evaluated batch; None = evaluator default.
-    num_batches: batches the evaluator samples when the trace has no per-token
-        routing (aggregated loads); None = evaluator default.
     holdout: judge placements on held-out windows (True) or on all the data (False).
-    engine, workload, tokens_per_gpu: the :class:`placer.workload.Workload` to plan for and
-        judge under (``--engine``, ``--workload``, ``--tokens-per-gpu``); when any is
-        given it sets the dispatch policy, the all-to-all mode and the batch
-        (``tokens_per_gpu x G`` of each scenario), and the solvers plan for it
-        (``SolveParams.workload``); None for all three: ``policy``, ``mode`` and
-        ``batch_tokens`` as given, solvers with their default workload.
+    engine, workload, tokens_per_gpu, policy, mode, seed: the
+        :class:`placer.regime.Regime` every scenario is planned for and judged under
+        (``--engine``, ``--workload``, ``--tokens-per-gpu``, the overrides ``--policy``
+        and ``--mode``, ``--seed``), as ``placer plan`` and ``placer evaluate`` do; None
+        = the default (vLLM decode, 128 tokens per GPU).
     p99_target_us: the recommendation's latency target: the fewest GPUs whose estimated
         step p99 is at most this many µs (:func:`placer.compare.recommend.recommend`);
         None = the highest throughput per GPU within ``p99_slack_pct`` of the lowest p99.
@@ -114,57 +107,40 @@ class CompareSettings:
 
     model: str
     dtype: str | None = None
-    policy: str = "round_robin"
-    mode: str = "normal"
     kv_reserve_gb: float | None = None
     time_limit_s: float | None = None
     layer_time_limit_s: float | None = None
-    seed: int = 0
-    batch_tokens: int | None = None
-    num_batches: int | None = None
     holdout: bool = True
     engine: str | None = None
     workload: str | None = None
     tokens_per_gpu: int | None = None
+    policy: str | None = None
+    mode: str | None = None
+    seed: int = 0
     p99_target_us: float | None = None
     p99_slack_pct: float = DEFAULT_P99_SLACK_PCT
 
     @property
-    def target(self) -> Workload | None:
-        """The workload of ``engine``/``workload``/``tokens_per_gpu``, or None (none given)."""
-        if self.engine is None and self.workload is None and self.tokens_per_gpu is None:
-            return None
-        return Workload(self.engine or "vllm", self.workload or "decode", self.tokens_per_gpu)
+    def regime(self) -> Regime:
+        """The regime of ``engine``, ``workload``, ``tokens_per_gpu``, ``policy``, ``mode``
+        and ``seed`` (defaults filled in)."""
+        return Regime(self.engine or DEFAULT_ENGINE, self.workload or DEFAULT_WORKLOAD,
+                      self.tokens_per_gpu, self.policy, self.mode, self.seed)
 
-    def eval_params(self, num_gpus: int, windows: tuple[int, int] | None = None) -> EvalParams:
-        """The evaluator's parameters for a scenario on ``num_gpus`` GPUs."""
-        kwargs: dict[str, Any] = {"policy": self.policy, "mode": self.mode, "seed": self.seed,
-                                  "dtype": self.dtype, "windows": windows}
-        target = self.target
-        if target is not None:
-            kwargs.update(policy=target.policy, mode=target.mode,
-                          batch_tokens=target.batch_tokens(num_gpus))
-        elif self.batch_tokens is not None:
-            kwargs["batch_tokens"] = self.batch_tokens
-        if self.num_batches is not None:
-            kwargs["num_batches"] = self.num_batches
-        return EvalParams(**kwargs)
+    def eval_params(self, num_gpus: int, windows: tuple[int, int] | None = None, *,
+                    num_layers: int = 1, sample: bool = False) -> EvalParams:
+        """The evaluator's parameters for a scenario on ``num_gpus`` GPUs: the regime's,
+        as every command judges (:func:`placer.evaluate.params.regime_params`)."""
+        return regime_params(self.regime, num_gpus, num_layers=num_layers, dtype=self.dtype,
+                             windows=windows, sample=sample)
 
     def __post_init__(self) -> None:
-        if self.target is not None and (self.policy != "round_robin" or self.mode != "normal"
-                                        or self.batch_tokens is not None):
-            raise UsageError(
-                "--engine/--workload/--tokens-per-gpu set the dispatch policy, the all-to-all"
-                " mode and the batch", where="--engine",
-                hint="drop --policy, --mode and --batch-tokens (or 'policy', 'mode',"
-                " 'batch_tokens' in the scenario file), or drop the workload",
-            )
-        # what the evaluator and the solvers check, they check (one place, one message)
+        # what the regime, the evaluator and the solvers check, they check (one place)
         self.eval_params(1)
         self.solve_params()
         if self.kv_reserve_gb is not None and not self.kv_reserve_gb >= 0:
             raise UsageError(f"KV reserve must be zero or more GB, got {self.kv_reserve_gb}",
-                             where="--kv-reserve-gb")
+                             where="--kv-reserve-gb", hint="0 or more, e.g. --kv-reserve-gb 20")
         if self.p99_target_us is not None and not 0 < self.p99_target_us < math.inf:
             raise UsageError(f"expected a positive step p99 target in µs, got"
                              f" {self.p99_target_us}", where="--p99-target-us",
@@ -174,12 +150,10 @@ class CompareSettings:
                              where="--p99-slack", hint="for example --p99-slack 10 (percent)")
 
     def solve_params(self) -> SolveParams:
-        """The solver parameters every scenario shares."""
-        kwargs: dict[str, Any] = {"seed": self.seed}
+        """The solver parameters every scenario shares: planned for the regime."""
+        kwargs: dict[str, Any] = {"seed": self.seed, "regime": self.regime}
         if self.time_limit_s is not None:
             kwargs["total_time_limit_s"] = self.time_limit_s
         if self.layer_time_limit_s is not None:
             kwargs["time_limit_s"] = self.layer_time_limit_s
-        if self.target is not None:
-            kwargs["workload"] = self.target
         return SolveParams(**kwargs)

@@ -14,7 +14,7 @@ from typing import Any
 from placer.compare.scenarios import CompareSettings, Scenario
 from placer.compare.sweep import Sweep, parse_counts, sweep_scenarios
 from placer.errors import PlacerError, UsageError
-from placer.evaluate import MODES, POLICIES
+from placer.regime import ENGINES, MODES, PHASES, POLICIES
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,9 @@ def resolve_study(study: Study) -> Study:
 
 #: Keys of a scenario file, in the order docs/compare.md documents them.
 STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "slots_per_gpu",
-              "solvers", "scenarios", "policy", "mode", "kv_reserve_gb", "time_limit_s",
-              "layer_time_limit_s", "seed", "batch_tokens", "num_batches", "holdout", "engine",
-              "workload", "tokens_per_gpu", "p99_target_us", "p99_slack_pct")
+              "solvers", "scenarios", "engine", "workload", "tokens_per_gpu", "policy", "mode",
+              "seed", "kv_reserve_gb", "time_limit_s", "layer_time_limit_s", "holdout",
+              "p99_target_us", "p99_slack_pct")
 
 
 _PATH_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".gz", ".npz", ".csv", ".npy")
@@ -118,18 +118,16 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         solvers: [eplb, cpsat]           # default [eplb]
         scenarios:                       # extra scenarios, after the product
           - {name: NVL72, topology: gb200-nvl72, redundant: 32, solver: cpsat}
-        policy: round_robin              # round_robin | sglang | local_first | random
-        mode: normal                     # normal | low_latency | low_latency_rdma
+        engine: sglang                   # the regime, as every command takes it:
+        workload: decode                 #   default vllm decode, 128 tokens per GPU
+        tokens_per_gpu: 128
+        policy: sglang                   # overrides: round_robin | sglang | local_first |
+        mode: low_latency                #   random; normal | low_latency | low_latency_rdma
+        seed: 0
         kv_reserve_gb: 20
         time_limit_s: 30
         layer_time_limit_s: 5
-        seed: 0
-        batch_tokens: 4096
-        num_batches: 32                  # sampled batches (aggregated traces only)
         holdout: true
-        engine: sglang                   # or workload / tokens_per_gpu, instead of
-        workload: decode                 #   policy, mode and batch_tokens
-        tokens_per_gpu: 128
         p99_target_us: 5000              # the recommendation's latency target
         p99_slack_pct: 10                # without a target: within 10% of the lowest p99
 
@@ -174,15 +172,11 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
 def _yaml_settings(root: Any, resolve: Callable[[str], str]) -> dict[str, Any]:
     """The scenario file's settings, as keyword arguments of :class:`CompareSettings`
     (keys the file leaves out keep their defaults)."""
-    from placer.workload import ENGINES, PHASES
-
     model = root.string("model", None)
     settings_kwargs: dict[str, Any] = {"model": resolve(model) if model else ""}
     dtype = root.string("dtype", None)
     if dtype is not None:
         settings_kwargs["dtype"] = dtype
-    settings_kwargs["policy"] = root.string("policy", "round_robin", choices=POLICIES)
-    settings_kwargs["mode"] = root.string("mode", "normal", choices=MODES)
     kv = root.number("kv_reserve_gb", None, strict=False)
     if kv is not None:
         settings_kwargs["kv_reserve_gb"] = kv
@@ -191,17 +185,12 @@ def _yaml_settings(root: Any, resolve: Callable[[str], str]) -> dict[str, Any]:
         if limit is not None:
             settings_kwargs[key] = limit
     settings_kwargs["seed"] = root.integer("seed", 0, minimum=0)
-    for key in ("batch_tokens", "num_batches"):
-        count = root.integer(key, None)
-        if count is not None:
-            settings_kwargs[key] = count
     settings_kwargs["holdout"] = root.boolean("holdout", True)
-    engine = root.string("engine", None, choices=ENGINES)
-    if engine is not None:
-        settings_kwargs["engine"] = engine
-    phase = root.string("workload", None, choices=PHASES)
-    if phase is not None:
-        settings_kwargs["workload"] = phase
+    for key, choices in (("engine", ENGINES), ("workload", PHASES), ("policy", POLICIES),
+                         ("mode", MODES)):
+        value = root.string(key, None, choices=choices)
+        if value is not None:
+            settings_kwargs[key] = value
     tokens = root.integer("tokens_per_gpu", None, minimum=1)
     if tokens is not None:
         settings_kwargs["tokens_per_gpu"] = tokens

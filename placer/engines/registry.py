@@ -63,6 +63,8 @@ class EngineFormat:
     suffix_rule: why, in words (the engine's own rule), for the error.
     mtp_layers: the file holds the model's multi-token-prediction layers too
         (TensorRT-LLM); other formats get the main MoE layers only.
+    duplicates: the engine loads two replicas of one expert on one GPU (False:
+        vLLM-Ascend, whose map holds one slot per expert on a device).
     """
 
     name: str
@@ -75,6 +77,7 @@ class EngineFormat:
     suffixes: tuple[str, ...] = ()
     suffix_rule: str = ""
     mtp_layers: bool = False
+    duplicates: bool = True
 
     def check_output(self, path: str | Path, where: str | None = None) -> None:
         """UsageError when the engine would not load a file named ``path``."""

@@ -152,8 +152,9 @@ def check_no_duplicates(placement: Placement) -> None:
         f"device {gpu} holds expert {int(values[np.argmax(counts)])} twice in layer"
         f" {int(placement.layer_ids[row])} ({int(dup.sum())} (layer, device) pairs in all);"
         " vLLM-Ascend's expert map keeps one slot per expert on a device",
-        hint="plan with `solver` eplb-valid or cpsat (no expert twice on a GPU), or export for"
-        " an engine that loads such placements (sglang, trtllm, vllm)",
+        hint="plan with `export` vllm-ascend:FILE (the planner then keeps two replicas of an"
+        " expert off one GPU) or with `solver` eplb-valid, or export for an engine that"
+        " loads such placements (sglang, trtllm, vllm)",
     )
 
 
@@ -189,5 +190,6 @@ FORMAT = register_engine(
         sniff=sniff,
         suffixes=(".json",),
         suffix_rule="vLLM-Ascend loads expert_map_path as a JSON file",
+        duplicates=False,
     )
 )

@@ -11,11 +11,11 @@ model is documented in ``docs/evaluate.md`` (the floor in ``docs/planner.md``).
 
 from placer.evaluate.bound import TimeBound, time_bound
 from placer.evaluate.core import METRIC_KEYS, Evaluation, evaluate
-from placer.evaluate.dispatch import POLICIES, static_dispatch_table
+from placer.evaluate.dispatch import static_dispatch_table
 from placer.evaluate.many import PartEvaluation, evaluate_many
 from placer.evaluate.params import EvalParams
 from placer.evaluate.static import expected_remote_copies, remote_copy_bounds, window_hot_shard
-from placer.evaluate.traffic import MODES
+from placer.regime import MODES, POLICIES
 
 __all__ = [
     "METRIC_KEYS",

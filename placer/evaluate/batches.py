@@ -100,6 +100,16 @@ def make_batches(
                     f" GPUs; ranks are taken modulo {num_gpus}",
                     TraceWarning, stacklevel=2,
                 )
+            sources = np.unique(rank[known] % num_gpus).size
+            if known.all() and sources < num_gpus:
+                warnings.warn(
+                    f"the trace's tokens come from {sources} source rank(s) but the topology"
+                    f" has {num_gpus} GPUs: every token's dispatch starts on those"
+                    f" {sources} GPU(s), not spread over the {num_gpus} attention ranks of"
+                    f" the cluster, so times are far above a real deployment's (record the"
+                    f" trace on the cluster planned for, or synthesize it for"
+                    f" {num_gpus} ranks)", TraceWarning, stacklevel=2,
+                )
             source = np.where(known, rank % num_gpus, source)
     rank_position = group_position(batch * num_gpus + source)
     return Batches(batch, source.astype(np.int64), rank_position, num_batches)

@@ -43,8 +43,6 @@ import numpy as np
 from placer.errors import Param, PlacementError, PlacerWarning, UsageError
 from placer.placement import Placement
 
-POLICIES = ("round_robin", "sglang", "local_first", "random")
-
 #: Policies that read a fixed ``[source rank, expert] -> slot`` table.
 STATIC_POLICIES = ("sglang", "local_first")
 

@@ -3,7 +3,7 @@
 The CP-SAT passes optimize proxies the models can express linearly (the robust hot
 shard, co-location of co-activated experts, moves).  What a user pays is the
 evaluator's estimated layer time under the engine's dispatch policy, all-to-all kernels
-and batch size (:class:`placer.workload.Workload`).  :func:`layer_times` scores whole
+and batch size (:class:`placer.regime.Regime`).  :func:`layer_times` scores whole
 placements with :func:`placer.evaluate.evaluate` on batches sampled from the fitted
 statistics, their windows pooled (:func:`pooled`) -- the same seeds, so two placements
 are judged on the same tokens -- and :func:`faster_rows` keeps, layer by layer, the
@@ -22,8 +22,8 @@ from placer.evaluate.core import evaluate
 from placer.evaluate.params import EvalParams
 from placer.placement import Placement
 from placer.problem import PlacementProblem
+from placer.regime import Regime
 from placer.stats import ExpertStats
-from placer.workload import Workload
 
 #: Relative difference of two layer times below which they count as equal.
 EQUAL_TIME = 1e-9
@@ -34,16 +34,16 @@ def can_judge(problem: PlacementProblem) -> bool:
     return problem.topology is not None and problem.model is not None
 
 
-def eval_params(problem: PlacementProblem, workload: Workload, seed: int) -> EvalParams:
-    """How the judge evaluates: the workload's policy, mode and step size, sampled."""
+def eval_params(problem: PlacementProblem, regime: Regime, seed: int) -> EvalParams:
+    """How the judge evaluates: the regime's policy, mode and step size, sampled."""
     return EvalParams(
-        policy=workload.policy, mode=workload.mode,
-        batch_tokens=workload.batch_tokens(problem.num_gpus), seed=seed, sample=True,
+        policy=regime.dispatch, mode=regime.all_to_all,
+        batch_tokens=regime.batch_tokens(problem.num_gpus), seed=seed, sample=True,
     )
 
 
 def layer_times(
-    placement: Placement, problem: PlacementProblem, workload: Workload, seed: int,
+    placement: Placement, problem: PlacementProblem, regime: Regime, seed: int,
     draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> np.ndarray:
     """``[layers]`` float64 estimated p99 time over sampled batches of each layer of
@@ -52,7 +52,7 @@ def layer_times(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlacerWarning)  # the user sees them when evaluating
         result = evaluate(placement, pooled(problem.stats), *problem.cluster(),
-                          eval_params(problem, workload, seed), draws=draws)
+                          eval_params(problem, regime, seed), draws=draws)
     by_id = dict(zip(result.layer_ids.tolist(), result.per_layer["layer_time_p99_us"].tolist(),
                      strict=True))
     return np.array([by_id[int(i)] for i in problem.stats.layer_ids], dtype=np.float64)

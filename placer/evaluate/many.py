@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate.core import EvalParams, Evaluation, evaluate
 from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_message
+from placer.evaluate.params import regime_params, replay_or_sample
 from placer.placement import Placement
+from placer.regime import Regime
 from placer.stats import RoutingData
 from placer.stats.windows import OpenRange, WindowRange, evaluation_parts
 
@@ -52,31 +54,42 @@ def evaluate_many(
     routing: RoutingData,
     topology: Topology,
     model: ModelSpec,
-    params: EvalParams,
+    params: EvalParams | Regime,
     *,
+    dtype: str | None = None,
     fit: OpenRange | None = None,
     held_out: OpenRange | None = None,
     on_start: Callable[[str, str, WindowRange], None] | None = None,
 ) -> list[PartEvaluation]:
     """Evaluate each ``(label, placement)`` on each part of the trace.
 
-    ``fit`` / ``held_out``: the parts as given (see :func:`placer.stats.windows.evaluation_parts`
-    for the default split). ``on_start(label, part, windows)`` is called before each
-    evaluation (progress). A PlacerError of one evaluation names the placement's label
-    when it names no place of its own.
+    ``params``: a :class:`~placer.regime.Regime` is judged as every command judges it
+    (:func:`placer.evaluate.params.regime_params` for each part, the per-token trace
+    replayed unless :func:`~placer.evaluate.params.replay_or_sample` says it is too large;
+    ``dtype`` the experts'); :class:`EvalParams` are used as given, their windows set to
+    each part's.  ``fit`` / ``held_out``: the parts as given (see
+    :func:`placer.stats.windows.evaluation_parts` for the default split).
+    ``on_start(label, part, windows)`` is called before each evaluation (progress). A
+    PlacerError of one evaluation names the placement's label when it names no place of
+    its own.
     """
     parts = evaluation_parts(routing.stats.num_windows, fit, held_out)
     relay = _WarningRelay()
     out = []
     for part, windows in parts:
+        if isinstance(params, Regime):
+            part_params = regime_params(
+                params, topology.num_gpus, num_layers=routing.stats.num_layers, dtype=dtype,
+                windows=windows, sample=replay_or_sample(routing, windows)[0])
+        else:
+            part_params = replace(params, windows=windows)
         done = []
         for label, placement in placements:
             if on_start is not None:
                 on_start(label, part, windows)
             try:
                 with relay.collect(f"{label} on {part}"):
-                    evaluation = evaluate(placement, routing, topology, model,
-                                          replace(params, windows=windows))
+                    evaluation = evaluate(placement, routing, topology, model, part_params)
             except PlacerError as e:
                 e.where = e.where or label
                 raise

@@ -1,14 +1,38 @@
 """How to evaluate: the dispatch policy, all-to-all mode, batches, seed and windows of one
-evaluation (:class:`EvalParams`), checked when built."""
+evaluation (:class:`EvalParams`), checked when built, and the one rule that turns a
+:class:`~placer.regime.Regime` into them (:func:`regime_params`), which every command uses
+so that one placement on one trace gets one set of figures.
+
+The rule: a step (batch) is ``tokens_per_gpu x G`` consecutive tokens of the judged windows
+when the routing is per-token and at most :data:`REPLAY_MAX_SELECTIONS` selections large
+(a replay), else batches of that size sampled from the statistics: as many as
+:data:`SAMPLED_TOKEN_LAYERS_BUDGET` (token, layer) pairs hold over the judged layers, at
+least :data:`SAMPLED_BATCHES_MIN`, at most ``constants.DEFAULT_SAMPLED_BATCHES``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from placer import constants
 from placer.errors import Param, UsageError
-from placer.evaluate.dispatch import POLICIES
-from placer.evaluate.traffic import MODES
+from placer.regime import MODES, POLICIES, Regime
+
+if TYPE_CHECKING:
+    from placer.stats import RoutingData
+
+#: A per-token replay larger than this many (token, layer, pick) selections per
+#: placement is sampled instead (a replay costs time in proportion).
+REPLAY_MAX_SELECTIONS = 1 << 26
+#: Sampled batches: as many as fit in this many (token, layer) pairs, within
+#: [:data:`SAMPLED_BATCHES_MIN`, ``constants.DEFAULT_SAMPLED_BATCHES``]: 16 decode batches
+#: of DeepSeek-V3 on 32 GPUs (4,096 tokens x 58 layers each), 2 prefill batches (131,072
+#: tokens each; a judgement then costs seconds per placement, as a prefill step is large).
+SAMPLED_TOKEN_LAYERS_BUDGET = 1 << 22
+SAMPLED_BATCHES_MIN = 2
 
 
 @dataclass(frozen=True)
@@ -68,3 +92,40 @@ class EvalParams:
                 f"window range {self.windows[0]}:{self.windows[1]} is empty",
                 where=Param("held_out")
             )
+
+
+def regime_params(
+    regime: Regime, num_gpus: int, *, num_layers: int = 1, dtype: str | None = None,
+    windows: tuple[int, int] | None = None, sample: bool = False,
+) -> EvalParams:
+    """The evaluator's parameters for ``regime`` on ``num_gpus`` EP ranks.
+
+    Policy, mode and seed come from the regime, a step is ``tokens_per_gpu x G`` tokens;
+    sampled batches: as many as :data:`SAMPLED_TOKEN_LAYERS_BUDGET` (token, layer) pairs
+    hold over ``num_layers`` layers, within [:data:`SAMPLED_BATCHES_MIN`,
+    ``constants.DEFAULT_SAMPLED_BATCHES``].
+
+    >>> regime_params(Regime(), 8, num_layers=4).batch_tokens
+    1024
+    """
+    batch = regime.batch_tokens(num_gpus)
+    batches = min(constants.DEFAULT_SAMPLED_BATCHES,
+                  max(SAMPLED_BATCHES_MIN,
+                      SAMPLED_TOKEN_LAYERS_BUDGET // (batch * max(num_layers, 1))))
+    return EvalParams(policy=regime.dispatch, mode=regime.all_to_all, batch_tokens=batch,
+                      num_batches=batches, seed=regime.seed, dtype=dtype, windows=windows,
+                      sample=sample)
+
+
+def replay_or_sample(routing: RoutingData, windows: tuple[int, int]) -> tuple[bool, str]:
+    """Whether judging ``windows`` of ``routing`` samples batches (True) or replays its
+    per-token trace (False), and why it samples, in words ("" when it replays)."""
+    if routing.trace is None:
+        return True, "aggregated statistics, no per-token routing"
+    tokens = int(np.asarray(routing.stats.tokens)[windows[0]:windows[1]].sum())
+    _, layers, picks = routing.trace.topk_ids.shape
+    selections = tokens * int(layers) * int(picks)
+    if selections > REPLAY_MAX_SELECTIONS:
+        return True, (f"{selections:,} selections are more than a judgement replays"
+                      f" ({REPLAY_MAX_SELECTIONS:,}); sampled batches instead")
+    return False, ""

@@ -38,7 +38,6 @@ from placer.errors import Param, UsageError
 if TYPE_CHECKING:
     from placer.topology import Topology
 
-MODES = ("normal", "low_latency", "low_latency_rdma")
 
 #: Modes that send one copy per selection (no deduplication, no relay).
 PER_SELECTION_MODES = ("low_latency", "low_latency_rdma")

@@ -6,7 +6,7 @@ read, not the tokens, sets its time) and memory the KV cache no longer has.  So 
 redundancy is not always faster.  :func:`choose_redundancy` tries every slot count the
 memory allows (``S = ceil(E / G)`` up to the capacity bound, ``R = G * S - E``), places
 each with the EPLB baseline (the greedy every engine ships, seconds for a whole model)
-and times it with the evaluator under the workload, on the fitted windows and the
+and times it with the evaluator under the regime, on the fitted windows and the
 same sampled tokens for every candidate.  The answer is the fewest redundant experts
 whose estimated step time is within ``tolerance`` of the fastest: time first, then KV
 cache.  The planner then plans that redundancy with its own solver.
@@ -25,7 +25,7 @@ from placer.evaluate.judge import layer_times
 from placer.model.slots import fewest_slots_per_gpu
 from placer.planning.solvers import solve
 from placer.problem import PlacementProblem, SolveParams
-from placer.workload import Workload
+from placer.regime import Regime
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
@@ -64,13 +64,13 @@ class RedundancyChoice:
     chosen: the option planned.
     options: every candidate tried, fewest slots first.
     tolerance: candidates within this share of the fastest counted as equal.
-    workload: what the times were estimated under.
+    regime: what the times were estimated under.
     """
 
     chosen: RedundancyOption
     options: tuple[RedundancyOption, ...]
     tolerance: float
-    workload: Workload
+    regime: Regime
 
     @property
     def reason(self) -> str:
@@ -78,12 +78,14 @@ class RedundancyChoice:
         fastest = min(self.options, key=lambda o: o.step_us)
         least = self.options[0]
         parts = [f"`redundant` auto: {self.chosen.redundant} redundant experts"
-                 f" ({self.chosen.slots_per_gpu} slots per GPU), estimated step"
-                 f" {self.chosen.step_us:.1f} us with EPLB under {self.workload.engine}"
-                 f" {self.workload.phase}"]
+                 f" ({self.chosen.slots_per_gpu} slots per GPU): EPLB's layers take"
+                 f" {self.chosen.step_us:.1f} µs per step (each layer's p99 over batches"
+                 f" sampled from the fitted windows, summed: the planner's judge, not the"
+                 f" summary's held-out figures) under {self.regime.engine}"
+                 f" {self.regime.workload}"]
         if fastest is not self.chosen:
             parts.append(f"within {100 * self.tolerance:.1f}% of the fastest"
-                         f" ({fastest.redundant}: {fastest.step_us:.1f} us) with fewer slots")
+                         f" ({fastest.redundant}: {fastest.step_us:.1f} µs) with fewer slots")
         if least is not self.chosen:
             gain = 1 - self.chosen.step_us / least.step_us
             parts.append(f"{100 * gain:.1f}% faster than {least.redundant} redundant")
@@ -121,7 +123,7 @@ def slot_candidates(num_experts: int, num_gpus: int, max_slots: int) -> list[int
 
 def choose_redundancy(
     problems: dict[int, PlacementProblem],
-    workload: Workload,
+    regime: Regime,
     *,
     kv_left_gb: Mapping[int, float | None] | None = None,
     seed: int = 0,
@@ -133,7 +135,7 @@ def choose_redundancy(
     ----------
     problems: slots per GPU -> the planning problem at that size (same statistics,
         topology and model; built by :func:`placer.planning.build.build_problem`).
-    workload: the engine and batch regime to time under.
+    regime: the engine and batch regime to time under.
     kv_left_gb: slots per GPU -> KV cache left, GB, for the report.
     """
     if not problems:
@@ -150,15 +152,15 @@ def choose_redundancy(
     options = []
     for slots in sorted(problems):
         problem = problems[slots]
-        baseline = solve(problem, "eplb", SolveParams(seed=seed, workload=workload)).placement
-        step = float(layer_times(baseline, problem, workload, seed, draws).sum())
+        baseline = solve(problem, "eplb", SolveParams(seed=seed, regime=regime)).placement
+        step = float(layer_times(baseline, problem, regime, seed, draws).sum())
         options.append(RedundancyOption(
             redundant=problem.num_redundant, slots_per_gpu=slots, step_us=step,
             kv_left_gb=(kv_left_gb or {}).get(slots),
         ))
     fastest = min(o.step_us for o in options)
     chosen = next(o for o in options if o.step_us <= fastest * (1 + tolerance))
-    return RedundancyChoice(chosen, tuple(options), tolerance, workload)
+    return RedundancyChoice(chosen, tuple(options), tolerance, regime)
 
 
 def auto_problems(
@@ -177,7 +179,7 @@ def auto_problems(
 
 def auto_redundancy(
     build: Callable[[int], PlacementProblem], num_experts: int, model: ModelSpec,
-    topology: Topology, workload: Workload, *, dtype: str | None = None,
+    topology: Topology, regime: Regime, *, dtype: str | None = None,
     kv_reserve_gb: float | None = None, seed: int = 0,
 ) -> RedundancyChoice:
     """Time every slot count the memory allows and choose one (``--redundant auto``).
@@ -190,4 +192,4 @@ def auto_redundancy(
     capacity = plan_capacity(model, topology, dtype, kv_reserve_gb=kv_reserve_gb)
     problems = auto_problems(build, num_experts, topology.num_gpus, capacity.slots_per_gpu)
     kv = {s: float(capacity.kv_left_gb_at(s)) for s in problems}
-    return choose_redundancy(problems, workload, kv_left_gb=kv, seed=seed)
+    return choose_redundancy(problems, regime, kv_left_gb=kv, seed=seed)

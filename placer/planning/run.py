@@ -71,12 +71,12 @@ def plan_routing(
     kv_reserve_gb: float | None = None,
     fit: OpenRange | None = None,
     current: Placement | None = None,
-    workload_note: str = "",
+    regime_note: str = "",
     output: str = "",
     no_trace_reason: str = "",
     progress: Progress | None = None,
 ) -> PlanRun:
-    """Plan ``routing`` with ``solver`` under ``params`` (its workload is the one judged)
+    """Plan ``routing`` with ``solver`` under ``params`` (its regime is the one judged)
     and summarize the plan against the reference EPLB.
 
     Parameters
@@ -86,7 +86,7 @@ def plan_routing(
         current: as :func:`placer.planning.build.build_problem` takes them.
     auto: choose the slots per GPU with :func:`placer.planning.redundancy.auto_redundancy` (needs
         ``model`` and ``topology``; ``slots_per_gpu`` and ``redundant`` are then unused).
-    workload_note, output, no_trace_reason: passed to :func:`summarize_plan`.
+    regime_note, output, no_trace_reason: passed to :func:`summarize_plan`.
     progress: entered around the solve; its callback is ``params.progress``.
     """
 
@@ -104,7 +104,7 @@ def plan_routing(
                              " the model and the topology", where=Param("redundant"),
                              hint="pass `model` and `topology`, or give a number")
         choice = auto_redundancy(lambda s: build(s, None), routing.stats.num_experts, model,
-                                 topology, params.workload, dtype=dtype,
+                                 topology, params.regime, dtype=dtype,
                                  kv_reserve_gb=kv_reserve_gb, seed=params.seed)
         problem = build(choice.chosen.slots_per_gpu, None)
     else:
@@ -120,8 +120,8 @@ def plan_routing(
     if fit is not None:
         fitted = (fit[0] or 0, windows if fit[1] is None else fit[1])
     summary = summarize_plan(
-        problem, result, baseline, routing, workload=params.workload,
-        workload_note=workload_note, fit=fitted, output=output, dtype=dtype,
+        problem, result, baseline, routing, regime=params.regime,
+        regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
         no_trace_reason=no_trace_reason,
     )
     return PlanRun(problem, result, baseline, metrics, summary, choice)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placer import constants
+from placer.regime import Regime
 from placer.report.html import Code, Section, Table, Text
 
 if TYPE_CHECKING:
@@ -59,9 +60,7 @@ def compare_settings_rows(
     scenarios: ``placer.compare.Scenario`` of the study, summarized in one row each
         for topologies, redundancy levels and solvers.
 
-    The dispatch policy, all-to-all mode and batch are the ones the evaluator
-    used: with an engine and workload they come from the workload, and the row
-    says so.
+    The regime rows (:func:`regime_rows`) are the ones every command judges under.
     """
     rows: list[tuple[str, str]] = [("model", settings.model or "-")]
     if scenarios:
@@ -71,27 +70,11 @@ def compare_settings_rows(
                                                               for s in scenarios))),
             ("solvers", ", ".join(_unique(s.solver for s in scenarios))),
         ]
-    target = settings.target
-    if target is not None:
-        rows += [
-            ("engine and workload", target.describe()),
-            ("dispatch policy", f"{target.policy} (from --engine {target.engine})"),
-            ("all-to-all mode", f"{target.mode} (from --workload {target.phase})"),
-            ("tokens per judged batch", f"{target.tokens} per GPU x the scenario's GPUs"),
-        ]
-    else:
-        batch = settings.batch_tokens
-        rows += [
-            ("engine and workload", "none given (--policy, --mode and --batch-tokens apply)"),
-            ("dispatch policy", settings.policy),
-            ("all-to-all mode", settings.mode),
-            ("tokens per judged batch", str(batch) if batch else "the trace's steps"),
-        ]
-    num_batches, total = settings.num_batches, settings.time_limit_s
+    regime = settings.regime
+    total = settings.time_limit_s
     per_layer, reserve = settings.layer_time_limit_s, settings.kv_reserve_gb
     rows += [
-        ("batches sampled (aggregated loads only)",
-         str(num_batches or constants.DEFAULT_SAMPLED_BATCHES)),
+        *regime_rows(regime),
         ("judged on", "held-out windows" if settings.holdout
          else "every window (the windows the solvers saw)"),
         ("expert weight dtype", settings.dtype or "the model's"),
@@ -106,24 +89,39 @@ def compare_settings_rows(
     return rows
 
 
-def evaluation_settings_rows(params: EvalParams, *, model: str, topology: str,
-                             default_dtype: str = "") -> list[tuple[str, str]]:
+def regime_rows(regime: Regime) -> list[tuple[str, str]]:
+    """``(setting, value)`` rows of the regime placements are judged under."""
+    policy = (f"{regime.dispatch} (--policy)" if regime.policy
+              else f"{regime.dispatch} (from --engine {regime.engine})")
+    mode = (f"{regime.all_to_all} (--mode)" if regime.mode
+            else f"{regime.all_to_all} (from --workload {regime.workload})")
+    return [
+        ("judged as", regime.describe()),
+        ("dispatch policy", policy),
+        ("all-to-all mode", mode),
+        ("tokens per judged batch", f"{regime.tokens} per GPU x the GPUs"),
+    ]
+
+
+def evaluation_settings_rows(regime: Regime, params: EvalParams, *, model: str,
+                             topology: str, default_dtype: str = "") -> list[tuple[str, str]]:
     """``(setting, value)`` rows of ``placer report``'s evaluation.
 
     Parameters
     ----------
+    regime: what the placements were judged under.
     params: ``placer.evaluate.EvalParams`` the placements were evaluated with.
     model, topology: names of the model and topology.
     default_dtype: the model's dtype, shown when ``params.dtype`` is None.
     """
-    batch, dtype = params.batch_tokens, params.dtype
+    dtype = params.dtype
+    how = (f"{params.num_batches} sampled batches of {params.batch_tokens} tokens"
+           if params.sample else f"per-token replay, batches of {params.batch_tokens} tokens")
     return [
         ("model", model),
         ("topology", topology),
-        ("dispatch policy", str(params.policy)),
-        ("all-to-all mode", str(params.mode)),
-        ("tokens per judged batch", str(batch) if batch else "the trace's steps"),
-        ("batches sampled (aggregated loads only)", str(params.num_batches)),
+        *regime_rows(regime),
+        ("batches", how),
         ("expert weight dtype", dtype or (f"{default_dtype} (the model's)" if default_dtype
                                           else "the model's")),
         ("seed (sampling)", str(params.seed)),

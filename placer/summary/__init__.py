@@ -3,7 +3,7 @@
 :func:`summarize_plan` is the library behind ``placer plan``'s summary (and the figures
 ``placer compare`` and the report share).  It judges a planned placement and EPLB's on
 the same routing data with the evaluator (:func:`placer.evaluate.evaluate`), under the
-workload the plan is for (:class:`placer.workload.Workload`: the engine fixes the dispatch
+workload the plan is for (:class:`placer.regime.Regime`: the engine fixes the dispatch
 policy, the phase the all-to-all mode, tokens per GPU the batch):
 
 - **where**: the windows ``--fit`` left out after the fitted ones (*held-out*), else
@@ -28,7 +28,6 @@ from placer.summary.figures import (
     BASELINE_SOLVER,
     EQUAL_TOLERANCE,
     KEEP_TOKENS_MAX_BYTES,
-    REPLAY_MAX_SELECTIONS,
     TIME_FIGURES,
     VERDICT_FIGURE,
     Judged,
@@ -37,7 +36,6 @@ from placer.summary.figures import (
     change_text,
     judged_windows,
     layers_faster,
-    summary_eval_params,
     time_figure,
     verdict,
 )
@@ -48,7 +46,6 @@ __all__ = [
     "BASELINE_SOLVER",
     "EQUAL_TOLERANCE",
     "KEEP_TOKENS_MAX_BYTES",
-    "REPLAY_MAX_SELECTIONS",
     "TIME_FIGURES",
     "VERDICT_FIGURE",
     "Judged",
@@ -62,7 +59,6 @@ __all__ = [
     "remote_figures",
     "render_versus",
     "summarize_plan",
-    "summary_eval_params",
     "time_figure",
     "verdict",
     "versus_eplb",

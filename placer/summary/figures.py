@@ -9,10 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from placer import constants
-from placer.evaluate import EvalParams
 from placer.metrics import Metric, metric
-from placer.workload import Workload
 
 #: The solver every plan is compared with.
 BASELINE_SOLVER = "eplb"
@@ -22,17 +19,6 @@ EQUAL_TOLERANCE = 1e-3
 
 #: The figure of the verdict: p99 over batches of the step (sum over MoE layers).
 VERDICT_FIGURE = "step_p99_us"
-
-#: A per-token replay larger than this many (token, layer, pick) selections per
-#: placement is sampled instead (a replay costs time in proportion).
-REPLAY_MAX_SELECTIONS = 1 << 26
-
-#: Sampled batches: as many as fit in this many (token, layer) pairs, within
-#: [:data:`SAMPLED_BATCHES_MIN`, ``constants.DEFAULT_SAMPLED_BATCHES``]: 16 decode batches
-#: of DeepSeek-V3 on 32 GPUs (4,096 tokens x 58 layers each), 2 prefill batches (131,072
-#: tokens each; a summary then costs seconds per placement, as a prefill step is large).
-SAMPLED_TOKEN_LAYERS_BUDGET = 1 << 22
-SAMPLED_BATCHES_MIN = 2
 
 #: ``placer plan`` keeps per-token routing for the replay when its inputs take at most
 #: this many bytes on disk (kept tokens cost memory in proportion).
@@ -121,27 +107,6 @@ def judged_windows(num_windows: int, fit: tuple[int, int] | None) -> Judged:
     return Judged("fitted", (start, stop), (start, stop), why=why)
 
 
-def summary_eval_params(
-    workload: Workload, num_gpus: int, *, num_layers: int = 1, dtype: str | None = None,
-    windows: tuple[int, int] | None = None, sample: bool = False, seed: int = 0,
-) -> EvalParams:
-    """The evaluator's parameters for a workload on ``num_gpus`` EP ranks.
-
-    Policy, mode and batch come from the workload (``batch_tokens = tokens_per_gpu x G``);
-    sampled batches: as many as :data:`SAMPLED_TOKEN_LAYERS_BUDGET` (token, layer) pairs
-    hold over ``num_layers`` layers, at least :data:`SAMPLED_BATCHES_MIN`, at most
-    ``constants.DEFAULT_SAMPLED_BATCHES``.  ``seed`` 0 is the engines' own (SGLang's
-    static dispatch table).
-    """
-    batch = workload.batch_tokens(num_gpus)
-    batches = min(constants.DEFAULT_SAMPLED_BATCHES,
-                  max(SAMPLED_BATCHES_MIN,
-                      SAMPLED_TOKEN_LAYERS_BUDGET // (batch * max(num_layers, 1))))
-    return EvalParams(policy=workload.policy, mode=workload.mode, batch_tokens=batch,
-                      num_batches=batches, seed=seed, dtype=dtype, windows=windows,
-                      sample=sample)
-
-
 # -- verdict and layers -----------------------------------------------------------------------
 
 
@@ -189,7 +154,7 @@ def verdict(
 ) -> Verdict | None:
     """The one-line verdict, or None when a figure is missing.
 
-    ``on`` names the judged data and workload, e.g. ``"held-out step p99 (vllm decode)"``.
+    ``on`` names the judged data and regime, e.g. ``"held-out step p99 (vllm decode)"``.
     """
     if not (math.isfinite(plan_value) and math.isfinite(baseline_value)) or baseline_value <= 0:
         return None

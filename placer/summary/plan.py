@@ -11,23 +11,22 @@ import numpy as np
 
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
+from placer.evaluate.params import regime_params, replay_or_sample
 from placer.problem import PlacementProblem, SolveResult
+from placer.regime import Regime
 from placer.stats import ExpertStats, RoutingData, format_ranges
 from placer.summary.figures import (
     EQUAL_TOLERANCE,
-    REPLAY_MAX_SELECTIONS,
     TIME_FIGURES,
     VERDICT_FIGURE,
     Judged,
     Verdict,
     judged_windows,
     layers_faster,
-    summary_eval_params,
     verdict,
 )
 from placer.summary.proxies import basic_metrics, render_versus, versus_eplb
 from placer.summary.replan import replan_doc, replan_rows
-from placer.workload import Workload
 
 #: Column header of the floor (:func:`placer.evaluate.time_bound`) in the time rows.
 FLOOR_COLUMN = "floor"
@@ -49,7 +48,7 @@ class PlanSummary:
     problem: problem size (model, topology, experts, layers, windows, GPUs, slots).
     solver: the solver's name, status, objective, bound, gap and seconds.
     metrics: :func:`basic_metrics` of the plan on the fitted windows (written with it).
-    workload: what the plan is judged under; ``workload_note`` says where it came from.
+    regime: what the plan is judged under; ``regime_note`` says where it came from.
     eval_params: the evaluator's parameters of the time figures (None when not estimated).
     judged: where and how the time figures were obtained (None when not estimated).
     columns: the plan's solver, then the baseline's when there is one.
@@ -71,8 +70,8 @@ class PlanSummary:
     problem: dict[str, Any]
     solver: dict[str, Any]
     metrics: dict[str, float]
-    workload: Workload
-    workload_note: str = ""
+    regime: Regime
+    regime_note: str = ""
     eval_params: EvalParams | None = None
     judged: Judged | None = None
     columns: tuple[str, ...] = ()
@@ -88,18 +87,15 @@ class PlanSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (exports are added by the command)."""
-        w = self.workload
+        w = self.regime
         num_gpus = int(self.problem["num_gpus"])
         doc: dict[str, Any] = {
             "output": self.output,
             "problem": self.problem,
             "solver": self.solver,
             "metrics": self.metrics,
-            "workload": {
-                "engine": w.engine, "phase": w.phase, "tokens_per_gpu": w.tokens,
-                "policy": w.policy, "mode": w.mode, "batch_tokens": w.batch_tokens(num_gpus),
-                "note": self.workload_note,
-            },
+            "regime": {**w.to_dict(), "batch_tokens": w.batch_tokens(num_gpus),
+                       "note": self.regime_note},
             "judged": None if self.judged is None else self.judged.to_dict(),
             "times": {name: dict(self.times[name]) for name in self.columns
                       if name in self.times},
@@ -123,9 +119,9 @@ class PlanSummary:
         if s["bound"] is not None and s["gap"] is not None:
             solver += f", bound {s['bound']:.6g}, gap {100 * s['gap']:.2f}%"
         solver += ")"
-        judged_as = self.workload.describe()
-        if self.workload_note:
-            judged_as += f"; {self.workload_note}"
+        judged_as = self.regime.describe()
+        if self.regime_note:
+            judged_as += f"; {self.regime_note}"
         lines = [
             f"placement    {self.output}",
             f"model        {model}: {p['num_experts']} experts, layers {p['layers']},"
@@ -200,8 +196,8 @@ def summarize_plan(
     baseline: SolveResult | None,
     routing: RoutingData | ExpertStats,
     *,
-    workload: Workload | None = None,
-    workload_note: str = "",
+    regime: Regime | None = None,
+    regime_note: str = "",
     fit: tuple[int, int] | None = None,
     output: str = "",
     dtype: str | None = None,
@@ -215,14 +211,14 @@ def summarize_plan(
     result: the plan.
     baseline: EPLB's plan of the same problem, or None (no side-by-side).
     routing: the whole routing data (every window; per-token when kept).
-    workload: what to judge under (default :class:`~placer.workload.Workload`).
-    workload_note: where the workload came from, in words.
+    regime: what to judge under (default :class:`~placer.regime.Regime`).
+    regime_note: where the regime came from, in words.
     fit: ``(start, stop)`` fitted windows of ``routing`` (None: every window).
     output: where the placement was written.
     dtype: expert dtype (None: the model's).
     no_trace_reason: why ``routing`` has no per-token data, when the caller knows.
     """
-    workload = workload or Workload()
+    regime = regime or Regime()
     if isinstance(routing, ExpertStats):
         routing = RoutingData(routing)
     stats = problem.stats
@@ -254,8 +250,8 @@ def summarize_plan(
     columns = tuple(r.solver for r in results)
     summary = PlanSummary(
         output=str(output), problem=problem_doc, solver=solver_doc,
-        metrics=basic_metrics(result.placement, stats), workload=workload,
-        workload_note=workload_note, columns=columns,
+        metrics=basic_metrics(result.placement, stats), regime=regime,
+        regime_note=regime_note, columns=columns,
         replan=replan_doc(problem, result, dtype),
     )
     if baseline is not None:
@@ -275,18 +271,12 @@ def _with_times(
     """``summary`` with the time figures, layers faster and the verdict."""
     judged = judged_windows(routing.stats.num_windows, fit)
     why = [judged.why] if judged.why else []
-    sample = False
-    if routing.trace is None:
-        why.append(no_trace_reason or "aggregated statistics, no per-token routing")
-    else:
-        selections = _selections(routing, judged.windows)
-        if selections > REPLAY_MAX_SELECTIONS:
-            sample = True
-            why.append(f"{selections:,} selections are more than a summary replays"
-                       f" ({REPLAY_MAX_SELECTIONS:,}); `placer evaluate` replays them all")
-    params = summary_eval_params(summary.workload, problem.num_gpus,
-                                 num_layers=problem.stats.num_layers, dtype=dtype,
-                                 windows=judged.windows, sample=sample)
+    sample, sampled_why = replay_or_sample(routing, judged.windows)
+    if sampled_why:
+        why.append(no_trace_reason if routing.trace is None and no_trace_reason else sampled_why)
+    params = regime_params(summary.regime, problem.num_gpus,
+                           num_layers=problem.stats.num_layers, dtype=dtype,
+                           windows=judged.windows, sample=sample)
     evaluations: dict[str, Evaluation] = {}
     draws: dict[tuple[int, ...], np.ndarray] = {}  # both placements on the same sampled tokens
     messages: list[str] = []
@@ -330,8 +320,8 @@ def _with_times(
     mine, theirs = (r.solver for r in results)
     won, lost, equal = layers_faster(evaluations[mine].per_layer["layer_time_p99_us"],
                                      evaluations[theirs].per_layer["layer_time_p99_us"])
-    target = summary.workload
-    on = f"{judged.part} step p99 ({target.engine} {target.phase})"
+    target = summary.regime
+    on = f"{judged.part} step p99 ({target.engine} {target.workload})"
     return replace(
         summary, layers={mine: won, theirs: lost, "equal": equal},
         verdict=verdict(mine, theirs, times[mine][VERDICT_FIGURE],
@@ -351,11 +341,3 @@ def _floor(routing: RoutingData, problem: PlacementProblem, params: EvalParams,
     except PlacerError:
         return None
     return bound.metrics()
-
-
-def _selections(routing: RoutingData, windows: tuple[int, int]) -> int:
-    """(token, layer, pick) selections a replay of ``windows`` goes through."""
-    trace = routing.trace
-    assert trace is not None
-    tokens = int(routing.stats.tokens[windows[0]:windows[1]].sum())
-    return tokens * int(trace.topk_ids.shape[1]) * int(trace.topk_ids.shape[2])

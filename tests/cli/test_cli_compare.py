@@ -106,7 +106,7 @@ model: gpt-oss-20b
 scenarios:
   - {{name: two nodes, topology: 2x-dgx-h100, redundant: 0, solver: linear}}
   - {{name: one node, topology: hgx-b200, redundant: 0, solver: eplb}}
-num_batches: 2
+tokens_per_gpu: 256
 """
 
 
@@ -116,13 +116,13 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
     report = tmp_path / "out" / "compare.html"
     pngs = tmp_path / "png"
     result = _compare("--scenarios", str(study), "--json", "--report", str(report),
-                      "--png-dir", str(pngs), "--num-batches", "3", "--dpi", "30")
+                      "--png-dir", str(pngs), "--tokens-per-gpu", "64", "--dpi", "30")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert [r["scenario"] for r in doc["rows"]] == ["two nodes", "one node"]
     assert doc["rows"][1]["moe_layer_p99_us"] < doc["rows"][0]["moe_layer_p99_us"]
     assert [r["status"] for r in doc["rows"]] == ["ok", "ok"]
-    assert doc["settings"]["num_batches"] == 3  # flags override the file
+    assert doc["regime"]["tokens_per_gpu"] == 64  # flags override the file
     page = report.read_text()
     without_images = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)
     assert not re.search(r"(https?:)?//[a-z0-9]", without_images, re.IGNORECASE)
@@ -151,9 +151,8 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
          "error: --scenarios: scenarios come either from --scenarios or from"
          " --topology/--redundant/--slots-per-gpu/--solver"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--engine", "sglang",
-          "--policy", "round_robin"],
-         "error: --engine: --engine sets the dispatch policy, the all-to-all mode and the"
-         " batch; --policy contradicts it"),
+          "--policy", "round_robin_"],
+         "error: --policy: unknown dispatch policy 'round_robin_'"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--workload", "train"],
          "error: --workload: unknown workload 'train'"),
     ],
@@ -184,9 +183,9 @@ def test_workload_flags_reach_the_rows_and_the_settings():
                       "--tokens-per-gpu", "64", "--kv-reserve-gb", "71", "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert {k: doc["settings"][k] for k in ("engine", "workload", "tokens_per_gpu")} == {
+    assert {k: doc["regime"][k] for k in ("engine", "workload", "tokens_per_gpu")} == {
         "engine": "sglang", "workload": "prefill", "tokens_per_gpu": 64}
-    assert ("judged as sglang prefill, 64 tokens per GPU (sglang dispatch, normal all-to-all)"
+    assert ("judged as    sglang prefill, 64 tokens per GPU (sglang dispatch, normal all-to-all)"
             in result.stderr)
     # a step is 64 tokens x G: each topology is its own baseline
     verdicts = [r["verdict"] for r in doc["rows"]]
@@ -230,7 +229,7 @@ def test_qwen3_on_mi300x_vs_nvl72_skips_uneven_values_and_recommends(tmp_path):
 
 def test_slots_per_gpu_sweep_and_a_target_nobody_meets():
     result = _compare(str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "-t", "2x-dgx-h100",
-                      "--slots-per-gpu", "3..4", "--p99-target-us", "1", "--num-batches", "2")
+                      "--slots-per-gpu", "3..4", "--p99-target-us", "1")
     assert result.exit_code == 0, result.stderr
     assert result.stderr.splitlines()[0] == (
         "note: dgx-h100: skipped --slots-per-gpu 3 (below 4: 8 GPUs x 3 slots cannot hold the 32"
@@ -290,7 +289,7 @@ def test_sweep_usage_errors_exit_2(args, message):
 def test_scenario_file_sweeps_slots_per_gpu_and_sets_the_target(tmp_path):
     study = tmp_path / "sweep.yaml"
     study.write_text(f"trace: {BUNDLED}\nmodel: gpt-oss-20b\ntopologies: [dgx-h100, 2x-dgx-h100]\n"
-                     "slots_per_gpu: '3..4'\nnum_batches: 2\np99_target_us: 1000000\n")
+                     "slots_per_gpu: '3..4'\np99_target_us: 1000000\n")
     result = _compare("--scenarios", str(study), "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)

@@ -71,7 +71,7 @@ def _table_values(text: str, columns: int) -> dict[str, dict[str, list[str]]]:
 
 def test_json_parses_and_matches_the_table(trace, linear, replicated):
     args = ["evaluate", str(trace), "-p", str(linear), "-p", str(replicated),
-            "-m", MODEL, "-t", TOPOLOGY]
+            "-m", MODEL, "-t", TOPOLOGY, "--tokens-per-gpu", "4"]  # steps of 32 tokens
     table = runner.invoke(app, args)
     as_json = runner.invoke(app, [*args, "--json"])
     assert table.exit_code == 0, table.output
@@ -106,7 +106,8 @@ def test_explicit_fit_and_eval_ranges(trace, linear):
     assert [(p["name"], p["windows"]) for p in report["parts"]] == [
         ("fit", [0, 2]), ("held-out", [4, 8])
     ]
-    assert report["params"]["mode"] == "low_latency"
+    assert report["regime"]["mode"] == "low_latency"
+    assert report["regime"]["policy"] == "local_first"
     assert report["parts"][1]["placements"][0]["metrics"]["num_tokens"] == 128
 
 

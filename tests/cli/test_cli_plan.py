@@ -202,9 +202,10 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
                    "-o", str(out), "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["workload"] == {
-        "engine": "vllm", "phase": "decode", "tokens_per_gpu": 128, "policy": "round_robin",
-        "mode": "low_latency", "batch_tokens": 1024, "note": "set with --engine/--workload"}
+    assert doc["regime"] == {
+        "engine": "vllm", "workload": "decode", "tokens_per_gpu": 128, "policy": "round_robin",
+        "mode": "low_latency", "seed": 0, "batch_tokens": 1024,
+        "note": "set with --engine/--workload"}
     judged = doc["judged"]
     assert (judged["part"], judged["windows"], judged["fitted"], judged["source"]) == (
         "held-out", [6, 8], [0, 6], "trace")
@@ -243,9 +244,9 @@ def test_plan_workload_prefill_changes_mode_and_batch(skewed_trace, tmp_path):
                    "-o", str(tmp_path / "plan.json"), "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["workload"]["mode"] == "normal" and doc["workload"]["policy"] == "sglang"
-    assert doc["workload"]["batch_tokens"] == 16 * 8 == doc["judged"]["batch_tokens"]
-    assert doc["workload"]["note"] == "engine from --engine; set with --engine/--workload"
+    assert doc["regime"]["mode"] == "normal" and doc["regime"]["policy"] == "sglang"
+    assert doc["regime"]["batch_tokens"] == 16 * 8 == doc["judged"]["batch_tokens"]
+    assert doc["regime"]["note"] == "engine from --engine; set with --engine/--workload"
     # eplb alone: its times, no side-by-side and no verdict; every window judged
     assert list(doc["times"]) == ["eplb"] and doc["verdict"] is None and "versus" not in doc
     assert doc["judged"]["part"] == "fitted" and doc["judged"]["num_batches"] == 4
@@ -266,7 +267,7 @@ def test_plan_engine_implied_by_export(full_mixtral, tmp_path, exports, engine, 
     result = _plan(str(full_mixtral), *H100, "-s", solver, "-o", str(tmp_path / "p.json"),
                    "--json", *args)
     assert result.exit_code == 0, result.stderr
-    workload = json.loads(result.stdout)["workload"]
+    workload = json.loads(result.stdout)["regime"]
     assert workload["engine"] == engine
     assert workload["note"] == f"{note}; set with --engine/--workload"
 
@@ -287,7 +288,7 @@ def test_plan_engine_that_contradicts_the_export(full_mixtral, tmp_path):
                    "--engine", "sglang", "--export", f"sglang:{tmp_path / 's.json'}",
                    "--export", f"trtllm:{tmp_path / 't.yaml'}")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["workload"]["policy"] == "sglang"
+    assert json.loads(result.stdout)["regime"]["policy"] == "sglang"
 
 
 @pytest.mark.parametrize("args,stderr", [
@@ -319,7 +320,7 @@ def test_plan_redundant_auto_times_the_candidates_and_says_why(skewed_trace, tmp
     assert auto["reason"].startswith(f"--redundant auto: {auto['redundant']} redundant")
     text = _plan(str(skewed_trace), "-t", "dgx-h100", "-m", "mixtral-8x7b", "--solver",
                  "eplb", "--redundant", "auto", "-o", str(out))
-    assert "candidates (redundant: estimated step us with EPLB): 0: " in text.stdout
+    assert "candidates (redundant: EPLB's µs per step, as above): 0: " in text.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -29,11 +29,13 @@ from placer.compare import (
     table_cells,
 )
 from placer.errors import PlacerError, UsageError
-from placer.evaluate import EvalParams, evaluate
+from placer.evaluate import evaluate
+from placer.evaluate.params import regime_params
 from placer.model import load_model
 from placer.planning.build import build_problem
 from placer.planning.solvers import solve
 from placer.problem import SolveParams
+from placer.regime import Regime
 from placer.topology import load_topology
 from placer.traces import read_routing
 
@@ -89,7 +91,8 @@ def test_rows_equal_plan_then_evaluate_by_hand(bundled, four_rows):
                             kv_reserve_gb=71.0, fit=(0, 24))
     result = solve(problem, "eplb")
     evaluation = evaluate(result.placement, bundled, topology, model,
-                          EvalParams(seed=0, windows=(24, 32)))
+                          regime_params(Regime(), topology.num_gpus, windows=(24, 32),
+                                        num_layers=bundled.stats.num_layers))
     row = four_rows[3].row
     for field, key in compare_mod.METRIC_FIELDS.items():
         assert getattr(row, field) == pytest.approx(evaluation.metrics[key]), field
@@ -221,8 +224,7 @@ kv_reserve_gb: 20
 time_limit_s: 2
 layer_time_limit_s: 0.5
 seed: 3
-batch_tokens: 512
-num_batches: 4
+tokens_per_gpu: 64
 holdout: false
 """
 
@@ -244,8 +246,7 @@ def test_scenario_file_gives_product_then_listed_scenarios(tmp_path):
     assert study.trace == (str(tmp_path / "trace.jsonl"),)
     assert study.settings == CompareSettings(
         model="gpt-oss-20b", policy="local_first", mode="low_latency", kv_reserve_gb=20.0,
-        time_limit_s=2.0, layer_time_limit_s=0.5, seed=3, batch_tokens=512, num_batches=4,
-        holdout=False)
+        time_limit_s=2.0, layer_time_limit_s=0.5, seed=3, tokens_per_gpu=64, holdout=False)
 
 
 def test_time_limits_reach_the_solver_as_plan_does():
@@ -347,32 +348,30 @@ def test_verdicts_by_hand():
 
 
 def test_workload_sets_policy_mode_batch_and_the_solvers_workload(bundled, monkeypatch):
-    from placer.workload import Workload
-
     settings = CompareSettings(model="gpt-oss-20b", kv_reserve_gb=71.0, engine="sglang",
                                tokens_per_gpu=32)
-    assert settings.target == Workload("sglang", "decode", 32)
+    assert settings.regime == Regime("sglang", "decode", 32)
     params = settings.eval_params(16, (24, 32))
     assert (params.policy, params.mode, params.batch_tokens, params.windows) == (
         "sglang", "low_latency", 512, (24, 32))
-    assert CompareSettings(model="m").target is None
+    assert CompareSettings(model="m").regime == Regime()  # as plan and evaluate default
     seen = []
     real = compare_mod.solve
 
     def spy(problem, solver, params):
-        seen.append(params.workload)
+        seen.append(params.regime)
         return real(problem, solver, params)
 
     monkeypatch.setattr(compare_mod, "solve", spy)
     (outcome,) = compare(bundled, (Scenario("dgx-h100", 0, "eplb"),), settings)
-    assert seen == [Workload("sglang", "decode", 32)]
+    assert seen == [Regime("sglang", "decode", 32)]
     assert outcome.evaluation.params.policy == "sglang"
     assert outcome.evaluation.params.batch_tokens == 32 * 8
-    with pytest.raises(UsageError) as info:
-        CompareSettings(model="m", workload="prefill", mode="low_latency")
-    assert info.value.where == "--engine"
+    override = CompareSettings(model="m", workload="prefill", mode="low_latency").regime
+    assert (override.dispatch, override.all_to_all, override.tokens) == (
+        "round_robin", "low_latency", 4096)  # --mode overrides the workload's kernels
     with pytest.raises(UsageError, match="unknown engine 'deepspeed'"):
-        CompareSettings(model="m", engine="deepspeed").target  # noqa: B018
+        CompareSettings(model="m", engine="deepspeed")
 
 
 def test_scenario_file_takes_the_workload():

@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 
 from placer.evaluate import EvalParams, evaluate
 from placer.evaluate.bound import _water_level, time_bound
-from placer.evaluate.dispatch import POLICIES
-from placer.evaluate.traffic import MODES
 from placer.placement import Placement
+from placer.regime import MODES, POLICIES
 from placer.topology import load_topology
 
 CLUSTERS: dict[str, tuple[int, ...] | str] = {

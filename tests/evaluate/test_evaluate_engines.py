@@ -391,7 +391,7 @@ def test_cli_lists_and_runs_the_sglang_policy(tmp_path):
                                      "--json"])
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
-        assert doc["params"]["policy"] == policy
+        assert doc["regime"]["policy"] == policy
         metrics = doc["parts"][0]["placements"][0]["metrics"]
         node_copies[policy] = metrics["remote_copies_per_token_node"]
     assert node_copies["sglang"] == 0.0

@@ -18,8 +18,8 @@ from placer.planning.solvers.cpsat import CpsatOptions
 from placer.planning.solvers.cpsat.layer import home_nodes
 from placer.planning.solvers.cpsat.solver import keeps_nodes
 from placer.problem import PlacementProblem, SolveParams
+from placer.regime import Regime
 from placer.topology import load_topology
-from placer.workload import Workload
 
 
 def problem(nodes: int = 2) -> PlacementProblem:
@@ -35,7 +35,7 @@ FAST = {"time_limit_s": 2.0}
 
 
 @pytest.mark.parametrize("workload", [
-    Workload("vllm", "decode"), Workload("sglang", "decode"), Workload("vllm", "prefill"),
+    Regime("vllm", "decode"), Regime("sglang", "decode"), Regime("vllm", "prefill"),
 ])
 def test_plan_is_never_slower_than_its_hint_per_layer(workload):
     """The estimated step time (the judge's own figure) is at most EPLB's and the hint's;
@@ -43,13 +43,13 @@ def test_plan_is_never_slower_than_its_hint_per_layer(workload):
     tables draw all layers from one stream per rank, so there only the whole step
     counts).  The figures the solver reports are the evaluator's for the placement."""
     prob = problem()
-    params = SolveParams(workload=workload, **FAST)
+    params = SolveParams(regime=workload, **FAST)
     result = solve(prob, "cpsat", params)
     layers = result.details["layers"]
     mine = np.array([e["layer_time_us"] for e in layers])
     eplb = np.array([e["eplb_layer_time_us"] for e in layers])
     assert mine.sum() <= eplb.sum() * (1 + 1e-9)
-    if workload.policy == "round_robin":
+    if workload.dispatch == "round_robin":
         assert (mine <= eplb * (1 + 1e-9)).all()
     times = layer_times(result.placement, prob, workload, params.seed)
     assert times.tolist() == pytest.approx([e["layer_time_us"] for e in layers])
@@ -77,11 +77,11 @@ def test_a_layer_the_hint_wins_is_the_hints():
 def test_node_packing_kept_for_normal_kernels_on_grouped_models():
     prob = problem()
     options = CpsatOptions()
-    assert keeps_nodes(prob, options, Workload(phase="prefill"))
-    assert not keeps_nodes(prob, options, Workload(phase="decode"))
-    assert not keeps_nodes(problem(nodes=1), options, Workload(phase="prefill"))
-    assert keeps_nodes(prob, CpsatOptions(keep_nodes="yes"), Workload(phase="decode"))
-    result = solve(prob, "cpsat", SolveParams(workload=Workload(phase="prefill"),
+    assert keeps_nodes(prob, options, Regime(workload="prefill"))
+    assert not keeps_nodes(prob, options, Regime(workload="decode"))
+    assert not keeps_nodes(problem(nodes=1), options, Regime(workload="prefill"))
+    assert keeps_nodes(prob, CpsatOptions(keep_nodes="yes"), Regime(workload="decode"))
+    result = solve(prob, "cpsat", SolveParams(regime=Regime(workload="prefill"),
                                               options={"keep_nodes": "yes"}, **FAST))
     hint = solve(prob, "eplb-valid", SolveParams()).placement
     for layer_id in prob.stats.layer_ids.tolist():
@@ -111,7 +111,7 @@ def test_reused_draws_judge_on_the_same_tokens():
     """A draws dict changes nothing but the cost: the same figures, drawn once."""
     prob = problem()
     hint = solve(prob, "eplb-valid", SolveParams()).placement
-    workload = Workload("vllm", "decode")
+    workload = Regime("vllm", "decode")
     fresh = layer_times(hint, prob, workload, seed=3)
     draws: dict[tuple[int, ...], np.ndarray] = {}
     first = layer_times(hint, prob, workload, seed=3, draws=draws)
@@ -138,7 +138,7 @@ def test_spread_replicas_puts_doubled_experts_on_both_nodes():
 
 def test_sglang_plans_weigh_spread_candidates():
     prob = problem()
-    result = solve(prob, "cpsat", SolveParams(workload=Workload("sglang", "decode"), **FAST))
+    result = solve(prob, "cpsat", SolveParams(regime=Regime("sglang", "decode"), **FAST))
     assert set(result.details["winners"]) <= {"cpsat", "eplb", "eplb-valid", "cpsat+spread",
                                              "eplb+spread"}
 
@@ -151,11 +151,11 @@ def test_replan_keeps_the_deployed_placement_unless_clearly_faster():
     prob = problem()
     deployed = solve(prob, "eplb-valid", SolveParams()).placement
     replan = dc_replace(prob, current=deployed)
-    params = SolveParams(workload=Workload("vllm", "decode"), **FAST)
+    params = SolveParams(regime=Regime("vllm", "decode"), **FAST)
     result = solve(replan, "cpsat", params)
     draws: dict[tuple[int, ...], np.ndarray] = {}
-    mine = layer_times(result.placement, replan, params.workload, params.seed, draws).sum()
-    kept = layer_times(deployed, replan, params.workload, params.seed, draws).sum()
+    mine = layer_times(result.placement, replan, params.regime, params.seed, draws).sum()
+    kept = layer_times(deployed, replan, params.regime, params.seed, draws).sum()
     if np.array_equal(result.placement.physical_to_logical, deployed.physical_to_logical):
         assert moves_from(result.placement, deployed) == 0
     else:
@@ -179,7 +179,7 @@ def test_the_judge_times_candidates_on_the_pooled_windows():
     batches from the summed load instead (docs/planner.md, "Why pooled")."""
     p = problem()
     eplb = solve(p, "eplb").placement
-    workload = Workload("vllm", "decode")
+    workload = Regime("vllm", "decode")
     judged = layer_times(eplb, p, workload, seed=0)
     as_one = layer_times(eplb, replace(p, stats=pooled(p.stats)), workload, seed=0)
     assert np.array_equal(judged, as_one)
@@ -205,9 +205,9 @@ def test_under_drift_the_plan_is_not_slower_than_eplb_on_held_out_windows(tmp_pa
     model, topo = load_model("qwen3-30b-a3b"), load_topology("2x-dgx-h100")
     fit, held_out = (6, 12), (12, routing.stats.num_windows)
     built = build_problem(routing, model=model, topology=topo, redundant=16, fit=fit)
-    workload = Workload("vllm", "decode")
-    params = SolveParams(time_limit_s=5.0, total_time_limit_s=30.0, workload=workload)
-    judge = EvalParams(policy=workload.policy, mode=workload.mode,
+    workload = Regime("vllm", "decode")
+    params = SolveParams(time_limit_s=5.0, total_time_limit_s=30.0, regime=workload)
+    judge = EvalParams(policy=workload.dispatch, mode=workload.all_to_all,
                        batch_tokens=workload.batch_tokens(topo.num_gpus), windows=held_out)
     p99 = {}
     for name in ("cpsat", "eplb"):

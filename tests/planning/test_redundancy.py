@@ -16,7 +16,7 @@ from placer.planning.redundancy import (
     slot_candidates,
 )
 from placer.problem import PlacementProblem
-from placer.workload import Workload
+from placer.regime import Regime
 
 
 def test_slot_candidates_span_the_memory_bound():
@@ -37,7 +37,7 @@ def problems(max_slots: int = 5) -> dict[int, PlacementProblem]:
     )
 
 
-@pytest.mark.parametrize("workload", [Workload("vllm", "decode"), Workload("sglang", "prefill")])
+@pytest.mark.parametrize("workload", [Regime("vllm", "decode"), Regime("sglang", "prefill")])
 def test_choice_is_the_fewest_slots_within_tolerance_of_the_fastest(workload):
     probs = problems()
     choice = choose_redundancy(probs, workload, tolerance=0.01)
@@ -56,9 +56,9 @@ def test_reason_by_hand():
 
     opts = (RedundancyOption(0, 2, 100.0, 60.0), RedundancyOption(16, 3, 80.0, 58.0),
             RedundancyOption(32, 4, 79.9, 56.0))
-    choice = RedundancyChoice(opts[1], opts, 0.005, Workload())
+    choice = RedundancyChoice(opts[1], opts, 0.005, Regime())
     assert "16 redundant experts (3 slots per GPU)" in choice.reason
-    assert "within 0.5% of the fastest (32: 79.9 us)" in choice.reason
+    assert "within 0.5% of the fastest (32: 79.9 µs)" in choice.reason
     assert "20.0% faster than 0 redundant" in choice.reason
 
 
@@ -66,7 +66,7 @@ def test_auto_needs_model_and_topology():
     stats = skewed_stats()
     bare = {2: build_problem(stats, num_gpus=16, slots_per_gpu=2)}
     with pytest.raises(UsageError, match="needs the model and the topology"):
-        choose_redundancy(bare, Workload())
+        choose_redundancy(bare, Regime())
 
 
 def test_auto_redundancy_times_what_the_memory_allows():
@@ -75,7 +75,7 @@ def test_auto_redundancy_times_what_the_memory_allows():
     from placer.topology import load_topology
 
     topo = load_topology("2x-dgx-h100")
-    workload = Workload("vllm", "decode")
+    workload = Regime("vllm", "decode")
     choice = auto_redundancy(
         lambda s: build_problem(skewed_stats(), model=MODEL, topology=topo, slots_per_gpu=s),
         32, MODEL, topo, workload)

@@ -41,7 +41,7 @@ def test_plan_routing_is_build_solve_and_summarize(synth):
         problem = build_problem(routing, model=model, topology=topology, redundant=8,
                                 fit=(0, None))
         plan, base = solve(problem, "round_robin", params), solve(problem, "eplb", params)
-        by_hand = summarize_plan(problem, plan, base, routing, workload=params.workload,
+        by_hand = summarize_plan(problem, plan, base, routing, regime=params.regime,
                                  fit=(0, 32), output="plan.json")
     assert run.problem.slots_per_gpu == problem.slots_per_gpu
     assert np.array_equal(run.result.placement.physical_to_logical,

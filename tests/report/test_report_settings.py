@@ -21,6 +21,7 @@ from placer.cli.main import app
 from placer.compare import CompareRow, CompareSettings, Scenario, ScenarioOutcome
 from placer.compare.rows import with_verdicts
 from placer.evaluate import EvalParams
+from placer.regime import Regime
 from placer.report.settings import (
     command_line,
     compare_settings_rows,
@@ -69,8 +70,8 @@ def test_compare_settings_rows_state_policy_mode_seed_and_limits():
     scenarios = [Scenario("dgx-h100", 0, "eplb"), Scenario("dgx-h100", 0, "cpsat"),
                  Scenario("gb200-nvl72", 16, "eplb")]
     rows = dict(compare_settings_rows(settings, scenarios))
-    assert rows["dispatch policy"] == "sglang"
-    assert rows["all-to-all mode"] == "low_latency"
+    assert rows["dispatch policy"] == "sglang (--policy)"
+    assert rows["all-to-all mode"] == "low_latency (--mode)"
     assert rows["seed (solvers and sampling)"] == "7"
     assert rows["time limit per scenario (whole plan)"] == "30 s"
     assert rows["time limit per layer (search-based solvers)"] == "2.5 s"
@@ -84,19 +85,19 @@ def test_compare_settings_rows_with_an_engine_say_where_policy_and_mode_come_fro
     settings = CompareSettings(model="deepseek-v3", engine="sglang", workload="decode",
                                tokens_per_gpu=64)
     rows = dict(compare_settings_rows(settings))
-    target = settings.target
-    assert target is not None
-    assert rows["engine and workload"] == target.describe()
-    assert rows["dispatch policy"] == f"{target.policy} (from --engine sglang)"
-    assert rows["all-to-all mode"] == f"{target.mode} (from --workload decode)"
-    assert rows["tokens per judged batch"] == "64 per GPU x the scenario's GPUs"
+    target = settings.regime
+    assert rows["judged as"] == target.describe()
+    assert rows["dispatch policy"] == f"{target.dispatch} (from --engine sglang)"
+    assert rows["all-to-all mode"] == f"{target.all_to_all} (from --workload decode)"
+    assert rows["tokens per judged batch"] == "64 per GPU x the GPUs"
 
 
 def test_evaluation_settings_rows_and_section_carry_version_and_command():
-    params = EvalParams(policy="round_robin", mode="normal", batch_tokens=None,
-                        num_batches=32, seed=3, dtype=None)
-    rows = evaluation_settings_rows(params, model="gpt-oss-20b", topology="dgx-h100",
-                                    default_dtype="mxfp4")
+    params = EvalParams(policy="round_robin", mode="normal", batch_tokens=1024,
+                        num_batches=32, seed=3, dtype=None, sample=True)
+    rows = evaluation_settings_rows(Regime(seed=3), params, model="gpt-oss-20b",
+                                    topology="dgx-h100", default_dtype="mxfp4")
+    assert dict(rows)["batches"] == "32 sampled batches of 1024 tokens"
     assert dict(rows)["expert weight dtype"] == "mxfp4 (the model's)"
     assert dict(rows)["seed (sampling)"] == "3"
     section = settings_section(rows, command="placer report t.npz", version="9.9")
@@ -166,7 +167,7 @@ def test_compare_report_opens_with_verdicts_and_states_settings(judged_rows):
     assert [s.title for s in built.sections][:3] == ["Verdict", "Scenarios", "Settings"]
     page = built.html()
     assert "<p>cpsat slow: step p99 +10.0% vs eplb — worse</p>" in page
-    assert "<td>dispatch policy</td><td>sglang</td>" in page
+    assert "<td>dispatch policy</td><td>sglang (--policy)</td>" in page
     assert "<td>seed (solvers and sampling)</td><td>11</td>" in page
     assert "<td>time limit per scenario (whole plan)</td><td>5 s</td>" in page
     assert "<code>placer compare t.npz -m gpt-oss-20b --policy sglang</code>" in page
@@ -199,13 +200,15 @@ def test_placer_report_states_settings_command_and_verdict(two_plans, tmp_path, 
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.stderr
     page = out.read_text()
-    assert "<td>dispatch policy</td><td>sglang</td>" in page
+    assert "<td>dispatch policy</td><td>sglang (--policy)</td>" in page
     assert "<td>seed (sampling)</td><td>5</td>" in page
     assert f"<code>placer report {BUNDLED} -p {two_plans[0]}" in page
     verdict = re.search(r"<p>(linear: step p99 [^<]*)</p>", page)
     assert verdict is not None
     assert verdict.group(1).endswith(("— better", "— worse", "— equal (within 0.1%)"))
-    assert result.stdout == verdict.group(1) + "\n"  # the answer on stdout too
+    judged = ("judged as    vllm decode, 128 tokens per GPU (sglang dispatch, low_latency"
+              " all-to-all); --policy sglang; set with --engine/--workload")
+    assert result.stdout == judged + "\n" + verdict.group(1) + "\n"  # the answer on stdout
     result = runner.invoke(app, [*args, "--json", "-q"])
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from placer.evaluate import EvalParams, evaluate
+from placer.evaluate.params import regime_params
 from placer.model import load_model
 from placer.planning.build import build_problem
 from placer.planning.solvers import solve
+from placer.regime import Regime
 from placer.stats import RoutingData
 from placer.summary import (
     EQUAL_TOLERANCE,
@@ -20,13 +22,11 @@ from placer.summary import (
     judged_windows,
     layers_faster,
     summarize_plan,
-    summary_eval_params,
     time_figure,
     verdict,
 )
 from placer.topology import load_topology
 from placer.traces import read_routing
-from placer.workload import Workload
 
 SYNTH = Path(__file__).resolve().parents[2] / "traces" / "synthetic-small.jsonl.gz"
 
@@ -51,17 +51,17 @@ def _summarize(synth, workload, fit=(0, 6), routing=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return problem, plan, base, summarize_plan(
-            problem, plan, base, routing or full, workload=workload, fit=fit)
+            problem, plan, base, routing or full, regime=workload, fit=fit)
 
 
-@pytest.mark.parametrize("workload", [Workload(), Workload("sglang", "prefill", 512)],
+@pytest.mark.parametrize("workload", [Regime(), Regime("sglang", "prefill", 512)],
                          ids=["vllm-decode", "sglang-prefill"])
 def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
     routing, model, topology = synth
     problem, plan, base, summary = _summarize(synth, workload)
     params = summary.eval_params
     assert params is not None and params.windows == (6, 32)
-    assert (params.policy, params.mode) == (workload.policy, workload.mode)
+    assert (params.policy, params.mode) == (workload.dispatch, workload.all_to_all)
     assert params.batch_tokens == workload.tokens * 8 and not params.sample
     assert summary.judged.part == "held-out" and summary.judged.source == "trace"
     assert summary.judged.describe().startswith(
@@ -80,12 +80,12 @@ def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
     step = summary.times["round_robin"]["step_p99_us"] / summary.times["eplb"]["step_p99_us"]
     assert np.isclose(summary.verdict.change, step - 1)
     assert summary.verdict.text.endswith(
-        f"than eplb on held-out step p99 ({workload.engine} {workload.phase})"
+        f"than eplb on held-out step p99 ({workload.engine} {workload.workload})"
     ) or " are equal " in summary.verdict.text
 
 
 def test_no_held_out_windows_judges_the_fitted_ones_and_says_so(synth):
-    _, _, _, summary = _summarize(synth, Workload(), fit=None)
+    _, _, _, summary = _summarize(synth, Regime(), fit=None)
     assert summary.judged.part == "fitted" and summary.eval_params.windows == (0, 32)
     assert "no window held out" in summary.judged.describe()
     assert summary.verdict.text.endswith("on fitted step p99 (vllm decode)")
@@ -94,7 +94,7 @@ def test_no_held_out_windows_judges_the_fitted_ones_and_says_so(synth):
 def test_aggregated_statistics_are_sampled(synth):
     routing, model, topology = synth
     stats_only = RoutingData(routing.stats)
-    _, plan, _, summary = _summarize(synth, Workload(), routing=stats_only)
+    _, plan, _, summary = _summarize(synth, Regime(), routing=stats_only)
     assert summary.judged.source == "sampled"
     assert "aggregated statistics, no per-token routing" in summary.judged.why
     with warnings.catch_warnings():
@@ -104,7 +104,7 @@ def test_aggregated_statistics_are_sampled(synth):
 
 
 def test_text_and_json_carry_the_same_figures(synth):
-    _, _, _, summary = _summarize(synth, Workload())
+    _, _, _, summary = _summarize(synth, Regime())
     lines = summary.rows()
     assert lines[5] == ("judged as    vllm decode, 128 tokens per GPU (round_robin dispatch,"
                         " low_latency all-to-all)")
@@ -127,9 +127,9 @@ def test_text_and_json_carry_the_same_figures(synth):
     assert doc["verdict"]["text"] == summary.verdict.text
     assert doc["layers_faster"] == summary.layers
     assert doc["judged"]["windows"] == [6, 32] and doc["judged"]["part"] == "held-out"
-    assert doc["workload"] == {"engine": "vllm", "phase": "decode", "tokens_per_gpu": 128,
-                               "policy": "round_robin", "mode": "low_latency",
-                               "batch_tokens": 1024, "note": ""}
+    assert doc["regime"] == {"engine": "vllm", "workload": "decode", "tokens_per_gpu": 128,
+                             "policy": "round_robin", "mode": "low_latency", "seed": 0,
+                             "batch_tokens": 1024, "note": ""}
     assert doc["versus"]["columns"] == ["round_robin", "eplb"]
 
 
@@ -187,14 +187,14 @@ def test_judged_windows(windows, fit, part, judged):
 
 
 def test_eval_params_of_a_workload():
-    decode = summary_eval_params(Workload(), 16, num_layers=48)
+    decode = regime_params(Regime(), 16, num_layers=48)
     assert (decode.policy, decode.mode, decode.batch_tokens, decode.num_batches) == (
         "round_robin", "low_latency", 2048, 16)
-    prefill = summary_eval_params(Workload("sglang", "prefill"), 16, num_layers=48,
+    prefill = regime_params(Regime("sglang", "prefill"), 16, num_layers=48,
                                   dtype="fp8")
     assert (prefill.policy, prefill.mode, prefill.batch_tokens, prefill.num_batches) == (
         "sglang", "normal", 65536, 2)
-    assert summary_eval_params(Workload(phase="prefill"), 8, num_layers=4).num_batches == 16
+    assert regime_params(Regime(workload="prefill"), 8, num_layers=4).num_batches == 16
     assert prefill.dtype == "fp8" and prefill.seed == 0
     assert isinstance(prefill, EvalParams)
 

@@ -1,7 +1,7 @@
 """A solver's own options: a frozen dataclass, filled from values or ``KEY=VALUE`` strings.
 
 PyVRP-style: :class:`placer.problem.SolveParams` holds what every solver shares (time,
-seed, parallelism, the workload, the move budget); each solver that has knobs of its
+seed, parallelism, the regime, the move budget); each solver that has knobs of its
 own declares them as a dataclass and reads ``SolveParams.options`` through
 :func:`coerce`, which accepts an instance of that class, a mapping of field names to
 values or to strings (the command line's ``--option KEY=VALUE``), or None (the

@@ -54,8 +54,8 @@ Limits (docs/limits.md), checked before anything is sized by them: expert ids be
 aggregated inputs within ``constants.MAX_TOTAL_COUNT``.  Pairs (co-activation, layer
 affinity) are counted in dense ``[E, E]`` matrices while they fit
 ``constants.MAX_COACT_BYTES``, then sparsely (:mod:`placer.traces.accumulate.pairs`), so
-their memory follows the pairs seen; past ``constants.MAX_COACT_PAIRS`` distinct pairs co-activation is
-left out with a warning (the load is still read).
+their memory follows the pairs seen; past ``constants.MAX_COACT_PAIRS`` distinct pairs
+co-activation is left out with a warning (the load is still read).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Reads from :class:`placer.problem.SolveParams`: ``time_limit_s`` (wall-clock cap
 per layer), ``total_time_limit_s``, ``seed``, ``jobs`` (layers solved in parallel
-processes), ``ray``, ``progress``, ``workload``, the move budget (``max_moves``,
+processes), ``ray``, ``progress``, ``regime``, the move budget (``max_moves``,
 ``max_move_gb``, ``move_tolerance``) and its own ``options``
 (:class:`placer.planning.solvers.cpsat.options.CpsatOptions`).
 
@@ -47,7 +47,7 @@ from placer.planning.solvers.cpsat.traffic import (
 )
 from placer.planning.solvers.registry import solve
 from placer.problem import PlacementProblem, SolveParams, SolveResult
-from placer.workload import Workload
+from placer.regime import Regime
 
 __all__ = ["CpsatOptions", "layer_data", "solve_cpsat", "to_mask"]
 
@@ -79,11 +79,11 @@ def _mask_to_row(mask: np.ndarray, slots_per_gpu: int, before: np.ndarray | None
     return row
 
 
-def keeps_nodes(problem: PlacementProblem, options: CpsatOptions, workload: Workload) -> bool:
+def keeps_nodes(problem: PlacementProblem, options: CpsatOptions, regime: Regime) -> bool:
     """Whether the plan keeps the hint's expert-to-node packing (``keep_nodes``)."""
     if options.keep_nodes != "auto":
         return options.keep_nodes == "yes"
-    return (workload.mode == "normal" and problem.num_nodes > 1 and problem.num_groups > 1
+    return (regime.all_to_all == "normal" and problem.num_nodes > 1 and problem.num_groups > 1
             and problem.num_groups % problem.num_nodes == 0)
 
 
@@ -208,7 +208,7 @@ def _layer_tasks(
     hint_mask = to_mask(hint)
     stats = problem.stats
     search = SearchParams(seed=params.seed, time_limit_s=params.time_limit_s, options=options)
-    keep = keeps_nodes(problem, options, params.workload)
+    keep = keeps_nodes(problem, options, params.regime)
     tasks = []
     for row in range(stats.num_layers):
         layer_id = int(stats.layer_ids[row])
@@ -265,19 +265,22 @@ def _judged(
     """Judge the plan against the hint, EPLB, spread variants and the current placement."""
     hint = hint_result.placement
     candidates = [(hint_result.solver, hint)]
-    reference = hint if hint_result.solver == "eplb" else solve(
-        problem, "eplb", params.shared()).placement
-    if params.workload.policy == "sglang" and problem.num_nodes > 1:
+    # the reference users compare with, or its valid variant where the engine needs one
+    baseline = "eplb-valid" if params.distinct else "eplb"
+    reference = hint if hint_result.solver == baseline else solve(
+        problem, baseline, params.shared()).placement
+    if params.regime.dispatch == "sglang" and problem.num_nodes > 1:
         # node-local dispatch: the same plans with replicas spread over nodes
         load = problem.stats.load.sum(axis=0).astype(np.float64)
         candidates += [
             ("cpsat+spread", spread_replicas(placement, problem.node_of_gpu, load)),
             ("eplb+spread", spread_replicas(reference, problem.node_of_gpu, load)),
         ]
-    if hint_result.solver != "eplb":  # the reference EPLB is what users compare with
-        candidates.append(("eplb", reference))
-    if problem.current is not None:  # re-planning: moving nothing is the baseline
-        candidates.append(("current", problem.current))
+    if hint_result.solver != baseline:  # the reference EPLB is what users compare with
+        candidates.append((baseline, reference))
+    if problem.current is not None and not (
+            params.distinct and problem.current.duplicate_gpus.any()):
+        candidates.append(("current", problem.current))  # re-planning: moving nothing
     return _keep_faster(placement, candidates, outcomes, layers, problem, params)
 
 
@@ -408,12 +411,12 @@ def _keep_faster(
     draws: dict[tuple[int, ...], np.ndarray] = {}  # all judged on the same sampled tokens
 
     def timed(candidate: Placement) -> np.ndarray:
-        return layer_times(candidate, problem, params.workload, params.seed, draws)
+        return layer_times(candidate, problem, params.regime, params.seed, draws)
 
     def taken(row: int, name: str, other: Placement) -> LayerOutcome:
         x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
         data = layers[row]
-        kept_baseline = name in (candidates[0][0], "eplb", "current")  # not a new plan
+        kept_baseline = name in (candidates[0][0], "eplb", "eplb-valid", "current")
         return replace(outcomes[row], x=x > 0, balance=data.balance(x),
                        traffic=data.traffic(x), moves=data.moves(x),
                        status="FALLBACK" if kept_baseline else "FEASIBLE", winner=name)
@@ -435,7 +438,8 @@ def _keep_faster(
     merged_times = timed(merged) if not np.array_equal(rows, placement.physical_to_logical) \
         else plan_times
     baseline_times = whole[-1][2]
-    eplb_times = next((t for n, _, t in whole if n == "eplb"), whole[1][2])
+    reference = "eplb-valid" if params.distinct else "eplb"
+    eplb_times = next((t for n, _, t in whole if n == reference), whole[1][2])
     best = ("merged", merged, merged_times)
     for entry in whole:
         if entry[2].sum() < best[2].sum() * (1 - EQUAL_TIME):
@@ -501,7 +505,7 @@ def _result(
     if times is not None:
         plan_times, hint_times = times
         details["judged_by"] = (
-            "estimated p99 layer time, " + params.workload.describe()
+            "estimated p99 layer time, " + params.regime.describe()
             + ", batches sampled from the fitted windows"
         )
         details["layer_time_us"] = float(plan_times.mean())

@@ -1,0 +1,130 @@
+"""The regime a placement is judged under: the serving engine, its batch and all-to-all.
+
+One :class:`Regime` fixes how the evaluator simulates a layer, the same way in every
+command (``plan``, ``evaluate``, ``compare``, ``report``, ``replay`` and ``redundant =
+auto``), so one placement on one trace gets one set of figures:
+
+- the **engine** fixes the dispatch policy (how a replica is chosen): ``sglang`` uses
+  SGLang's static dispatch (same GPU, else same node, else a seeded fair draw), ``vllm``
+  and ``trtllm`` round-robin;
+- the **workload** (phase) fixes the all-to-all kernels and the batch size: ``decode``
+  uses DeepEP's low-latency kernels (one copy per selection, NVLink inside a node) with
+  small batches, where expert GEMMs are memory-bound; ``prefill`` the normal kernels (one
+  copy per destination GPU and node) with large ones;
+- ``tokens_per_gpu`` is the batch each EP rank dispatches per step (decode default 128,
+  DeepEP's production setting; prefill 4096): a step is ``tokens_per_gpu x G`` tokens;
+- ``policy`` and ``mode`` override the engine's dispatch and the workload's kernels (for
+  experts: what-if an engine dispatched otherwise); ``seed`` seeds sampling, the
+  ``random`` policy and SGLang's static tables (seed 0 is SGLang's own table).
+
+Example::
+
+    >>> Regime().describe()
+    'vllm decode, 128 tokens per GPU (round_robin dispatch, low_latency all-to-all)'
+    >>> Regime("sglang", "prefill").batch_tokens(16)
+    65536
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.errors import Param, UsageError
+
+#: Dispatch policies the evaluator knows: ``round_robin`` (vLLM, TensorRT-LLM), ``sglang``
+#: (SGLang's static dispatch), ``local_first`` (SGLang's earlier static rule), ``random``.
+POLICIES = ("round_robin", "sglang", "local_first", "random")
+#: All-to-all modes: DeepEP's ``normal`` kernels (one copy per destination GPU and node),
+#: ``low_latency`` (one copy per selection, NVLink inside a node), ``low_latency_rdma``
+#: (one copy per selection, every copy over RDMA).
+MODES = ("normal", "low_latency", "low_latency_rdma")
+#: Engine -> the dispatch policy it uses.
+ENGINE_POLICY = {"sglang": "sglang", "vllm": "round_robin", "trtllm": "round_robin"}
+ENGINES = tuple(ENGINE_POLICY)
+#: Regime (phase) -> the communication mode of its kernels.
+PHASE_MODE = {"decode": "low_latency", "prefill": "normal"}
+PHASES = tuple(PHASE_MODE)
+#: Tokens each rank dispatches per step when not given.
+DEFAULT_TOKENS_PER_GPU = {"decode": 128, "prefill": 4096}
+#: The regime when nothing is said: vLLM decode, 128 tokens per GPU.
+DEFAULT_ENGINE = "vllm"
+DEFAULT_WORKLOAD = "decode"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The engine and batch regime a placement serves and is judged under.
+
+    Attributes
+    ----------
+    engine: ``sglang``, ``vllm`` or ``trtllm``.
+    workload: ``decode`` or ``prefill``.
+    tokens_per_gpu: tokens each EP rank dispatches per step; None = the workload's default.
+    policy: dispatch policy instead of the engine's (``placer.evaluate.POLICIES``); None =
+        the engine's.
+    mode: all-to-all mode instead of the workload's (``placer.evaluate.MODES``); None = the
+        workload's.
+    seed: seeds sampled batches, the ``random`` policy and SGLang's static tables.
+    """
+
+    engine: str = DEFAULT_ENGINE
+    workload: str = DEFAULT_WORKLOAD
+    tokens_per_gpu: int | None = None
+    policy: str | None = None
+    mode: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINE_POLICY:
+            raise UsageError(f"unknown engine {self.engine!r}", where=Param("engine"),
+                             hint=f"choose one of: {', '.join(ENGINES)}")
+        if self.workload not in PHASE_MODE:
+            raise UsageError(f"unknown workload {self.workload!r}", where=Param("workload"),
+                             hint=f"choose one of: {', '.join(PHASES)}")
+        if self.policy is not None and self.policy not in POLICIES:
+            raise UsageError(f"unknown dispatch policy {self.policy!r}", where=Param("policy"),
+                             hint=f"choose one of: {', '.join(POLICIES)}")
+        if self.mode is not None and self.mode not in MODES:
+            raise UsageError(f"unknown all-to-all mode {self.mode!r}", where=Param("mode"),
+                             hint=f"choose one of: {', '.join(MODES)}")
+        if self.tokens_per_gpu is not None and self.tokens_per_gpu < 1:
+            raise UsageError(f"expected tokens per GPU >= 1, got {self.tokens_per_gpu}",
+                             where=Param("tokens_per_gpu"),
+                             hint=f"1 or more (decode engines batch about"
+                             f" {DEFAULT_TOKENS_PER_GPU['decode']} per GPU)")
+
+    @property
+    def dispatch(self) -> str:
+        """The evaluator's dispatch policy: ``policy`` or the engine's."""
+        return self.policy or ENGINE_POLICY[self.engine]
+
+    @property
+    def all_to_all(self) -> str:
+        """The evaluator's communication mode: ``mode`` or the workload's kernels'."""
+        return self.mode or PHASE_MODE[self.workload]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per GPU per step, the default filled in."""
+        return self.tokens_per_gpu or DEFAULT_TOKENS_PER_GPU[self.workload]
+
+    def batch_tokens(self, num_gpus: int) -> int:
+        """Tokens of one step over the whole EP group."""
+        return self.tokens * num_gpus
+
+    @property
+    def is_default(self) -> bool:
+        """Whether every field is the default (nothing was said)."""
+        return self == Regime()
+
+    def describe(self) -> str:
+        """One line for every command's ``judged as``: ``sglang decode, 128 tokens per GPU
+        (sglang dispatch, low_latency all-to-all)``."""
+        return (f"{self.engine} {self.workload}, {self.tokens} tokens per GPU"
+                f" ({self.dispatch} dispatch, {self.all_to_all} all-to-all)")
+
+    def to_dict(self) -> dict[str, object]:
+        """The regime as JSON values, defaults filled in."""
+        return {"engine": self.engine, "workload": self.workload,
+                "tokens_per_gpu": self.tokens, "policy": self.dispatch,
+                "mode": self.all_to_all, "seed": self.seed}
