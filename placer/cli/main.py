@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "engines_cmd",    # placer export, placer import
     "compare_cmd",    # placer compare
     "report_cmd",     # placer report
+    "replay_cmd",     # placer replay
     "calibrate_cmd",  # placer calibrate
     "config_cmd",     # placer config
 )

@@ -113,3 +113,22 @@ def make_batches(
             source = np.where(known, rank % num_gpus, source)
     rank_position = group_position(batch * num_gpus + source)
     return Batches(batch, source.astype(np.int64), rank_position, num_batches)
+
+
+def reordered(batches: Batches, order: np.ndarray) -> Batches:
+    """``batches`` with its tokens taken in ``order``."""
+    return Batches(batches.batch_of_token[order], batches.source[order],
+                   batches.rank_position[order], batches.num_batches)
+
+
+def sorted_batches(
+    num_tokens: int, num_gpus: int, *, step: np.ndarray | None, rank: np.ndarray | None,
+    batch_tokens: int | None, default_batch_tokens: int,
+) -> tuple[Batches, np.ndarray]:
+    """:func:`make_batches` of tokens in trace order, then the tokens sorted by (batch,
+    source rank) as the evaluator processes them: ``(batches, order)``, ``order`` the trace
+    index of each sorted token (stable: trace order within a (batch, source))."""
+    batches = make_batches(num_tokens, num_gpus, step=step, rank=rank,
+                           batch_tokens=batch_tokens, default_batch_tokens=default_batch_tokens)
+    order = np.lexsort((batches.source, batches.batch_of_token))
+    return reordered(batches, order), order

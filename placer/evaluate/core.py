@@ -26,7 +26,7 @@ from placer.errors import DataError, Param, PlacementError, PlacerError, PlacerW
 from placer.evaluate.balance import (
     ratio,
 )
-from placer.evaluate.batches import Batches, make_batches
+from placer.evaluate.batches import Batches, reordered, sorted_batches
 from placer.evaluate.dispatch import (
     STATIC_POLICIES,
     OrderBiasWarning,
@@ -337,14 +337,12 @@ def _trace_source(
     assert trace is not None
     token_window = token_windows(trace, routing.stats)
     selected = np.flatnonzero((token_window >= windows[0]) & (token_window < windows[1]))
-    batches = make_batches(
+    batches, order = sorted_batches(
         selected.size, num_gpus,
         step=trace.step[selected], rank=trace.rank[selected],
         batch_tokens=params.batch_tokens, default_batch_tokens=constants.DEFAULT_BATCH_TOKENS,
     )
-    order = np.lexsort((batches.source, batches.batch_of_token))
     selected = selected[order]
-    batches = _reorder(batches, order)
     trace_cols = {int(i): col for col, i in enumerate(trace.layer_ids.tolist())}
     missing = [int(i) for i in layer_ids if int(i) not in trace_cols]
     if missing:
@@ -392,7 +390,7 @@ def _sampled_source(
         num_batches=num_batches,
     )
     # sampled tokens are exchangeable: order them by (batch, source) like trace tokens
-    batches = _reorder(batches, np.lexsort((batches.source, batches.batch_of_token)))
+    batches = reordered(batches, np.lexsort((batches.source, batches.batch_of_token)))
     load_all = stats.mean_load
     pairs = stats.coact
     if pairs is not None and not pairs.dense_fits():
@@ -434,8 +432,3 @@ def _sampled_source(
     return experts_of, batches, num_batches * batch_tokens
 
 
-def _reorder(batches: Batches, order: np.ndarray) -> Batches:
-    return Batches(
-        batches.batch_of_token[order], batches.source[order],
-        batches.rank_position[order], batches.num_batches,
-    )

@@ -102,9 +102,19 @@ def move_cost(new: Placement, current: Placement, model: ModelSpec | None = None
     gb = moves * expert_bytes / constants.GB
     if topology is None:
         return MoveCost(moves, gb, None)
-    node = np.asarray(topology.node_of_gpu, dtype=np.int64)
-    local = np.zeros(new.num_gpus)  # bytes each GPU copies from its node, from elsewhere
-    remote = np.zeros(new.num_gpus)
+    local, remote = copy_bytes(new, current, expert_bytes, topology.node_of_gpu)
+    copy = copy_seconds(local.sum(axis=0), remote.sum(axis=0), topology)
+    return MoveCost(moves, gb, float(copy.max()) if copy.size else 0.0)
+
+
+def copy_bytes(new: Placement, current: Placement, expert_bytes: float,
+               node_of_gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``([layers, G], [layers, G])`` float64 bytes each GPU loads for each layer of
+    ``new`` from a GPU of its own node that holds the expert in ``current``, and from
+    elsewhere (over its NIC)."""
+    node = np.asarray(node_of_gpu, dtype=np.int64)
+    local = np.zeros((new.num_layers, new.num_gpus))
+    remote = np.zeros((new.num_layers, new.num_gpus))
     before = current.expert_gpu_mask
     for row, added in enumerate(_added(new, current)):
         hits = np.flatnonzero(current.layer_ids == int(new.layer_ids[row]))
@@ -113,15 +123,21 @@ def move_cost(new: Placement, current: Placement, model: ModelSpec | None = None
         for g in range(new.num_gpus):
             in_node[:, node[g]] |= held[:, g]
         from_node = in_node[:, node]  # [E, G]
-        local += (added & from_node).sum(axis=0) * expert_bytes
-        remote += (added & ~from_node).sum(axis=0) * expert_bytes
+        local[row] = (added & from_node).sum(axis=0) * expert_bytes
+        remote[row] = (added & ~from_node).sum(axis=0) * expert_bytes
+    return local, remote
+
+
+def copy_seconds(local: np.ndarray, remote: np.ndarray, topology: Topology) -> np.ndarray:
+    """Seconds each GPU takes to load ``local`` bytes over its node's fabric and
+    ``remote`` bytes over its NIC (``[..., G]``), both links at once, at their achieved
+    speeds."""
     injection = np.asarray(topology.achieved_injection_gbps, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         t_local = np.where(local > 0, local / (injection[:, 1] * 1e9), 0.0)
         t_remote = np.where(remote > 0, remote / (injection[:, 2] * 1e9), 0.0)
     copy = np.maximum(t_local, t_remote)
-    copy = np.where(np.isfinite(copy), copy, 0.0)
-    return MoveCost(moves, gb, float(copy.max()) if copy.size else 0.0)
+    return np.where(np.isfinite(copy), copy, 0.0)
 
 
 @dataclass(frozen=True)

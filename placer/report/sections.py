@@ -72,7 +72,7 @@ class Report:
 
 
 @dataclass
-class _Gallery:
+class Gallery:
     """Renders figures once and remembers them under unique file stems."""
 
     dpi: int
@@ -90,7 +90,7 @@ class _Gallery:
 
 
 # -- the trace ------------------------------------------------------------------------------
-def trace_section(stats: ExpertStats, summary: dict[str, Any], gallery: _Gallery) -> Section:
+def trace_section(stats: ExpertStats, summary: dict[str, Any], gallery: Gallery) -> Section:
     """The statistics summary (``placer.stats.analysis.summarize``) and the expert load heatmap."""
     totals = summary.get("totals", {})
     overall = summary.get("overall", {})
@@ -137,7 +137,7 @@ def placements_sections(
     placements: Sequence[Placement],
     evaluations: Sequence[Any],
     stats: ExpertStats,
-    gallery: _Gallery,
+    gallery: Gallery,
     *,
     node_of_gpu: Sequence[np.ndarray | None] | None = None,
     layer: int | None = None,
@@ -194,7 +194,7 @@ _Loads = Sequence[tuple[ExpertStats, np.ndarray]]  # per placement: its layers' 
 
 def _maps_section(
     names: Sequence[str], placements: Sequence[Placement], loads: _Loads,
-    nodes: Sequence[np.ndarray | None], layer: int, which: str, gallery: _Gallery,
+    nodes: Sequence[np.ndarray | None], layer: int, which: str, gallery: Gallery,
 ) -> Section:
     """Each placement's map of layer ``layer``, side by side (stacked when wide)."""
     maps = []
@@ -213,7 +213,7 @@ def _maps_section(
 
 def _coact_section(
     names: Sequence[str], placements: Sequence[Placement], loads: _Loads,
-    nodes: Sequence[np.ndarray | None], layer: int, gallery: _Gallery,
+    nodes: Sequence[np.ndarray | None], layer: int, gallery: Gallery,
 ) -> Section:
     """Each placement's co-activation heatmap of layer ``layer`` with its GPU boundaries."""
     heat = []
@@ -239,7 +239,7 @@ def _coact_section(
 
 def _load_section(
     names: Sequence[str], placements: Sequence[Placement], evaluations: Sequence[Any],
-    loads: _Loads, gallery: _Gallery,
+    loads: _Loads, gallery: Gallery,
 ) -> Section | None:
     """Per-GPU load bars: measured when every placement was evaluated, else expected;
     None when the placements' layer counts differ."""
@@ -352,7 +352,7 @@ def placement_report(
     """
     from placer import __version__
 
-    gallery = _Gallery(dpi or constants.REPORT_DPI)
+    gallery = Gallery(dpi or constants.REPORT_DPI)
     judged = placement_judgements(names, evaluations)
     sections = []
     if len(names) > 1:
@@ -403,7 +403,7 @@ def compare_report(
     lowest estimated MoE-layer p99 (ties: the earlier); when they are the same,
     only it is drawn.
     """
-    gallery = _Gallery(dpi or constants.REPORT_DPI)
+    gallery = Gallery(dpi or constants.REPORT_DPI)
     rows = [o.row for o in outcomes]
     blocks, p99 = _scenario_blocks(rows, gallery)
     intro = description or ""
@@ -439,7 +439,7 @@ def compare_report(
     return Report(title, tuple(sections), tuple(gallery.pictures), subtitle)
 
 
-def _scenario_blocks(rows: Sequence[Any], gallery: _Gallery) -> tuple[list[Block], np.ndarray]:
+def _scenario_blocks(rows: Sequence[Any], gallery: Gallery) -> tuple[list[Block], np.ndarray]:
     """The scenarios table, its status notes and the what-if chart; with ``p99: [rows]``
     float64, µs, each row's estimated MoE-layer p99 (NaN where there is none)."""
     from placer.compare import TABLE_COLUMNS, status_notes, table_cells

@@ -87,6 +87,44 @@ class ComputeCalibration:
                 )
 
 
+@dataclass(frozen=True)
+class RebalanceCalibration:
+    """What moving expert weights online costs beyond their bytes (a replay's rebalances).
+
+    Defaults follow the engines' reports (docs/replay.md): vLLM's synchronous
+    rearrangement of DeepSeek-R1 on 32 GB200s stalled 0.65-1.70 s, 0.91 s on average,
+    over its 58 MoE layers (vLLM PR #43219): ~15 ms a layer that moves (a batched
+    send/receive and its synchronisation) and ~50 ms of host work; SGLang reports ~1 s
+    of host work plus ~20 ms a layer without NVLink (SGLang issue #7879).
+
+    Attributes
+    ----------
+    host_ms: fixed time a synchronous rebalance stops serving (the algorithm, building
+        the transfers), milliseconds, >= 0.
+    layer_ms: time per layer whose weights move, milliseconds, >= 0 (synchronous: a
+        stall; in the background: one step's delay per layer).
+    async_share: share of a background copy's link time that lengthens the step it
+        overlaps, in [0, 1] (1: the copy and the all-to-all take turns on the links).
+    """
+
+    host_ms: float = 50.0
+    layer_ms: float = 15.0
+    async_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("host_ms", "layer_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise UsageError(f"expected {name} >= 0, got {value}",
+                                 where=f"calibration.rebalance.{name}",
+                                 hint="milliseconds, e.g. 15")
+        if not (math.isfinite(self.async_share) and 0 <= self.async_share <= 1):
+            raise UsageError(f"expected async_share in [0, 1], got {self.async_share}",
+                             where="calibration.rebalance.async_share",
+                             hint="the share of a background copy's link time a step pays,"
+                             " e.g. 1")
+
+
 def _frozen_links(links: Mapping[str, LinkCalibration]) -> Mapping[str, LinkCalibration]:
     return MappingProxyType(dict(sorted(links.items())))
 
@@ -100,11 +138,14 @@ class Calibration:
     links: link technology (``nvlink``, ``infiniband``, ...) -> its calibration.
     compute: expert FFN efficiencies.
     source: where the figures come from (shown by ``placer hardware`` and in reports).
+    rebalance: what online weight moves cost beyond their bytes (None: the defaults,
+        :attr:`rebalance_costs`).
     """
 
     links: Mapping[str, LinkCalibration] = field(default_factory=dict)
     compute: ComputeCalibration = field(default_factory=ComputeCalibration)
     source: str = ""
+    rebalance: RebalanceCalibration | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "links", _frozen_links(self.links))
@@ -113,11 +154,18 @@ class Calibration:
         """The calibration of link technology ``kind`` (nominal when not listed)."""
         return self.links.get(kind, _NOMINAL)
 
+    @property
+    def rebalance_costs(self) -> RebalanceCalibration:
+        """:attr:`rebalance`, or the defaults when none is given."""
+        return self.rebalance if self.rebalance is not None else RebalanceCalibration()
+
     def merged(self, other: Calibration) -> Calibration:
-        """This calibration with ``other``'s links, compute and source laid over it."""
+        """This calibration with ``other``'s links, compute, source and rebalance costs
+        laid over it."""
         links = dict(self.links)
         links.update(other.links)
-        return Calibration(links, other.compute, other.source or self.source)
+        return Calibration(links, other.compute, other.source or self.source,
+                           other.rebalance if other.rebalance is not None else self.rebalance)
 
     def with_links(self, **links: LinkCalibration) -> Calibration:
         """A copy with some link technologies replaced."""
@@ -137,6 +185,10 @@ class Calibration:
                 "flops_efficiency": round(self.compute.flops_efficiency, 6),
             },
         }
+        if self.rebalance is not None:
+            r = self.rebalance
+            out["rebalance"] = {"host_ms": r.host_ms, "layer_ms": r.layer_ms,
+                                "async_share": r.async_share}
         if self.source:
             out["source"] = self.source
         return out

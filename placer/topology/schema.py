@@ -18,6 +18,7 @@ Schema (units: GB/s per direction, microseconds, GB = 1e9 bytes)::
     calibration:                       # optional; over placer's defaults, per key
       links: {nvlink: {efficiency: 0.833, phase_us: 21.2}}
       compute: {hbm_efficiency: 1.0, flops_efficiency: 1.0}
+      rebalance: {host_ms: 50, layer_ms: 15, async_share: 1.0}   # online weight moves
       source: "where the figures come from"
     switches: [box/plx0]               # optional extra vertices for links:
     links:                             # optional explicit edges
@@ -49,6 +50,7 @@ from placer.topology.calibration import (
     Calibration,
     ComputeCalibration,
     LinkCalibration,
+    RebalanceCalibration,
 )
 from placer.topology.gpus import GpuType
 
@@ -158,7 +160,8 @@ def _fabric(node: Section, num_gpus: int) -> FabricSpec:
 
 
 def read_calibration(section: Section) -> Calibration:
-    """The ``calibration:`` section: ``links``, ``compute`` and ``source``, all optional."""
+    """The ``calibration:`` section: ``links``, ``compute``, ``rebalance`` and ``source``,
+    all optional."""
     links: dict[str, LinkCalibration] = {}
     links_section = section.section("links", None)
     if links_section is not None:
@@ -176,9 +179,17 @@ def read_calibration(section: Section) -> Calibration:
             hbm_efficiency=e.number("hbm_efficiency", 1.0),
             flops_efficiency=e.number("flops_efficiency", 1.0),
         ))
+    rebalance = None
+    rebalance_section = section.section("rebalance", None)
+    if rebalance_section is not None:
+        rebalance = _checked(rebalance_section, lambda e: RebalanceCalibration(
+            host_ms=e.number("host_ms", 50.0, strict=False),
+            layer_ms=e.number("layer_ms", 15.0, strict=False),
+            async_share=e.number("async_share", 1.0, strict=False),
+        ))
     source = section.string("source", "")
     section.done()
-    return Calibration(links, compute, source)
+    return Calibration(links, compute, source, rebalance)
 
 
 def _checked(section: Section, build: Callable[[Section], _T]) -> _T:

@@ -1,0 +1,320 @@
+"""What each policy deploys at a rebalance: the reference EPLB, placer's moves, foresight.
+
+``eplb``: deepseek-ai/EPLB's ``rebalance_experts`` on the window's load, every layer
+re-placed (:func:`eplb_layout`), as vLLM, SGLang and TensorRT-LLM run it online.
+
+``placer`` (:func:`placer_moves`): from the deployed placement, one layer at a time,
+the move that most lowers the hottest GPU's load on the window's load (a *move* loads one
+expert's weights onto one GPU: a swap of two experts between two GPUs is two moves,
+giving a hot expert a replica in the slot of an expert that keeps another is one),
+repeated while it helps; the moves of all layers are then taken best gain per move first
+within the budget, and a layer's moves are kept only when the evaluator times the layer
+faster on the window by more than their copy costs over the coming interval
+(:func:`worth_copying`).  Nothing here calls a solver: an online decision must take
+milliseconds to a second, as the engines' do.
+
+``oracle``: the faster of both, fitted on the coming interval itself (the caller passes
+that interval's load as the window), moved for free.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+import warnings
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from placer.errors import PlacerWarning
+from placer.evaluate import evaluate
+from placer.evaluate.params import regime_params
+from placer.model import ModelSpec
+from placer.placement import Placement
+from placer.planning.solvers.eplb import eplb_placement
+from placer.regime import Regime
+from placer.stats import ExpertStats, RoutingData
+from placer.topology import Topology
+
+#: A move must lower the hottest GPU's load by at least this share of the mean GPU load.
+MIN_GAIN = 1e-3
+#: Sampled batches the judge of an online decision times each candidate on (few: the
+#: decision must be fast; both placements are timed on the same tokens).
+DECISION_BATCHES = 4
+#: Coldest GPUs a hot GPU's experts are tried against, per move.
+COLD_CANDIDATES = 4
+
+
+def uniform_nodes(topology: Topology) -> int:
+    """Nodes for EPLB's hierarchical policy: only when GPUs form equal consecutive
+    blocks (as the eplb solver decides)."""
+    node = np.asarray(topology.node_of_gpu, dtype=np.int64)
+    nodes = int(node.max()) + 1
+    if nodes <= 1 or node.size % nodes:
+        return 1
+    return nodes if np.array_equal(node, np.repeat(np.arange(nodes), node.size // nodes)) else 1
+
+
+def eplb_layout(load: np.ndarray, layer_ids: np.ndarray, num_gpus: int, slots_per_gpu: int,
+                model: ModelSpec, topology: Topology) -> Placement:
+    """The reference EPLB's placement of ``load`` (``[layers, E]``)."""
+    placement, _ = eplb_placement(load.astype(np.float64), layer_ids, num_gpus, slots_per_gpu,
+                                  num_groups=model.num_groups,
+                                  num_nodes=uniform_nodes(topology))
+    return placement
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One layer's proposed moves, cumulatively: after the ``i``-th, the row is
+    ``rows[i]``, the moves made ``moves[i]``, the hottest GPU's load ``peak[i]``
+    (``peak[0]``, ``moves[0] = 0``, ``rows[0]``: as deployed)."""
+
+    rows: list[np.ndarray]
+    moves: list[int]
+    peak: list[float]
+    mean: float
+
+
+def improve_layer(row: np.ndarray, weight: np.ndarray, num_gpus: int,
+                  max_moves: int | None = None) -> LayerPlan:
+    """Moves that lower the hottest GPU's load of one layer, greedily (module docstring).
+
+    ``row``: ``[P]`` the deployed physical_to_logical; ``weight``: ``[E]`` the window's
+    load.  A GPU's load is the sum over its slots of the expert's load over its replica
+    count (round robin's even split).
+    """
+    experts = row.astype(np.int64).copy()
+    num_experts = weight.size
+    slots = experts.size // num_gpus
+    gpu_of_slot = np.arange(experts.size) // slots
+    count = np.bincount(experts, minlength=num_experts).astype(np.float64)
+    plan = LayerPlan([experts.copy()], [0], [], float(weight.sum()) / num_gpus)
+    load = np.bincount(gpu_of_slot, weights=weight[experts] / count[experts],
+                       minlength=num_gpus)
+    plan.peak.append(float(load.max()))
+    eps = MIN_GAIN * max(plan.mean, 1e-12)
+    moves = 0
+    budget = max_moves if max_moves is not None else 8 * experts.size
+    while moves < budget:
+        step = _best_step(experts, weight, count, load, gpu_of_slot, num_gpus, slots, eps,
+                          budget - moves)
+        if step is None:
+            break
+        experts, count, load, cost = step
+        moves += cost
+        plan.rows.append(experts.copy())
+        plan.moves.append(moves)
+        plan.peak.append(float(load.max()))
+    return plan
+
+
+def _best_step(experts: np.ndarray, weight: np.ndarray, count: np.ndarray, load: np.ndarray,
+               gpu_of_slot: np.ndarray, num_gpus: int, slots: int, eps: float,
+               left: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """The candidate move that lowers the hottest GPU the most (None when none helps)."""
+    hot = int(np.argmax(load))
+    others = np.delete(load, hot)
+    rest_peak = float(others.max()) if others.size else 0.0
+    cold = [int(g) for g in np.argsort(load, kind="stable") if g != hot][:COLD_CANDIDATES]
+    share = weight / count
+    on = np.zeros((weight.size, num_gpus), dtype=bool)
+    on[experts, gpu_of_slot] = True
+    hot_slots = np.arange(hot * slots, hot * slots + slots)
+    best: tuple[float, int, tuple[int, ...]] | None = None
+    for c in cold:
+        c_slots = np.arange(c * slots, c * slots + slots)
+        ex, ey = experts[hot_slots], experts[c_slots]
+        diff = share[ex][:, None] - share[ey][None, :]  # hot loses, cold gains
+        ok = (~on[ex, c])[:, None] & (~on[ey, hot])[None, :] & (diff > 0)
+        if left >= 2 and ok.any():
+            peak = np.maximum(load[hot] - diff, load[c] + diff)
+            peak = np.where(ok, np.maximum(peak, _peak_without(load, hot, c)), np.inf)
+            i, j = np.unravel_index(int(np.argmin(peak)), peak.shape)
+            if best is None or peak[i, j] < best[0]:
+                best = (float(peak[i, j]), 2, (int(hot_slots[i]), int(c_slots[j])))
+        # a replica for the hottest expert of the hot GPU, in a slot of an expert that
+        # keeps another replica
+        x = int(ex[np.argmax(share[ex])])
+        if on[x, c]:
+            continue
+        for j in np.flatnonzero(count[ey] >= 2):
+            new = _replicated_load(load, experts, weight, count, gpu_of_slot, num_gpus,
+                                   x, int(c_slots[j]))
+            peak_new = float(new.max())
+            if best is None or peak_new < best[0]:
+                best = (peak_new, 1, (int(c_slots[j]), x))
+    if best is None or best[0] > load[hot] - eps or best[0] > max(load[hot], rest_peak):
+        return None
+    experts = experts.copy()
+    if best[1] == 2:
+        a, b = best[2]
+        experts[a], experts[b] = experts[b], experts[a]
+    else:
+        slot, x = best[2]
+        experts[slot] = x
+    count = np.bincount(experts, minlength=weight.size).astype(np.float64)
+    load = np.bincount(gpu_of_slot, weights=weight[experts] / count[experts],
+                       minlength=num_gpus)
+    return experts, count, load, best[1]
+
+
+def _peak_without(load: np.ndarray, a: int, b: int) -> float:
+    """The highest load of the GPUs other than ``a`` and ``b``."""
+    mask = np.ones(load.size, dtype=bool)
+    mask[[a, b]] = False
+    return float(load[mask].max()) if mask.any() else 0.0
+
+
+def _replicated_load(load: np.ndarray, experts: np.ndarray, weight: np.ndarray,
+                     count: np.ndarray, gpu_of_slot: np.ndarray, num_gpus: int, x: int,
+                     slot: int) -> np.ndarray:
+    """GPU loads after ``slot`` (holding an expert with another replica) takes expert ``x``."""
+    z = int(experts[slot])
+    new = load.copy()
+    gx = gpu_of_slot[experts == x]
+    gz = gpu_of_slot[experts == z]
+    new[gx] -= weight[x] / count[x] - weight[x] / (count[x] + 1)
+    new[gz] += weight[z] / (count[z] - 1) - weight[z] / count[z]
+    c = gpu_of_slot[slot]
+    new[c] += weight[x] / (count[x] + 1) - weight[z] / (count[z] - 1)
+    return new
+
+
+def allocate(plans: list[LayerPlan], max_moves: int | None) -> list[int]:
+    """How many of each layer's moves to take: best gain per move first, within the
+    budget (``None``: all of every layer).  Returns ``[layers]`` an index into each
+    plan's steps."""
+    if max_moves is None:
+        return [len(p.rows) - 1 for p in plans]
+    taken = [0] * len(plans)
+    heap: list[tuple[float, int]] = []
+    for layer, p in enumerate(plans):
+        if len(p.rows) > 1:
+            heapq.heappush(heap, (-_rate(p, 0), layer))
+    left = max_moves
+    while heap:
+        _, layer = heapq.heappop(heap)
+        p, i = plans[layer], taken[layer]
+        cost = p.moves[i + 1] - p.moves[i]
+        if cost > left:
+            continue  # this layer's next step does not fit; others may
+        left -= cost
+        taken[layer] = i + 1
+        if i + 2 < len(p.rows):
+            heapq.heappush(heap, (-_rate(p, i + 1), layer))
+    return taken
+
+
+def _rate(plan: LayerPlan, i: int) -> float:
+    """Gain per move of a layer's ``i``-th step: the hottest GPU's drop over the mean
+    GPU load (comparable across layers), per move."""
+    return (plan.peak[i] - plan.peak[i + 1]) / max(plan.mean, 1e-12) / (
+        plan.moves[i + 1] - plan.moves[i])
+
+
+def window_stats(load: np.ndarray, layer_ids: np.ndarray, top_k: int) -> ExpertStats:
+    """The window's load (``[layers, E]``) as statistics the judge samples from."""
+    tokens = int(load.sum(axis=1).max()) // max(top_k, 1)
+    return ExpertStats(load=load[None].astype(np.int64), tokens=np.array([max(tokens, 1)]),
+                       layer_ids=layer_ids.astype(np.int64), top_k=top_k)
+
+
+def judged_layer_times(placement: Placement, stats: ExpertStats, topology: Topology,
+                       model: ModelSpec, regime: Regime,
+                       draws: dict[tuple[int, ...], np.ndarray]) -> np.ndarray:
+    """``[layers]`` estimated p99 layer time, µs, of ``placement`` on batches sampled from
+    ``stats`` (:data:`DECISION_BATCHES` of the regime's step; ``draws`` shared so two
+    placements meet the same tokens)."""
+    params = regime_params(regime, placement.num_gpus, num_layers=stats.num_layers,
+                           sample=True)
+    params = replace(params, num_batches=DECISION_BATCHES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlacerWarning)  # the replay says them once
+        result = evaluate(placement, RoutingData(stats), topology, model, params, draws=draws)
+    return np.asarray(result.per_layer["layer_time_p99_us"], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A rebalance decided: the placement to deploy and how long deciding took."""
+
+    placement: Placement
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CopyCosts:
+    """What a layer's weight moves cost the serving, µs: ``fixed`` once per rebalance that
+    moves anything (synchronous: the host's work), ``per_layer`` per layer that moves,
+    and ``link_share`` of the copy's link time (1 synchronous: serving waits for it; the
+    background share when asynchronous)."""
+
+    fixed_us: float
+    per_layer_us: float
+    link_share: float
+
+
+def placer_moves(current: Placement, load: np.ndarray, *, topology: Topology,
+                 model: ModelSpec, regime: Regime, dtype: str, interval: int,
+                 max_moves: int | None, costs: CopyCosts) -> Decision:
+    """placer's online re-plan of ``current`` for ``load`` (``[layers, E]``, the window),
+    to serve the next ``interval`` steps (module docstring)."""
+    from placer.placement.migration import copy_bytes, copy_seconds
+
+    started = time.perf_counter()
+    plans = [improve_layer(current.physical_to_logical[row], load[row].astype(np.float64),
+                           current.num_gpus, max_moves)
+             for row in range(current.num_layers)]
+    taken = allocate(plans, max_moves)
+    changed = [row for row, i in enumerate(taken) if i > 0]
+    if not changed:
+        return Decision(current, time.perf_counter() - started)
+    rows = current.physical_to_logical.copy()
+    for row in changed:
+        rows[row] = plans[row].rows[taken[row]]
+    proposal = Placement(rows, current.layer_ids, current.num_experts, current.num_gpus)
+    sub = np.array(changed)
+    stats = window_stats(load[sub], current.layer_ids[sub], model.top_k)
+    draws: dict[tuple[int, ...], np.ndarray] = {}
+    before = judged_layer_times(_rows(current, sub), stats, topology, model, regime, draws)
+    after = judged_layer_times(_rows(proposal, sub), stats, topology, model, regime, draws)
+    local, remote = copy_bytes(_rows(proposal, sub), _rows(current, sub),
+                               float(model.expert_bytes(dtype)), topology.node_of_gpu)
+    copy_us = copy_seconds(local, remote, topology).max(axis=1) * 1e6  # [changed]
+    cost = costs.per_layer_us + costs.link_share * copy_us
+    gain = (before - after) * interval
+    keep = gain > cost
+    if keep.any() and gain[keep].sum() <= costs.fixed_us + cost[keep].sum():
+        keep[:] = False  # together they do not pay for the rebalance's fixed cost
+    final = current.physical_to_logical.copy()
+    for i, row in enumerate(changed):
+        if keep[i]:
+            final[row] = rows[row]
+    placement = Placement(final, current.layer_ids, current.num_experts, current.num_gpus)
+    return Decision(placement, time.perf_counter() - started)
+
+
+def _rows(placement: Placement, rows: np.ndarray) -> Placement:
+    """``placement`` restricted to layer rows ``rows``."""
+    return Placement(placement.physical_to_logical[rows], placement.layer_ids[rows],
+                     placement.num_experts, placement.num_gpus)
+
+
+def oracle_layout(current: Placement, load: np.ndarray, *, topology: Topology,
+                  model: ModelSpec, regime: Regime) -> Placement:
+    """The faster, layer by layer, of EPLB and placer's moves fitted on ``load`` (the
+    coming interval itself), moves free."""
+    eplb = eplb_layout(load, current.layer_ids, current.num_gpus, current.slots_per_gpu,
+                       model, topology)
+    mine = current.physical_to_logical.copy()
+    for row in range(current.num_layers):
+        plan = improve_layer(mine[row], load[row].astype(np.float64), current.num_gpus)
+        mine[row] = plan.rows[-1]
+    moved = Placement(mine, current.layer_ids, current.num_experts, current.num_gpus)
+    stats = window_stats(load, current.layer_ids, model.top_k)
+    draws: dict[tuple[int, ...], np.ndarray] = {}
+    t_eplb = judged_layer_times(eplb, stats, topology, model, regime, draws)
+    t_mine = judged_layer_times(moved, stats, topology, model, regime, draws)
+    best = np.where((t_eplb < t_mine)[:, None], eplb.physical_to_logical, mine)
+    return Placement(best, current.layer_ids, current.num_experts, current.num_gpus)

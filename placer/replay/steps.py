@@ -1,0 +1,232 @@
+"""The steps of a replay: per-token routing cut into serving steps, walked in order.
+
+A *step* is one forward pass of the whole EP group: ``tokens_per_gpu x G`` consecutive
+tokens of the trace (the regime's batch, as every command judges), or the trace's own
+``step`` field (forward passes an engine recorded) with ``trace_steps``.  A
+:class:`StepSource` reads the routing once for the load of every step (what the
+rebalancing policies decide on) and again, chunk by chunk of whole steps, for the
+evaluator; per-token NPZ files are streamed (a DeepSeek-V3-sized hour of decode does
+not fit in memory), other per-token formats are read whole by ``placer.traces``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from placer.errors import Param, TraceError, UsageError
+from placer.stats import RoutingTrace
+from placer.traces import detect_format, read_routing
+from placer.traces.formats.npz import NpzTokens
+
+#: Tokens read per chunk of the trace (whole steps are added until at least this many).
+CHUNK_TOKENS = 1 << 15
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Whole steps of the trace: tokens ``lo:hi`` (trace order), steps ``first_step``
+    onwards.
+
+    Attributes
+    ----------
+    topk_ids: ``[tokens, layers, k]`` expert ids (-1 = none), columns in
+        :attr:`StepSource.layer_ids` order; reused between chunks by streamed sources.
+    step: ``[tokens]`` int64 replay step of each token (absolute).
+    rank: ``[tokens]`` int64 source rank, -1 where unknown, or None.
+    """
+
+    lo: int
+    hi: int
+    first_step: int
+    num_steps: int
+    topk_ids: np.ndarray
+    step: np.ndarray
+    rank: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class StepSource:
+    """Per-token routing cut into replay steps.
+
+    Attributes
+    ----------
+    name: the trace, for messages.
+    layer_ids: ``[layers]`` int64 absolute layer ids (ascending).
+    top_k: experts each token selects.
+    step_of_token: ``[tokens]`` int64 replay step of each token (non-decreasing).
+    rank: ``[tokens]`` int64 source ranks (-1 unknown), or None.
+    trace: the routing in memory, or None when ``npz`` streams it.
+    npz: the streamed NPZ file, or None.
+    """
+
+    name: str
+    layer_ids: np.ndarray
+    top_k: int
+    step_of_token: np.ndarray
+    rank: np.ndarray | None
+    trace: RoutingTrace | None = None
+    npz: NpzTokens | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.step_of_token.size)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.step_of_token[-1]) + 1 if self.step_of_token.size else 0
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.layer_ids.size)
+
+    def chunks(self, tokens: int = CHUNK_TOKENS) -> Iterator[Chunk]:
+        """Whole steps, in order, about ``tokens`` tokens a chunk (at least one step)."""
+        bounds = np.searchsorted(self.step_of_token, np.arange(self.num_steps + 1))
+        if self.npz is not None:
+            yield from self._streamed(bounds, tokens)
+            return
+        assert self.trace is not None
+        step = 0
+        while step < self.num_steps:
+            last = _last_step(bounds, step, tokens)
+            lo, hi = int(bounds[step]), int(bounds[last])
+            yield Chunk(lo, hi, step, last - step, self.trace.topk_ids[lo:hi],
+                        self.step_of_token[lo:hi],
+                        None if self.rank is None else self.rank[lo:hi])
+            step = last
+
+    def _streamed(self, bounds: np.ndarray, tokens: int) -> Iterator[Chunk]:
+        """Chunks of whole steps from the NPZ stream (read in fixed pieces, regrouped)."""
+        assert self.npz is not None
+        held: list[np.ndarray] = []
+        held_lo = 0
+        step = 0
+        for first, ids in self.npz.chunks(tokens):
+            held.append(ids.copy())
+            end = first + ids.shape[0]
+            while step < self.num_steps:
+                last = _last_step(bounds, step, tokens)
+                if bounds[last] > end and end < self.num_tokens:
+                    break
+                lo, hi = int(bounds[step]), int(bounds[last])
+                block = np.concatenate(held) if len(held) > 1 else held[0]
+                yield Chunk(lo, hi, step, last - step, block[lo - held_lo : hi - held_lo],
+                            self.step_of_token[lo:hi],
+                            None if self.rank is None else self.rank[lo:hi])
+                held, held_lo = [block[hi - held_lo :]], hi
+                step = last
+
+
+def _last_step(bounds: np.ndarray, step: int, tokens: int) -> int:
+    """The step after the last one of a chunk starting at ``step``: whole steps until
+    the chunk holds at least ``tokens`` tokens (one step at least)."""
+    target = bounds[step] + tokens
+    last = int(np.searchsorted(bounds, target, side="left"))
+    return min(max(last, step + 1), bounds.size - 1)
+
+
+def open_steps(path: str | os.PathLike[str] | list[Path], *, num_gpus: int,
+               batch_tokens: int, trace_steps: bool = False, trace_format: str | None = None,
+               num_experts: int | None = None, top_k: int | None = None) -> StepSource:
+    """The steps of a per-token trace (module docstring).
+
+    ``batch_tokens``: tokens of one step (``tokens_per_gpu x G``) unless ``trace_steps``.
+    A per-token NPZ file is streamed; other formats are read with
+    :func:`placer.traces.read_routing` (``keep_tokens``) and kept in memory.
+
+    Raises TraceError for aggregated statistics (a replay needs tokens) or steps out of
+    order, UsageError for bad arguments.
+    """
+    paths = [Path(p) for p in path] if isinstance(path, list) else [Path(path)]
+    name = ", ".join(str(p) for p in paths)
+    if len(paths) == 1 and trace_format in (None, "npz") and paths[0].is_file() \
+            and (trace_format == "npz" or detect_format(paths[0]).name == "npz"):
+        npz = NpzTokens.open(paths[0])
+        _check_declared(npz, num_experts, name)
+        step = _steps(npz.num_tokens, npz.step, batch_tokens, trace_steps, name)
+        return StepSource(name, npz.layer_ids, npz.top_k, step, npz.rank, npz=npz)
+    routing = read_routing(paths, trace_format, keep_tokens=True, coact=False,
+                           num_experts=num_experts, top_k=top_k)
+    trace = routing.trace
+    if trace is None:
+        raise TraceError(
+            "a replay needs per-token routing; these are aggregated statistics", where=name,
+            hint="record per-token routing (SGLang per_token dumps, a JSONL or NPZ trace)")
+    order = np.argsort(trace.layer_ids, kind="stable")
+    if (order != np.arange(order.size)).any():
+        trace = RoutingTrace(trace.topk_ids[:, order], trace.layer_ids[order], trace.step,
+                             trace.rank, None)
+    keep = np.arange(trace.num_tokens)
+    if trace_steps:
+        keep = np.argsort(trace.step, kind="stable")  # engines' passes, in order
+        trace = RoutingTrace(trace.topk_ids[keep], trace.layer_ids, trace.step[keep],
+                             trace.rank[keep], None)
+    step = _steps(trace.num_tokens, trace.step if trace.has_steps else None, batch_tokens,
+                  trace_steps, name)
+    rank = trace.rank if (trace.rank >= 0).any() else None
+    return StepSource(name, trace.layer_ids, trace.top_k, step, rank, trace=trace)
+
+
+def _steps(num_tokens: int, step: np.ndarray | None, batch_tokens: int, trace_steps: bool,
+           name: str) -> np.ndarray:
+    """``[tokens]`` int64 replay step of each token."""
+    if num_tokens == 0:
+        raise TraceError("the trace has no tokens", where=name, hint="replay a longer trace")
+    if not trace_steps:
+        if batch_tokens < 1:
+            raise UsageError(f"expected at least 1 token a step, got {batch_tokens}",
+                             where=Param("tokens_per_gpu"), hint="1 or more tokens per GPU")
+        return np.arange(num_tokens, dtype=np.int64) // batch_tokens
+    if step is None or (step < 0).any():
+        raise TraceError("the trace does not give every token its step", where=name,
+                         hint="replay by tokens (drop `trace_steps`): steps of"
+                         " tokens_per_gpu x GPUs tokens")
+    if (np.diff(step) < 0).any():
+        i = int(np.flatnonzero(np.diff(step) < 0)[0]) + 1
+        raise TraceError(f"token {i} has step {int(step[i])} after step {int(step[i - 1])}:"
+                         " a streamed trace must be in step order", where=f"{name}: step[{i}]",
+                         hint="write the tokens in step order, or replay by tokens")
+    _, inverse = np.unique(step, return_inverse=True)
+    return inverse.astype(np.int64).reshape(-1)
+
+
+def _check_declared(npz: NpzTokens, num_experts: int | None, name: str) -> None:
+    """The file's declared expert count agrees with the model's."""
+    declared = npz.meta.get("num_experts")
+    if num_experts is not None and declared is not None and int(declared) != num_experts:
+        raise TraceError(f"the trace declares {int(declared)} experts but the model has"
+                         f" {num_experts}", where=name, hint="replay with the trace's model")
+
+
+def step_loads(source: StepSource, num_experts: int) -> np.ndarray:
+    """``[steps, layers, experts]`` int32 selections of each expert at each step (the
+    logical load engines record), checking every expert id on the way.
+
+    Raises TraceError naming the token and layer of an id outside ``[-1, experts)``.
+    """
+    num_layers = source.num_layers
+    loads = np.zeros((source.num_steps, num_layers, num_experts), dtype=np.int32)
+    for chunk in source.chunks():
+        ids = chunk.topk_ids
+        lo_id, hi_id = int(ids.min()), int(ids.max())
+        if lo_id < -1 or hi_id >= num_experts:
+            bad = np.argwhere((ids < -1) | (ids >= num_experts))[0]
+            token, col = chunk.lo + int(bad[0]), int(bad[1])
+            raise TraceError(
+                f"token {token}, layer {int(source.layer_ids[col])}: expert id"
+                f" {int(ids[tuple(bad)])} is out of range [0, {num_experts})",
+                where=f"{source.name}: topk_ids[{token}, {col}, {int(bad[2])}]",
+                hint="replay with the model the trace was recorded with (`model`)")
+        rel = (chunk.step - chunk.first_step).astype(np.int64)
+        base = (rel[:, None] * num_layers + np.arange(num_layers)[None, :]) * num_experts
+        flat = (base[:, :, None] + ids).reshape(-1)
+        counts = np.bincount(flat[(ids >= 0).reshape(-1)],
+                             minlength=chunk.num_steps * num_layers * num_experts)
+        loads[chunk.first_step : chunk.first_step + chunk.num_steps] = counts.reshape(
+            chunk.num_steps, num_layers, num_experts)
+    return loads

@@ -1,0 +1,242 @@
+"""Canonical per-token NPZ traces: the reader (streaming; the writer is :mod:`.write`).
+
+Arrays (members of the ``.npz``):
+
+- ``topk_ids`` ``[tokens, layers, k]`` int16/int32 logical expert ids, -1 = none;
+- ``topk_weights`` ``[tokens, layers, k]`` float, optional;
+- ``step``, ``rank`` ``[tokens]`` int, optional;
+- ``layer_ids`` ``[layers]`` int absolute layer id of each column (default ``0..L-1``);
+- scalars, optional: ``model`` (str), ``num_experts``, ``top_k``, ``num_layers`` (int),
+  ``synthetic`` (bool).
+
+The reader streams ``topk_ids`` (and, with ``keep_tokens``, ``topk_weights``) from the
+zip member in chunks of about ``constants.CHUNK_ROWS`` (token, layer) rows, so a trace
+larger than memory is fine; ``step`` and ``rank`` (8 bytes a token) are loaded whole.
+
+Before reading, each member's header is checked against the member (a declared shape
+must be what the member holds), the archive against compression bombs
+(:func:`placer.io.ptfile.check_zip`), and the shape against placer's limits
+(docs/limits.md): ``k`` from 1 to ``constants.MAX_TOP_K``, at most
+``constants.MAX_LAYERS`` layers.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from placer import constants
+from placer.errors import TraceError
+from placer.io.ptfile import check_zip
+from placer.traces.accumulate import Accumulator, TokenChunk
+from placer.traces.formats.npz.members import (
+    META_KEYS,
+    ZIP_MAGIC,
+    check_ids_header,
+    layer_ids_of,
+    member_names,
+    open_array,
+    open_weights,
+    open_zip,
+    read_member,
+    read_rows,
+    scalar,
+    token_array,
+)
+from placer.traces.registry import register_format
+
+
+def _sniff(path: Path, head: bytes) -> bool:
+    if not head.startswith(ZIP_MAGIC):
+        return False
+    names = member_names(path)
+    return names is not None and "topk_ids" in names
+
+
+def read_npz_header(path: str | Path) -> dict[str, Any]:
+    """Shape, layer ids and scalar metadata of an NPZ trace, without reading the tokens."""
+    path = Path(path)
+    where = str(path)
+    with zipfile.ZipFile(path) as zf:
+        check_zip(zf, where, TraceError)
+        f, shape, dtype, _ = open_array(zf, "topk_ids", where)
+        f.close()
+        names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+        meta = {key: scalar(read_member(zf, key, where)) for key in META_KEYS if key in names}
+        layer_ids = read_member(zf, "layer_ids", where) if "layer_ids" in names else None
+    return {"shape": shape, "dtype": str(dtype), "layer_ids": layer_ids, **meta}
+
+
+@dataclass(frozen=True)
+class NpzTokens:
+    """The per-token arrays of an NPZ trace for a reader that walks them in order without
+    holding them (a replay): shape, layer ids (ascending, as the reader keeps columns),
+    metadata, ``step`` and ``rank`` up front; the tokens in chunks (:meth:`chunks`).
+
+    Attributes
+    ----------
+    path: the file.  num_tokens, top_k: of ``topk_ids``.
+    layer_ids: ``[layers]`` int64 ascending absolute layer ids of the chunks' columns.
+    meta: the scalar metadata (``num_experts``, ``model``, ...).
+    step, rank: ``[tokens]`` int64, or None when the file has none.
+    """
+
+    path: Path
+    num_tokens: int
+    top_k: int
+    layer_ids: np.ndarray
+    meta: dict[str, Any]
+    step: np.ndarray | None
+    rank: np.ndarray | None
+    column_order: np.ndarray
+
+    @classmethod
+    def open(cls, path: str | Path) -> NpzTokens:
+        """Check the file (as the reader does) and read all but the tokens."""
+        path = Path(path)
+        where = str(path)
+        with open_zip(path, where) as zf:
+            check_zip(zf, where, TraceError)
+            names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+            if "topk_ids" not in names:
+                raise TraceError("no topk_ids array", where=where,
+                                 hint="a replay reads per-token routing: topk_ids [tokens,"
+                                 " layers, k]")
+            f_ids, shape, dtype, fortran = open_array(zf, "topk_ids", where)
+            f_ids.close()
+            t, nl, k = check_ids_header(shape, dtype, where)
+            if fortran:
+                raise TraceError("arrays in Fortran order cannot be streamed", where=where,
+                                 hint="save them with np.ascontiguousarray")
+            meta = {key: scalar(read_member(zf, key, where)) for key in META_KEYS
+                    if key in names}
+            layer_ids = layer_ids_of(zf, names, nl, where)
+            step = token_array(zf, names, "step", t, where)
+            rank = token_array(zf, names, "rank", t, where)
+        order = np.argsort(layer_ids, kind="stable")
+        return cls(path, t, k, layer_ids[order], meta, step, rank, order)
+
+    def chunks(self, tokens: int) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first token, ids [n, layers, k])`` for consecutive chunks of ``tokens``
+        tokens (columns in :attr:`layer_ids` order; the array is reused between chunks:
+        copy what must outlive the next one)."""
+        where = str(self.path)
+        with open_zip(self.path, where) as zf:
+            f_ids, shape, dtype, _ = open_array(zf, "topk_ids", where)
+            with f_ids:
+                _, nl, k = shape
+                sort = bool((self.column_order != np.arange(nl)).any())
+                buffers: dict[str, np.ndarray] = {}
+                done = 0
+                while done < self.num_tokens:
+                    n = min(tokens, self.num_tokens - done)
+                    ids = read_rows(f_ids, dtype, (n, nl, k), where, "topk_ids", buffers)
+                    yield done, (ids[:, self.column_order] if sort else ids)
+                    done += n
+
+
+def _read(path: Path, acc: Accumulator) -> None:
+    where = str(path)
+    with open_zip(path, where) as zf:
+        check_zip(zf, where, TraceError)
+        names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+        if "topk_ids" not in names:
+            raise TraceError(
+                "no topk_ids array",
+                where=where,
+                hint="a per-token .npz trace holds topk_ids [tokens, layers, k]; aggregated"
+                " files hold load",
+            )
+        f_ids, shape, dtype, fortran = open_array(zf, "topk_ids", where)
+        with f_ids:
+            t, nl, _ = check_ids_header(shape, dtype, where)
+            meta = {
+                key: scalar(read_member(zf, key, where)) for key in META_KEYS if key in names
+            }
+            acc.declare(where=where, **meta)
+            layer_ids = layer_ids_of(zf, names, nl, where)
+            step = token_array(zf, names, "step", t, where)
+            rank = token_array(zf, names, "rank", t, where)
+            weights = open_weights(zf, names, shape, where)
+            if fortran or (weights is not None and weights[2]):
+                raise TraceError(
+                    "arrays in Fortran order cannot be streamed",
+                    where=where,
+                    hint="save them with np.ascontiguousarray",
+                )
+            if weights is not None and not acc.options.keep_tokens:
+                # only the per-token trace carries weights: do not inflate them
+                weights[0].close()
+                weights = None
+            try:
+                _stream_tokens(
+                    acc, (f_ids, dtype), None if weights is None else weights[:2],
+                    shape, layer_ids, step, rank, where=where, ratio=_ratio(path, zf),
+                )
+            finally:
+                if weights is not None:
+                    weights[0].close()
+
+
+def _stream_tokens(
+    acc: Accumulator,
+    ids_member: tuple[IO[bytes], np.dtype[Any]],
+    weights_member: tuple[IO[bytes], np.dtype[Any]] | None,
+    shape: tuple[int, ...],
+    layer_ids: np.ndarray,
+    step: np.ndarray | None,
+    rank: np.ndarray | None,
+    *,
+    where: str,
+    ratio: float,
+) -> None:
+    """Feed ``topk_ids`` (and weights) to the accumulator in chunks of about
+    ``constants.CHUNK_ROWS`` rows, columns in layer order."""
+    t, nl, k = shape
+    order = np.argsort(layer_ids, kind="stable")
+    sort_cols = bool((order != np.arange(nl)).any())
+    sorted_ids = layer_ids[order]
+    per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
+    buffers: dict[str, np.ndarray] = {}
+    done = 0
+    while done < t:
+        n = min(per_tok, t - done)
+        ids = read_rows(*ids_member, (n, nl, k), where, "topk_ids", buffers)
+        w = None
+        if weights_member is not None:
+            w = read_rows(*weights_member, (n, nl, k), where, "topk_weights", buffers)
+        if sort_cols:
+            ids = ids[:, order]
+            w = None if w is None else w[:, order]
+        chunk = TokenChunk(
+            topk_ids=ids,
+            step=None if step is None else step[done : done + n],
+            rank=None if rank is None else rank[done : done + n],
+            topk_weights=w,
+        )
+        acc.add_tokens(chunk, sorted_ids, token_offset=done)
+        acc.advance(int(ids.nbytes * ratio))
+        done += n
+
+
+def _ratio(path: Path, zf: zipfile.ZipFile) -> float:
+    """File bytes per uncompressed byte, for progress."""
+    total = sum(i.file_size for i in zf.infolist()) or 1
+    return os.path.getsize(path) / total
+
+
+register_format(
+    "npz",
+    extensions=(".npz",),
+    sniff=_sniff,
+    read=_read,
+    description="per-token NPZ: topk_ids [tokens, layers, k] (+ weights, step, rank, layer_ids)",
+)
+
+
