@@ -13,12 +13,14 @@ from placer.traces.synth import SynthParams, params_for_model, synth_layout, syn
 
 
 def generate(params: SynthParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All chunks of ``params`` joined: ``topk_ids [N, L, k]``, ``step [N]``, ``rank [N]``."""
+    """All chunks of ``params`` joined: ``topk_ids [N, L, k]``, ``step [N]``, ``rank [N]``
+    (-1 where no ranks are recorded)."""
     chunks = list(synthesize(params))
     return (
         np.concatenate([c.topk_ids for c in chunks]),
         np.concatenate([c.step for c in chunks]),
-        np.concatenate([c.rank for c in chunks]),
+        np.concatenate([c.rank if c.rank is not None else np.full(c.step.size, -1)
+                        for c in chunks]),
     )
 
 
