@@ -114,7 +114,7 @@ def simulate(
         table = static_dispatch_table(placement, params.seed, policy=params.policy,
                                       node_of_gpu=np.asarray(topology.node_of_gpu))
     replay = _Replay(
-        batches=batches, fabric=fabric, costs=_UnitCosts.of(fabric, topology, model, dtype),
+        batches=batches, fabric=fabric, costs=UnitCosts.of(fabric, topology, model, dtype),
         policy=params.policy, mode=params.mode, table=table,
         logical_to_physical=placement.logical_to_physical,
         replica_counts=placement.replica_counts,
@@ -149,7 +149,7 @@ def simulate(
 
 
 @dataclass(frozen=True)
-class _UnitCosts:
+class UnitCosts:
     """What a copy, an expert and a token cost (the timing model's inputs).
 
     Attributes
@@ -173,7 +173,7 @@ class _UnitCosts:
     inter: np.ndarray
 
     @classmethod
-    def of(cls, fabric: Fabric, topology: Topology, model: ModelSpec, dtype: str) -> _UnitCosts:
+    def of(cls, fabric: Fabric, topology: Topology, model: ModelSpec, dtype: str) -> UnitCosts:
         return cls(
             activation_bytes=float(model.activation_bytes(dtype)),
             combine_bytes=float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE),
@@ -202,7 +202,7 @@ class _Replay:
 
     batches: Batches
     fabric: Fabric
-    costs: _UnitCosts
+    costs: UnitCosts
     policy: str
     mode: str
     table: np.ndarray | None
@@ -396,7 +396,7 @@ def _slot_loads(replay: _Replay, row: int, nb: int, batch: np.ndarray, slots: np
 
 
 def _record(tally: _Tally, row: int, blk: Block, tok_per_batch: np.ndarray,
-            measured: _Measured, costs: _UnitCosts) -> None:
+            measured: _Measured, costs: UnitCosts) -> None:
     """Write one (layer, block)'s figures into ``tally`` (NaN for batches without tokens)."""
     traffic, slot_load, split_bg, times = (measured.traffic, measured.slot_load,
                                            measured.split_load, measured.times)
@@ -427,7 +427,7 @@ def _record(tally: _Tally, row: int, blk: Block, tok_per_batch: np.ndarray,
 
 
 def _per_layer_figures(tally: _Tally, batch_hot: np.ndarray, layer_ids: np.ndarray,
-                       costs: _UnitCosts) -> dict[str, np.ndarray]:
+                       costs: UnitCosts) -> dict[str, np.ndarray]:
     """``[layers]`` figures of :attr:`Evaluation.per_layer` the replay gives."""
     per_token = np.maximum(tally.tokens, 1)
     bytes_per_copy = costs.bytes_per_copy
@@ -458,7 +458,7 @@ def _per_layer_figures(tally: _Tally, batch_hot: np.ndarray, layer_ids: np.ndarr
 
 
 def _metrics(tally: _Tally, batch_hot: np.ndarray, per_layer: dict[str, np.ndarray],
-             model: ModelSpec, costs: _UnitCosts) -> dict[str, Any]:
+             model: ModelSpec, costs: UnitCosts) -> dict[str, Any]:
     """The flat figures of the replay (keys of :data:`placer.evaluate.core.METRIC_KEYS`)."""
     layer_ratio = per_layer["hot_shard_ratio"]
     has_layers = tally.tokens.size > 0

@@ -276,7 +276,7 @@ def layer_traffic(
     gpu_load = np.zeros((segments.num_batches, fabric.num_gpus), dtype=np.int64)
     np.add.at(gpu_load, segments.batch, served)
     if mode in PER_SELECTION_MODES:
-        return _per_selection_traffic(served, gpu_load, segments, fabric)
+        return per_selection_traffic(served, gpu_load, segments, fabric)
     if mode != "normal":
         raise ValueError(f"unknown mode {mode!r}")
     return _normal_traffic(token, position, gpu, num_tokens, width, gpu_load, segments,
@@ -297,7 +297,7 @@ def _per_batch(segments: Segments, per_seg: np.ndarray) -> np.ndarray:
                        minlength=segments.num_batches).astype(np.int64)
 
 
-def _per_selection_traffic(served: np.ndarray, gpu_load: np.ndarray, segments: Segments,
+def per_selection_traffic(served: np.ndarray, gpu_load: np.ndarray, segments: Segments,
                            fabric: Fabric) -> LayerTraffic:
     """Low-latency modes: one copy per selection served off its source GPU.
 

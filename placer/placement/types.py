@@ -200,11 +200,13 @@ class Placement:
         counts = self.replica_counts
         width = int(counts.max()) if counts.size else 1
         out = np.full((self.num_layers, self.num_experts, width), -1, dtype=np.int64)
-        for layer in range(self.num_layers):
-            fill = np.zeros(self.num_experts, dtype=np.int64)
-            for slot, expert in enumerate(self.physical_to_logical[layer]):
-                out[layer, expert, fill[expert]] = slot
-                fill[expert] += 1
+        p2l = self.physical_to_logical
+        order = np.argsort(p2l, axis=1, kind="stable")  # slots by expert, then slot
+        experts = np.take_along_axis(p2l, order, axis=1)
+        first = np.cumsum(counts, axis=1) - counts  # [layers, E] first sorted position
+        rank = np.arange(self.num_physical)[None, :] - np.take_along_axis(first, experts, 1)
+        rows = np.arange(self.num_layers)[:, None]
+        out[rows, experts, rank] = order
         return out
 
     @property
@@ -278,7 +280,9 @@ class Placement:
     def layer_row(self, layer_id: int) -> int:
         hits = np.flatnonzero(self.layer_ids == layer_id)
         if hits.size == 0:
-            raise PlacementError(f"layer {layer_id} is not in the placement")
+            raise PlacementError(
+                f"layer {layer_id} is not in the placement",
+                hint=f"the placement's layers are {format_ranges(self.layer_ids)}")
         return int(hits[0])
 
 

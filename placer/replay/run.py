@@ -1,153 +1,36 @@
 """Replay serving over time: every policy's timeline timed step by step by the evaluator.
 
 :func:`replay` reads the trace's per-step load, decides each policy's timeline
-(:mod:`placer.replay.timeline`), then walks the tokens once in chunks of whole steps and
-times every step of every timeline with the evaluator's own simulation
-(:func:`placer.evaluate.simulate.simulate`: the same dispatch, all-to-all and compute
-model as ``placer plan`` and ``placer evaluate``, under the same regime), the placement
-of each step being the timeline's.  Steps the same placement serves in two timelines are
-timed once.  A static timeline is thus exactly ``placer evaluate`` on the same steps.
+(:mod:`placer.replay.timeline`), then times every step of every timeline
+(:mod:`placer.replay.timing`: the same dispatch, all-to-all and compute model as
+``placer plan`` and ``placer evaluate``, under the same regime), the placement of each
+step being the timeline's.  A static timeline is thus exactly ``placer evaluate`` on the
+same steps.  With several jobs (or Ray), the policies are decided in parallel, then the
+layers are timed in parallel (each piece reads the trace and times every timeline on its
+layers).
 """
 
 from __future__ import annotations
 
-import hashlib
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from placer import constants
-from placer.errors import Param, PlacerWarning, TraceError, UsageError
-from placer.evaluate.batches import sorted_batches
-from placer.evaluate.dispatch import STATIC_POLICIES, static_dispatch_table
-from placer.evaluate.params import EvalParams, regime_params
-from placer.evaluate.simulate import simulate
-from placer.evaluate.traffic import Fabric
+from placer.errors import Param, TraceError, UsageError
 from placer.model import ModelSpec
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.regime import Regime
 from placer.replay.policies import Policy
 from placer.replay.result import PolicyResult, ReplayResult
-from placer.replay.steps import Chunk, StepSource, step_loads
+from placer.replay.steps import StepSource, step_loads
 from placer.replay.timeline import Setting, Timeline, plan_timeline
+from placer.replay.timing import Progress, Timed, time_timelines
 from placer.stats import format_ranges
 from placer.topology import Topology
-
-#: Progress callback: ``(steps done, steps in all)``.
-Progress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class Timed:
-    """What the evaluator says of one timeline, step by step.
-
-    Attributes
-    ----------
-    layer_time_us: ``[steps, layers]`` MoE-layer time of each step (max over GPUs of
-        dispatch + compute + combine), µs.
-    hot_shard: ``[steps, layers]`` hottest / mean GPU load of each step.
-    """
-
-    layer_time_us: np.ndarray
-    hot_shard: np.ndarray
-
-
-class _Cache:
-    """Simulations already run, by (placement rows, first step, steps): a step range that
-    two timelines serve with the same placement is timed once."""
-
-    def __init__(self) -> None:
-        self.results: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self.tables: dict[str, np.ndarray] = {}
-
-
-def time_timelines(source: StepSource, timelines: Sequence[Timeline], setting: Setting,
-                   *, progress: Progress | None = None) -> list[Timed]:
-    """Time every step of every timeline (module docstring)."""
-    steps, layers = source.num_steps, source.num_layers
-    out = [Timed(np.full((steps, layers), np.nan), np.full((steps, layers), np.nan))
-           for _ in timelines]
-    params = regime_params(setting.regime, setting.num_gpus, dtype=setting.dtype)
-    fabric = Fabric.from_topology(setting.topology, params.mode)
-    states = [_State(t) for t in timelines]
-    cache = _Cache()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PlacerWarning)  # said once by the caller
-        for chunk in source.chunks():
-            for state, timed in zip(states, out, strict=True):
-                for first, last, placement in state.segments(chunk):
-                    times, hot = _simulated(chunk, first, last, placement, setting, params,
-                                            fabric, cache)
-                    timed.layer_time_us[first:last] = times
-                    timed.hot_shard[first:last] = hot
-            if progress is not None:
-                progress(chunk.first_step + chunk.num_steps, steps)
-    return out
-
-
-class _State:
-    """A timeline's placement as the replay walks its steps in order."""
-
-    def __init__(self, timeline: Timeline) -> None:
-        self.rows = timeline.initial.physical_to_logical.copy()
-        self.initial = timeline.initial
-        self.changes = timeline.changes
-        self.next = 0
-
-    def segments(self, chunk: Chunk) -> list[tuple[int, int, Placement]]:
-        """``(first step, stop step, placement)`` of the chunk's runs of one placement."""
-        start, stop = chunk.first_step, chunk.first_step + chunk.num_steps
-        out = []
-        at = start
-        while at < stop:
-            while self.next < len(self.changes) and self.changes[self.next][0] <= at:
-                _, row, values = self.changes[self.next]
-                self.rows[row] = values
-                self.next += 1
-            end = stop
-            if self.next < len(self.changes):
-                end = min(stop, max(at + 1, self.changes[self.next][0]))
-            out.append((at, end, Placement(self.rows.copy(), self.initial.layer_ids,
-                                           self.initial.num_experts, self.initial.num_gpus)))
-            at = end
-        return out
-
-
-def _simulated(chunk: Chunk, first: int, last: int, placement: Placement, setting: Setting,
-               params: EvalParams, fabric: Fabric,
-               cache: _Cache) -> tuple[np.ndarray, np.ndarray]:
-    """``([steps, layers], [steps, layers])`` layer times and hot shards of steps
-    ``first:last`` of ``chunk`` under ``placement``."""
-    key = hashlib.blake2b(placement.physical_to_logical.tobytes(), digest_size=16).hexdigest()
-    if (key, first, last) in cache.results:
-        return cache.results[(key, first, last)]
-    lo = int(np.searchsorted(chunk.step, first))
-    hi = int(np.searchsorted(chunk.step, last))
-    rank = None if chunk.rank is None else chunk.rank[lo:hi]
-    batches, order = sorted_batches(hi - lo, setting.num_gpus, step=chunk.step[lo:hi] - first,
-                                    rank=rank, batch_tokens=None,
-                                    default_batch_tokens=constants.DEFAULT_BATCH_TOKENS)
-    ids = chunk.topk_ids[lo:hi][order]
-
-    def experts_of(row: int) -> np.ndarray:
-        return ids[:, row].astype(np.int64)
-
-    table = None
-    if params.policy in STATIC_POLICIES:
-        table = cache.tables.get(key)
-        if table is None:
-            table = cache.tables[key] = static_dispatch_table(
-                placement, params.seed, policy=params.policy,
-                node_of_gpu=np.asarray(setting.topology.node_of_gpu, dtype=np.int64))
-    sim = simulate(placement, batches, experts_of, fabric, setting.topology, setting.model,
-                   setting.dtype, params, table)
-    result = (sim.layer_time_us, sim.batch_hot_shard)
-    cache.results[(key, first, last)] = result
-    return result
 
 
 @dataclass(frozen=True)
@@ -161,8 +44,8 @@ class ReplayParams:
         policies (``eplb`` may set its own); ``E + redundant`` a multiple of the GPUs.
     dtype: expert dtype (None: the model's).
     segments: equal parts of the replay the figures are also given for.
-    jobs: policies decided and timed in parallel processes (1: in this process, steps
-        that policies share timed once); ray: run them on Ray instead.
+    jobs: parallel processes (1: all in this process): the policies decided, then the
+        layers timed, in parallel; ray: run them on Ray instead.
     """
 
     regime: Regime
@@ -183,21 +66,31 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
     """
     setting = _setting(source, model, topology, params)
     loads = step_loads(source, model.num_experts)
-    shared = _Shared(source, loads, setting, initial)
     backend = Backend(jobs=params.jobs, ray=params.ray)
     if backend.jobs == 1 and backend.ray is None:
         timelines = [plan_timeline(p, loads, setting, initial) for p in policies]
         timed = time_timelines(source, timelines, setting, progress=progress)
-        pairs = list(zip(timelines, timed, strict=True))
     else:
+        timelines = backend.run(_decide, list(policies),
+                                shared=_Decisions(loads, setting, initial),
+                                names=[f"policy {p.label}" for p in policies])
+        groups = [g for g in np.array_split(np.arange(source.num_layers),
+                                            min(source.num_layers, 4 * backend.jobs))
+                  if g.size]
         done = [0]
 
-        def finished(_: int, __: Any) -> None:
-            done[0] += 1
+        def finished(index: int, _: Any) -> None:
+            done[0] += groups[index].size
             if progress is not None:
-                progress(done[0] * source.num_steps // len(policies), source.num_steps)
+                progress(done[0] * source.num_steps // source.num_layers, source.num_steps)
 
-        pairs = backend.run(_one_policy, list(policies), shared=shared, on_done=finished)
+        pieces = backend.run(_time_layers, [g.tolist() for g in groups],
+                            shared=_Timing(source, tuple(timelines), setting),
+                            on_done=finished,
+                            names=[f"layers {format_ranges(source.layer_ids[g])}"
+                                   for g in groups])
+        timed = _joined(pieces, groups, len(timelines))
+    pairs = list(zip(timelines, timed, strict=True))
     results = tuple(_result(line, timed) for line, timed in pairs)
     steps = source.num_steps
     parts = max(1, min(params.segments, steps))
@@ -213,19 +106,44 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
 
 
 @dataclass(frozen=True)
-class _Shared:
-    """What every policy's piece reads (sent once to each worker)."""
+class _Decisions:
+    """What deciding a policy elsewhere reads (sent once to each worker)."""
 
-    source: StepSource
     loads: np.ndarray
     setting: Setting
     initial: Placement | None
 
 
-def _one_policy(shared: _Shared, policy: Policy) -> tuple[Timeline, Timed]:
-    """Decide and time one policy (a piece of :func:`replay` run elsewhere)."""
-    line = plan_timeline(policy, shared.loads, shared.setting, shared.initial)
-    return line, time_timelines(shared.source, [line], shared.setting)[0]
+def _decide(shared: _Decisions, policy: Policy) -> Timeline:
+    """One policy's timeline (a piece of :func:`replay` run elsewhere)."""
+    return plan_timeline(policy, shared.loads, shared.setting, shared.initial)
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """What timing layers elsewhere reads (sent once to each worker)."""
+
+    source: StepSource
+    timelines: tuple[Timeline, ...]
+    setting: Setting
+
+
+def _time_layers(shared: _Timing, columns: list[int]) -> list[Timed]:
+    """Every timeline timed on the layer ``columns`` (a piece of :func:`replay`)."""
+    return time_timelines(shared.source, shared.timelines, shared.setting, columns=columns)
+
+
+def _joined(parts: list[list[Timed]], groups: list[np.ndarray], count: int) -> list[Timed]:
+    """The timelines' times put together from the pieces' layer groups."""
+    out = []
+    for t in range(count):
+        times = parts[0][t].layer_time_us.copy()
+        hot = parts[0][t].hot_shard.copy()
+        for part, cols in zip(parts[1:], groups[1:], strict=True):
+            times[:, cols] = part[t].layer_time_us[:, cols]
+            hot[:, cols] = part[t].hot_shard[:, cols]
+        out.append(Timed(times, hot))
+    return out
 
 
 def _setting(source: StepSource, model: ModelSpec, topology: Topology,

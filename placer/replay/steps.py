@@ -222,11 +222,14 @@ def step_loads(source: StepSource, num_experts: int) -> np.ndarray:
                 f" {int(ids[tuple(bad)])} is out of range [0, {num_experts})",
                 where=f"{source.name}: topk_ids[{token}, {col}, {int(bad[2])}]",
                 hint="replay with the model the trace was recorded with (`model`)")
-        rel = (chunk.step - chunk.first_step).astype(np.int64)
+        cells = chunk.num_steps * num_layers * num_experts
+        rel = chunk.step - chunk.first_step
+        # (step, layer, expert) cell of each selection; a missing one (-1) past the end
         base = (rel[:, None] * num_layers + np.arange(num_layers)[None, :]) * num_experts
-        flat = (base[:, :, None] + ids).reshape(-1)
-        counts = np.bincount(flat[(ids >= 0).reshape(-1)],
-                             minlength=chunk.num_steps * num_layers * num_experts)
+        flat = np.add(base[:, :, None], ids, dtype=np.int64)  # bincount counts int64 fastest
+        if lo_id < 0:
+            flat[ids < 0] = cells
+        counts = np.bincount(flat.reshape(-1), minlength=cells + 1)[:cells]
         loads[chunk.first_step : chunk.first_step + chunk.num_steps] = counts.reshape(
             chunk.num_steps, num_layers, num_experts)
     return loads

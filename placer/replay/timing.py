@@ -1,0 +1,257 @@
+"""Every step of every timeline timed by the evaluator, in one pass over the tokens.
+
+:func:`time_timelines` walks the trace in chunks of whole steps.  Each step is one batch
+of the evaluator, judged under the replay's regime with the placement the timeline
+deploys at that step.  In the per-selection all-to-all modes with table-driven dispatch
+(decode: low latency, ``round_robin`` or the static tables) a chunk is prepared once
+(:class:`placer.evaluate.counted.Selections`) and each layer's expert ids turned into
+dispatch keys once; every timeline then costs a lookup and a count per layer
+(:mod:`placer.evaluate.counted`), and a (layer, steps) range that two timelines serve
+with the same layer is timed once.  Other regimes go through
+:func:`placer.evaluate.simulate.simulate` per run of one placement.  Both give the
+figures ``placer evaluate`` gives on the same batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from placer import constants
+from placer.errors import PlacerWarning
+from placer.evaluate.batches import Batches, sorted_batches
+from placer.evaluate.counted import (
+    Selections,
+    count_slots,
+    counted_times,
+    slot_lookup,
+    supports,
+)
+from placer.evaluate.dispatch import STATIC_POLICIES, static_dispatch_table
+from placer.evaluate.params import EvalParams, regime_params
+from placer.evaluate.simulate import UnitCosts, simulate
+from placer.evaluate.traffic import Fabric
+from placer.placement import Placement
+from placer.replay.steps import Chunk, StepSource
+from placer.replay.timeline import Setting, Timeline
+
+#: Progress callback: ``(steps done, steps in all)``.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Timed:
+    """What the evaluator says of one timeline, step by step.
+
+    Attributes
+    ----------
+    layer_time_us: ``[steps, layers]`` MoE-layer time of each step (max over GPUs of
+        dispatch + compute + combine), µs; NaN where the step has no token in the layer.
+    hot_shard: ``[steps, layers]`` hottest / mean GPU load of each step.
+    """
+
+    layer_time_us: np.ndarray
+    hot_shard: np.ndarray
+
+
+def time_timelines(source: StepSource, timelines: Sequence[Timeline], setting: Setting,
+                   *, columns: Sequence[int] | None = None,
+                   progress: Progress | None = None) -> list[Timed]:
+    """Time every step of every timeline (module docstring); only the layer ``columns``
+    given (default: all; the others stay NaN), so that layers can be timed apart."""
+    steps, layers = source.num_steps, source.num_layers
+    cols = list(range(layers)) if columns is None else [int(c) for c in columns]
+    out = [Timed(np.full((steps, layers), np.nan), np.full((steps, layers), np.nan))
+           for _ in timelines]
+    params = regime_params(setting.regime, setting.num_gpus, dtype=setting.dtype)
+    fabric = Fabric.from_topology(setting.topology, params.mode)
+    walk = _Walk(setting, params, fabric, cols)
+    states = [_State(t) for t in timelines]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlacerWarning)  # said once by the caller
+        for chunk in source.chunks():
+            segments = [state.segments(chunk) for state in states]
+            if supports(params.policy, params.mode):
+                walk.counted(chunk, segments, out)
+            else:
+                walk.simulated(chunk, segments, out)
+            if progress is not None:
+                progress(chunk.first_step + chunk.num_steps, steps)
+    return out
+
+
+def _digest(values: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=16).digest()
+
+
+@dataclass
+class _Walk:
+    """What timing the chunks keeps: the regime, and what was already worked out."""
+
+    setting: Setting
+    params: EvalParams
+    fabric: Fabric
+    columns: list[int]
+    costs: UnitCosts | None = None
+    lookups: dict[tuple[int, bytes], np.ndarray] = field(default_factory=dict)
+    tables: dict[bytes, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = self.setting
+        self.costs = UnitCosts.of(self.fabric, s.topology, s.model, s.dtype)
+
+    def _table(self, placement: Placement) -> np.ndarray:
+        """The placement's ``[layers, G, E]`` static dispatch table (static policies)."""
+        key = _digest(placement.physical_to_logical)
+        if key not in self.tables:
+            if len(self.tables) >= 8:
+                self.tables.pop(next(iter(self.tables)))
+            self.tables[key] = static_dispatch_table(
+                placement, self.params.seed, policy=self.params.policy,
+                node_of_gpu=np.asarray(self.setting.topology.node_of_gpu, dtype=np.int64))
+        return self.tables[key]
+
+    def _layer_runs(self, segments: list[tuple[int, int, Placement]],
+                    col: int) -> list[tuple[int, int, bytes, Placement]]:
+        """``(first, stop, layer key, placement)``: the segments merged where the layer
+        ``col`` is dispatched the same way (its row, or its static table)."""
+        runs: list[tuple[int, int, bytes, Placement]] = []
+        for first, stop, placement in segments:
+            if self.params.policy in STATIC_POLICIES:
+                key = _digest(self._table(placement)[col])
+            else:
+                key = _digest(placement.physical_to_logical[col])
+            if runs and runs[-1][2] == key and runs[-1][1] == first:
+                runs[-1] = (runs[-1][0], stop, key, runs[-1][3])
+            else:
+                runs.append((first, stop, key, placement))
+        return runs
+
+    def _lookup(self, sel: Selections, col: int, key: bytes,
+                placement: Placement) -> np.ndarray:
+        """The slot of every dispatch key of layer ``col`` (cached by the layer's key)."""
+        cache_key = (col, key)
+        lookup = self.lookups.get(cache_key)
+        if lookup is None or lookup.size != sel.lookup_size:
+            table = (self._table(placement)[col] if self.params.policy in STATIC_POLICIES
+                     else None)
+            layer = Placement(placement.physical_to_logical[col : col + 1],
+                              placement.layer_ids[col : col + 1], placement.num_experts,
+                              placement.num_gpus)
+            lookup = slot_lookup(sel, layer.logical_to_physical[0], layer.replica_counts[0],
+                                 table)
+            if len(self.lookups) >= 4 * len(self.columns) + 64:
+                self.lookups.pop(next(iter(self.lookups)))
+            self.lookups[cache_key] = lookup
+        return lookup
+
+    def counted(self, chunk: Chunk, segments: list[list[tuple[int, int, Placement]]],
+                out: list[Timed]) -> None:
+        """Time a chunk by counting (:mod:`placer.evaluate.counted`)."""
+        assert self.costs is not None
+        first_step = chunk.first_step
+        batches, order = _batches(chunk, self.setting)
+        ids = chunk.topk_ids[order]
+        sel = Selections.of(batches, self.params.policy,
+                            num_experts=self.setting.model.num_experts,
+                            num_slots=self.setting.slots_per_gpu * self.setting.num_gpus,
+                            top_k=ids.shape[2])
+        for col in self.columns:
+            keys = sel.keys(ids[:, col])
+            done: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+            for timeline, segs in enumerate(segments):
+                for first, stop, key, placement in self._layer_runs(segs, col):
+                    part = (first - first_step, stop - first_step)
+                    result = done.get((key, *part))
+                    if result is None:
+                        if placement.num_physical != sel.num_slots:
+                            raise ValueError("every timeline of a replay has the same slots")
+                        lookup = self._lookup(sel, col, key, placement)
+                        counts = count_slots(sel, keys, lookup, part)
+                        result = counted_times(sel, counts, self.fabric, self.costs,
+                                               self.params.mode, part)
+                        done[(key, *part)] = result
+                    out[timeline].layer_time_us[first:stop, col] = result[0]
+                    out[timeline].hot_shard[first:stop, col] = result[1]
+
+    def simulated(self, chunk: Chunk, segments: list[list[tuple[int, int, Placement]]],
+                  out: list[Timed]) -> None:
+        """Time a chunk with :func:`~placer.evaluate.simulate.simulate`, a run of one
+        placement at a time."""
+        done: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        cols = np.asarray(self.columns, dtype=np.int64)
+        for timeline, segs in enumerate(segments):
+            for first, stop, placement in segs:
+                key = _digest(placement.physical_to_logical[cols])
+                result = done.get((key, first, stop))
+                if result is None:
+                    result = done[(key, first, stop)] = self._simulate(chunk, first, stop,
+                                                                       placement)
+                out[timeline].layer_time_us[first:stop, cols] = result[0]
+                out[timeline].hot_shard[first:stop, cols] = result[1]
+
+    def _simulate(self, chunk: Chunk, first: int, stop: int,
+                  placement: Placement) -> tuple[np.ndarray, np.ndarray]:
+        """``([steps, columns], [steps, columns])`` layer times and hot shards of steps
+        ``first:stop`` of ``chunk`` under ``placement``."""
+        lo = int(np.searchsorted(chunk.step, first))
+        hi = int(np.searchsorted(chunk.step, stop))
+        setting = self.setting
+        rank = None if chunk.rank is None else chunk.rank[lo:hi]
+        batches, order = sorted_batches(hi - lo, setting.num_gpus,
+                                        step=chunk.step[lo:hi] - first, rank=rank,
+                                        batch_tokens=None,
+                                        default_batch_tokens=constants.DEFAULT_BATCH_TOKENS)
+        cols = np.asarray(self.columns, dtype=np.int64)
+        ids = chunk.topk_ids[lo:hi][order][:, cols]
+        part = Placement(placement.physical_to_logical[cols], placement.layer_ids[cols],
+                         placement.num_experts, placement.num_gpus)
+        table = self._table(placement)[cols] if self.params.policy in STATIC_POLICIES \
+            else None
+
+        def experts_of(row: int) -> np.ndarray:
+            return ids[:, row].astype(np.int64)
+
+        sim = simulate(part, batches, experts_of, self.fabric, setting.topology,
+                       setting.model, setting.dtype, self.params, table)
+        return sim.layer_time_us, sim.batch_hot_shard
+
+
+def _batches(chunk: Chunk, setting: Setting) -> tuple[Batches, np.ndarray]:
+    """The chunk's steps as the evaluator's batches, tokens sorted by (step, source)."""
+    return sorted_batches(chunk.hi - chunk.lo, setting.num_gpus,
+                          step=chunk.step - chunk.first_step, rank=chunk.rank,
+                          batch_tokens=None,
+                          default_batch_tokens=constants.DEFAULT_BATCH_TOKENS)
+
+
+class _State:
+    """A timeline's placement as the replay walks its steps in order."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.rows = timeline.initial.physical_to_logical.copy()
+        self.initial = timeline.initial
+        self.changes = timeline.changes
+        self.next = 0
+
+    def segments(self, chunk: Chunk) -> list[tuple[int, int, Placement]]:
+        """``(first step, stop step, placement)`` of the chunk's runs of one placement."""
+        start, stop = chunk.first_step, chunk.first_step + chunk.num_steps
+        out = []
+        at = start
+        while at < stop:
+            while self.next < len(self.changes) and self.changes[self.next][0] <= at:
+                _, row, values = self.changes[self.next]
+                self.rows[row] = values
+                self.next += 1
+            end = stop
+            if self.next < len(self.changes):
+                end = min(stop, max(at + 1, self.changes[self.next][0]))
+            out.append((at, end, Placement(self.rows.copy(), self.initial.layer_ids,
+                                           self.initial.num_experts, self.initial.num_gpus)))
+            at = end
+        return out
