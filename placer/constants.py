@@ -21,6 +21,9 @@ JUDGE_MARGIN = 0.005
 #: Largest integer CP-SAT coefficients should reach after scaling loads.
 CPSAT_LOAD_SCALE_MAX = 1_000_000
 
+#: Largest random seed: CP-SAT's ``random_seed`` is a signed 32-bit integer.
+MAX_SEED = (1 << 31) - 1
+
 #: Resolution of pictures embedded in HTML reports and written with --png-dir, dots per inch.
 REPORT_DPI = 100
 
@@ -162,6 +165,10 @@ MAX_YAML_NODES = 1 << 20
 #: size (deflate gives ~1000x only on degenerate data such as zeros or blank lines).
 DECOMPRESSION_FREE_BYTES = 64 << 20
 MAX_DECOMPRESSION_RATIO = 200
+
+#: A gzip trace is read as a stream, in bounded memory whatever it inflates to: what is
+#: limited is the bytes it inflates to (and so the time reading takes), not the ratio.
+MAX_INFLATED_BYTES = 16 << 30
 
 #: Bytes a .pt tensor may take beyond its storage (a stride-0 tensor repeats elements).
 MAX_PT_EXPANDED_BYTES = 64 << 20

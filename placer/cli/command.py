@@ -8,7 +8,8 @@ Typer builds each command; these subclasses make them behave like placer:
   ``error:`` / ``hint:`` form with the closest valid option, exit code 2, instead of the
   parser's own block (:func:`usage_errors`);
 - numbers: a float option refuses NaN and infinity, and every number option says what it
-  expected and got (:func:`_guard_numbers`);
+  expected and got, with the valid range and the nearest valid value as the hint
+  (:func:`_guard_numbers`; :data:`OPTION_RANGES` for options that declare no range);
 - defaults: the options named by :data:`placer.cli.config.SETTINGS` take their defaults from
   ``PLACER_*`` variables and the config file (:meth:`PlacerCommand.parse_args`).
 
@@ -30,6 +31,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from placer import constants
 from placer.cli.common import configured_options, fail
 from placer.cli.config import SETTINGS, SOURCE_BUILT_IN, Default, load_config
 from placer.cli.flags import running_command
@@ -53,6 +55,20 @@ DEFAULT_METAVARS: dict[type, str] = {int: "N", float: "NUMBER", Path: "PATH", st
 
 #: ``ctx.meta`` key of the defaults applied from the environment and the config file.
 _META_DEFAULTS = "placer.cli.config"
+
+#: Valid ranges (least, most; None: no bound) of number options that declare none
+#: themselves, by flag, whichever command has them: checked before any work, so a value
+#: the library would refuse after reading the inputs fails at once, with its range.
+OPTION_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "--seed": (0, constants.MAX_SEED),
+    "--kv-reserve-gb": (0, None),
+    "--overhead-gb": (0, None),
+    "--tp": (1, None),
+    "--top": (1, None),
+    "--window-tokens": (1, None),
+    "--time-limit": (0.001, None),
+    "--layer-time-limit": (0.001, None),
+}
 
 
 def new_typer(**kwargs: Any) -> typer.Typer:
@@ -154,7 +170,31 @@ def _bounds(param: Any) -> tuple[Any, Any]:
     if low is None and high is None:  # click's FloatRange and IntRange
         kind = getattr(param, "type", None)
         low, high = getattr(kind, "min", None), getattr(kind, "max", None)
+    if low is None and high is None:
+        for name in getattr(param, "opts", ()):
+            low, high = OPTION_RANGES.get(name, (None, None))
+            if low is not None or high is not None:
+                break
     return low, high
+
+
+def _range_hint(low: Any, high: Any, nearest: Any) -> str:
+    """``a value from 20 to 400; the nearest valid one is 20``."""
+    def shown(x: Any) -> str:
+        return str(x) if isinstance(x, int) else f"{x:g}"
+
+    if low is not None and high is not None:
+        valid = f"from {shown(low)} to {shown(high)}"
+    else:
+        valid = f">= {shown(low)}" if low is not None else f"<= {shown(high)}"
+    return f"a value {valid}; the nearest valid one is {shown(nearest)}"
+
+
+def _out_of_range(message: str, hint: str, ctx: Any, param: Any) -> Any:
+    """A BadParameter that carries placer's hint (:func:`placer_usage_error` shows it)."""
+    error = BadParameter(message, ctx=ctx, param=param)
+    error.placer_hint = hint
+    return error
 
 
 def _check_number(param: Any, ctx: Any, value: Any) -> None:
@@ -178,9 +218,11 @@ def _check_number(param: Any, ctx: Any, value: Any) -> None:
             raise BadParameter(f"expected a finite number, got {item}", ctx=ctx, param=param)
         low, high = _bounds(param)
         if low is not None and number < low:
-            raise BadParameter(f"expected a value >= {low}, got {item}", ctx=ctx, param=param)
+            raise _out_of_range(f"expected a value >= {low}, got {item}",
+                                _range_hint(low, high, low), ctx, param)
         if high is not None and number > high:
-            raise BadParameter(f"expected a value <= {high}, got {item}", ctx=ctx, param=param)
+            raise _out_of_range(f"expected a value <= {high}, got {item}",
+                                _range_hint(low, high, high), ctx, param)
 
 
 def _guard_numbers(param: Any) -> None:
@@ -260,10 +302,11 @@ def placer_usage_error(e: Any) -> UsageError:
         param = getattr(e, "param", None)
         where = _param_name(param) or getattr(e, "param_hint", None) or None
         origin = _origin(ctx, param)
-        hint = f"`{path} -h` says what it takes"
+        valid = getattr(e, "placer_hint", None)
+        hint = f"give {valid} (`{path} -h`)" if valid else f"`{path} -h` says what it takes"
         if origin is not None:
-            hint = (f"the value came from {origin.origin()}: fix it there, or give"
-                    f" {where} on the command line")
+            hint = (f"the value came from {origin.origin()}: fix it there"
+                    + (f" ({valid})" if valid else "") + f", or give {where} on the command line")
         return UsageError(_sentence(e.message), where=where, hint=hint)
     if isinstance(e, BadOptionUsage):
         match = re.match(r"Option '([^']+)' (.*)", e.message)

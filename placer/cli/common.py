@@ -82,7 +82,8 @@ def fail(error: PlacerError) -> None:
     raise typer.Exit(error.exit_code)
 
 
-#: Exit code of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+#: Exit code of a run stopped by Ctrl-C, SIGTERM or SIGHUP (128 + SIGINT, as shells report
+#: it).
 EXIT_INTERRUPTED = 130
 #: Exit code of an unexpected exception: a bug in placer, never the user's data.
 EXIT_INTERNAL = 3
@@ -93,9 +94,9 @@ EXIT_BROKEN_PIPE = 141
 def handle_errors(fn: F) -> F:
     """Decorator for commands: PlacerError -> clean message and exit code; warnings ->
     stderr (placer's as ``warning:`` lines, others as Python shows them, once each, after
-    the command's output); Ctrl-C / SIGTERM -> ``interrupted`` and exit 130 (outputs not
-    written: :mod:`placer.io.fileio`); any other exception -> ``error: internal error`` and
-    exit 3.
+    the command's output); Ctrl-C / SIGTERM / SIGHUP -> ``interrupted`` and exit 130
+    (outputs not written: :mod:`placer.io.fileio`; worker processes stopped); any other
+    exception -> ``error: internal error`` and exit 3.
 
     A command that fails on placer's error (data or usage) says only the error and its
     hint: the data's warnings (a synthetic trace, never-routed experts) would bury it, and
@@ -103,7 +104,7 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        previous = _terminate_as_interrupt()
+        previous = _signals_as_interrupt()
         caught: list[warnings.WarningMessage] = []
         try:
             with warnings.catch_warnings(record=True) as recorded:
@@ -115,7 +116,7 @@ def handle_errors(fn: F) -> F:
                     caught[:] = []  # the error ends the output alone; the run that works
                     fail(e)  # says the data's warnings
                 except KeyboardInterrupt:
-                    sys.stderr.write("interrupted: nothing was written\n")
+                    _say("interrupted: nothing was written\n")  # the terminal may be gone
                     raise typer.Exit(EXIT_INTERRUPTED) from None
                 except BrokenPipeError:  # `placer ... | head`: the reader left; stop quietly
                     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -134,8 +135,8 @@ def handle_errors(fn: F) -> F:
                         raise
                     raise typer.Exit(EXIT_INTERNAL) from None
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             show_warnings(list(caught))  # after the recording context: not re-recorded
         return None
 
@@ -174,16 +175,36 @@ def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
         sys.stderr.write(f"warning: {text}{where}\n")
 
 
-def _terminate_as_interrupt() -> Any:
-    """Make SIGTERM raise KeyboardInterrupt in the main thread, so outputs are cleaned up
-    like on Ctrl-C; returns the previous handler (None off the main thread)."""
+#: Signals that stop a command as Ctrl-C does: a polite kill, and the terminal lost.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+def _signals_as_interrupt() -> dict[int, Any]:
+    """Make SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, so outputs are
+    cleaned up and worker processes stopped as on Ctrl-C; returns the previous handlers
+    (none off the main thread).  A signal the process was started ignoring (``nohup``
+    ignores SIGHUP) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return {}
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    return signal.signal(signal.SIGTERM, stop)
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
+    return previous
+
+
+def _say(text: str) -> None:
+    """Write ``text`` on stderr if it is still there (a hung-up terminal is not)."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -289,8 +310,10 @@ def read_trace(
     ``top_k`` comes from ``--top-k`` when given, else from the model (``ModelSpec``)
     when one is named, so inputs that do not record it (SGLang ``stat`` dumps, aggregated
     loads without ``top_k``) read without extra flags, and a trace that contradicts the
-    model is an error naming both figures.  ``num_experts`` is only what ``--num-experts``
-    declares: planning checks the trace's experts against the model with its own message.
+    model is an error naming both figures.  ``num_experts`` likewise: ``--num-experts``,
+    else the model's, so that an expert id the model does not have is an error naming
+    the file and line (or array index) where it is, and a trace whose ids stop short of
+    the model's last expert still has the model's experts.
     """
     from placer.traces import read_routing
 
@@ -306,6 +329,8 @@ def read_trace(
             )
     if model is not None and top_k is None:
         top_k = model.top_k
+    if model is not None and num_experts is None:
+        num_experts = model.num_experts
     source: Any = [str(p) for p in paths] if len(paths) > 1 else paths[0]
     return read_routing(
         source, trace_format, window_tokens=window_tokens, keep_tokens=keep_tokens,

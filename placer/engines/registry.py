@@ -141,7 +141,8 @@ def write_engine(
 
     engine = get_engine(fmt)
     engine.check_output(path)
-    ordered = fit_to_model(placement, model, engine.engine, keep_mtp=engine.mtp_layers)
+    ordered = fit_to_model(placement, model, engine.engine, keep_mtp=engine.mtp_layers,
+                           where=placement.meta.get("source") or str(path))
     with atomic_path(path) as tmp:
         hints = engine.write(ordered, tmp, model)
     return [line.replace("{path}", str(path)) for line in hints]
@@ -261,27 +262,32 @@ def _safe_sniff(fmt: EngineFormat, path: Path) -> bool:
 
 
 def fit_to_model(
-    placement: Placement, model: EngineModel, engine: str, *, keep_mtp: bool = False
+    placement: Placement, model: EngineModel, engine: str, *, keep_mtp: bool = False,
+    where: str | None = None,
 ) -> Placement:
     """``placement`` with its rows in the model's MoE-layer order, or EngineFormatError.
 
     Every engine needs one row for each MoE layer of the model and the model's
-    expert count; a placement for other layers or another model is an error.  Rows
-    of the model's MTP layers (``mtp_layer_ids``) follow when ``keep_mtp``, else are
-    left out.
+    expert count; a placement for other layers or another model is an error naming
+    ``where`` (the placement's file, else the engine file) and the layer.  Rows of the
+    model's MTP layers (``mtp_layer_ids``) follow when ``keep_mtp``, else are left out.
     """
+    have = [int(i) for i in placement.layer_ids]
+    known = {int(i) for i in (*model.moe_layer_ids, *model.mtp_layer_ids)}
+    foreign = [row for row, layer in enumerate(have) if layer not in known]
+    same_experts = int(model.num_experts) == placement.num_experts  # else that is the error
+    place = f"{where}: layers[{foreign[0]}]" if where and foreign and same_experts else where
     try:
-        placement.check_model(model)  # the experts and MoE layers of the model
+        placement.check_model(model, where=place)  # the experts and MoE layers of the model
     except PlacementError as e:
         raise EngineFormatError(e.message, where=e.where, hint=e.hint) from None
-    have = [int(i) for i in placement.layer_ids]
     want = [int(i) for i in model.moe_layer_ids]
     mtp = [int(i) for i in model.mtp_layer_ids]
     missing = sorted(set(want) - set(have))
     if missing:
         raise EngineFormatError(
             f"{engine} needs a placement for every MoE layer of {model.name};"
-            f" {len(missing)} missing ({format_ranges(missing)})",
+            f" {len(missing)} missing ({format_ranges(missing)})", where=where,
             hint="plan with statistics that cover every MoE layer",
         )
     if keep_mtp:

@@ -11,23 +11,68 @@ file or a folder that cannot be written is a clear error before any work.
 anything fails (an exception, Ctrl-C, SIGTERM turned into an exception by the CLI), not
 at all and no temporary file stays behind.  :func:`check_not_inputs` refuses an output
 that is one of the command's inputs.
+
+Faults.  A full disk or an I/O error while an output is written is an
+:class:`OutputError` that names the file and says why ("the disk is full"); the target
+keeps its previous content and the temporary file is removed.  The data reaches the disk
+(``fsync``) before the rename, so a crash of the machine leaves the old file or the new
+one.  Two runs writing one output at once each write their own temporary file: the
+output is one run's whole file, and a reader opening it meanwhile reads the old file or
+the new one.  A run killed by SIGKILL cannot remove its temporary file: temporary files
+are named ``.NAME.placer-tmp-HOST-PID-XXXXXXXX`` beside the output, and the next write
+into that folder removes those of this host older than its own start whose process is
+gone (:func:`remove_leftovers`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
+import socket
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 
 from placer.errors import PlacerError, UsageError
 
-#: Pending ``(temporary, target)`` renames of the innermost :func:`all_or_nothing` block.
-_PENDING: ContextVar[list[tuple[Path, Path]] | None] = ContextVar("_PENDING", default=None)
+
+class _Batch:
+    """What the innermost :func:`all_or_nothing` block holds back: ``(temporary, target)``
+    renames, and the folders its writes created (removed again if the block fails)."""
+
+    def __init__(self) -> None:
+        self.renames: list[tuple[Path, Path]] = []
+        self.folders: list[Path] = []
+
+
+_PENDING: ContextVar[_Batch | None] = ContextVar("_PENDING", default=None)
+
+#: What marks placer's temporary files: ``.NAME`` + this + ``HOST-PID-XXXXXXXX``.
+TMP_MARK = ".placer-tmp-"
+#: This host in temporary names: letters, digits and ``_`` of its first label, 24 at most.
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname().split(".")[0])[:24] or "host"
+_LEFTOVER = re.compile(r"^\..+" + re.escape(TMP_MARK) + r"(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-")
+#: When this process began writing (leftovers older than this are not a live run's).
+_STARTED = time.time()
+#: Folders this process has already cleared of leftovers.
+_CLEARED: set[Path] = set()
+#: OS errors of writing (not of the code that writes): the disk, the quota, the device.
+WRITE_ERRORS = {errno.ENOSPC: "the disk is full (no space left on device)",
+                errno.EDQUOT: "the disk quota is exceeded",
+                errno.EFBIG: "the file is too large for the file system",
+                errno.EIO: "an I/O error of the device",
+                errno.EROFS: "the file system is read-only"}
+
+
+class OutputError(PlacerError):
+    """An output cannot be written (the disk is full, an I/O error): exit code 1, nothing
+    was written."""
 
 
 def check_output_path(path: str | os.PathLike[str], where: str | None = None) -> Path:
@@ -100,18 +145,24 @@ def reading(
 @contextmanager
 def all_or_nothing() -> Iterator[None]:
     """Hold back every :func:`atomic_path` rename inside the block until it succeeds."""
-    pending: list[tuple[Path, Path]] = []
-    token = _PENDING.set(pending)
+    batch = _Batch()
+    token = _PENDING.set(batch)
     try:
         yield
     except BaseException:
-        for tmp, _ in pending:
+        for tmp, _ in batch.renames:
             tmp.unlink(missing_ok=True)
+        _remove_folders(batch.folders)
         raise
     finally:
         _PENDING.reset(token)
-    for tmp, target in pending:
-        _commit(tmp, target)
+    for i, (tmp, target) in enumerate(batch.renames):
+        try:
+            _commit(tmp, target)
+        except BaseException:
+            for later, _ in batch.renames[i + 1 :]:
+                later.unlink(missing_ok=True)
+            raise
 
 
 @contextmanager
@@ -121,26 +172,67 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     A crash or an exception leaves ``path`` untouched: outputs are never half-written.
     The file gets the mode a plain ``open(path, "w")`` would give (``0666 & ~umask``),
     not ``mkstemp``'s private 0600, so a serving engine running as another user can
-    read it.  Inside :func:`all_or_nothing` the file lands when the block ends.
+    read it.  Inside :func:`all_or_nothing` the file lands when the block ends.  A full
+    disk or an I/O error while writing is an :class:`OutputError` naming ``path``.
     """
     target = check_output_path(path)
     special = is_stream(target)
     folder = Path(tempfile.gettempdir()) if special else target.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    pending = _PENDING.get()
+    batch = _PENDING.get()
+    created = [f for f in (folder, *folder.parents) if not f.exists()][::-1]
+    if batch is not None:
+        batch.folders.extend(created)
+    landed = False
     try:
-        yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_umask())
-        if pending is not None:
-            pending.append((tmp_path, target))
-            return
-        _commit(tmp_path, target)
+        with _writing(target, None):
+            folder.mkdir(parents=True, exist_ok=True)
+            remove_leftovers(folder)
+            fd, tmp = tempfile.mkstemp(
+                prefix=f".{target.name}{TMP_MARK}{_HOST}-{os.getpid()}-", dir=folder)
+            os.close(fd)
+        tmp_path = Path(tmp)
+        try:
+            with _writing(target, tmp_path):
+                yield tmp_path
+                os.chmod(tmp_path, 0o666 & ~_umask())
+                _sync(tmp_path)
+            if batch is not None:
+                batch.renames.append((tmp_path, target))
+            else:
+                _commit(tmp_path, target)
+            landed = True
+        finally:
+            if not landed:
+                tmp_path.unlink(missing_ok=True)
     finally:
-        if (pending is None or (tmp_path, target) not in pending) and tmp_path.exists():
-            tmp_path.unlink()
+        if not landed and batch is None:
+            _remove_folders(created)
+
+
+@contextmanager
+def _writing(target: Path, tmp: Path | None) -> Iterator[None]:
+    """OS errors of writing ``target`` (through ``tmp``) inside the block as OutputError;
+    other errors of the code in the block pass unchanged."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in WRITE_ERRORS and (tmp is None or e.filename not in (tmp, str(tmp))):
+            raise
+        why = WRITE_ERRORS.get(e.errno or 0, e.strerror or str(e))
+        where = target.parent if str(target.parent) not in ("", ".") else Path.cwd()
+        hint = ("free space on the disk that holds " + str(where) + ", or write elsewhere"
+                if e.errno in (errno.ENOSPC, errno.EDQUOT) else
+                "check the disk and the folder, or write elsewhere")
+        raise OutputError(f"cannot write the file: {why}; nothing was written",
+                          where=str(target),
+                          hint=hint + " (an earlier version of the file is unchanged)") from None
+
+
+def _remove_folders(folders: list[Path]) -> None:
+    """Remove the folders a failed write created, deepest first, where still empty."""
+    for folder in reversed(folders):
+        with suppress(OSError):
+            folder.rmdir()
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -149,17 +241,78 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def _sync(path: Path) -> None:
+    """Flush ``path``'s data to the disk (a crash after the rename finds it whole)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _commit(tmp: Path, target: Path) -> None:
     """Put the finished ``tmp`` at ``target``: renamed over a regular file (or nothing),
     copied into a device or FIFO."""
     try:
-        if is_stream(target):
-            with open(tmp, "rb") as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        else:
-            os.replace(tmp, target)
+        with _writing(target, tmp):
+            if is_stream(target):
+                with open(tmp, "rb") as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            else:
+                os.replace(tmp, target)
+                _sync_folder(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (the rename) to the disk, where the system allows it."""
+    with suppress(OSError):
+        fd = os.open(folder if str(folder) else ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def remove_leftovers(folder: Path) -> list[Path]:
+    """Remove the temporary files placer runs killed before they could (SIGKILL, a crash)
+    left in ``folder``: those of this host, older than this process's start, whose
+    process is gone.  Once per folder and process; returns what was removed."""
+    folder = Path(folder)
+    if folder in _CLEARED:
+        return []
+    _CLEARED.add(folder)
+    removed = []
+    try:
+        entries = [e for e in os.scandir(folder) if TMP_MARK in e.name]
+    except OSError:
+        return []
+    for entry in entries:
+        found = _LEFTOVER.match(entry.name)
+        if found is None or found["host"] != _HOST or _alive(int(found["pid"])):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime >= _STARTED:
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (ours counts; unsure counts as yes)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process, or the system will not say
+        return True
+    return True
 
 
 def is_stream(path: str | os.PathLike[str]) -> bool:

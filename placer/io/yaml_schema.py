@@ -281,8 +281,11 @@ def load_json(
             where=where, hint="is this the right file? (limits: docs/limits.md)",
         )
 
-    def constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number")
+    constants_seen: list[_NotANumber] = []
+
+    def constant(name: str) -> _NotANumber:
+        constants_seen.append(_NotANumber(name))
+        return constants_seen[-1]
 
     try:
         doc = json.loads(text, parse_constant=constant,
@@ -296,12 +299,63 @@ def load_json(
         raise error(
             f"invalid JSON: {e.msg} (column {e.colno})", where=f"{where}:{e.lineno}", hint=hint,
         ) from None
-    except (ValueError, RecursionError) as e:  # NaN, Infinity, 4300+ digit integers
+    except (ValueError, RecursionError) as e:  # 4300+ digit integers
         raise error(
             f"invalid JSON: {e}", where=where, hint="numbers must be finite JSON numbers",
         ) from None
+    if constants_seen:
+        _check_constants(doc, text, where, error)
     _check_ints(doc, where, error, {}, "")
     return doc
+
+
+class _NotANumber:
+    """Where a JSON document says ``NaN``, ``Infinity`` or ``-Infinity`` (Python's reader
+    takes them; JSON has no such numbers): found and reported by :func:`_check_constants`."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _check_constants(doc: Any, text: str, where: str, error: type[PlacerError]) -> None:
+    """Refuse the first NaN or infinity of a parsed document, naming its line and path."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _NotANumber):
+            line = _constant_line(text, value.name)
+            place = f"{where}:{line}" if line else where
+            raise error(
+                f"invalid JSON: {value.name} is not a JSON number",
+                where=f"{place}: {path}" if path else place,
+                hint="numbers must be finite JSON numbers: write the figure, or leave the"
+                " entry out",
+            )
+        if isinstance(value, dict):  # reversed: the first in the text is checked first
+            stack.extend((v, _join(path, str(k))) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((v, _join(path, i)) for i, v in reversed(list(enumerate(value))))
+
+
+def _constant_line(text: str, name: str) -> int | None:
+    """The line of the first ``name`` (``NaN``, ``Infinity``) outside strings, 1-based."""
+    in_string = escaped = False
+    line = 1
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            line += 1
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == name[0] and text.startswith(name, i):
+            return line
+    return None
 
 
 def _json_depth(text: str) -> int:
