@@ -4,18 +4,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench demo clean
+.PHONY: install test test-slow lint bench demo shell clean
 
-$(STAMP): pyproject.toml
+# the ray extra too: the Ray backend's tests run (and must pass) on every `make test`
+$(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e . pytest hypothesis ruff mypy types-PyYAML jsonschema matplotlib safetensors
+	$(BIN)/pip install --quiet -e '.[ray]' pytest pytest-xdist hypothesis ruff mypy types-PyYAML jsonschema matplotlib safetensors
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# the fast tier, over every core; the slow tier (make test-slow) runs in CI (.ci/run)
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -q -n auto -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -n auto -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check placer tests bench
@@ -26,6 +31,11 @@ bench: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m placer.cli.demo
+
+# a shell with .venv's placer on PATH (the README's tour types `placer ...`); exit to leave
+shell: $(STAMP)
+	@echo "placer is on PATH in this shell ($(VENV) activated); type exit to leave"
+	@VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(BIN):$$PATH" $${SHELL:-/bin/sh} -i
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache out

@@ -55,6 +55,25 @@ def skip_message(what: str) -> str:
     return f"gpu_microbench: skipped: {what}; {HOW}"
 
 
+def placer_gpu_name(device: str) -> str:
+    """placer's GPU type for a CUDA device name (``NVIDIA H800`` -> ``h800-sxm``), as the
+    ``# gpu:`` line that ``placer calibrate`` checks against the topology's GPUs; the
+    device name itself, lower case with dashes, when no preset GPU type matches.
+
+    >>> placer_gpu_name("NVIDIA H800"), placer_gpu_name("NVIDIA GB200")
+    ('h800-sxm', 'gb200')
+    """
+    from placer.topology import load_topology, preset_names
+
+    names = {t.name for p in preset_names() for t in load_topology(p).gpu_type_of_gpu}
+    words = device.lower().replace("nvidia", " ").replace("amd", " ").split()
+    # the longest model word first: gb200 before b200
+    for name in sorted(names, key=lambda n: -len(n.split("-")[0])):
+        if name.split("-")[0] in words or name in words:
+            return name
+    return "-".join(device.lower().split())
+
+
 # -- pieces that need no GPU ------------------------------------------------------------
 
 
@@ -248,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows += gemm_rows(args.experts, args.hidden, args.ffn, args.tokens_per_expert, dtypes)
         name = torch.cuda.get_device_name()
         write_timings(args.output, rows, [f"bench/gpu_microbench.py on {name}, torch"
-                                          f" {torch.__version__}"])
+                                          f" {torch.__version__}",
+                                          f"gpu: {placer_gpu_name(name)}"])
         print(f"gpu_microbench: wrote {len(rows)} rows to {args.output}; next: placer calibrate"
               f" {args.output} --topology YOUR-TOPOLOGY -o calibrated.yaml")
     if distributed:

@@ -12,15 +12,16 @@ statistics folders and measured timings, small but shaped as the real ones (Deep
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import console
 import numpy as np
+import pytest
+from console import Ran
 from safetensors_fixture import write_safetensors
 
 from placer.io.ptfile import save_pt
@@ -93,31 +94,70 @@ def skeleton(line: str) -> str:
     return " ".join(masked.replace("─", "").split())
 
 
+def check_example(example: Example, ran: Ran, workdir: Path, *, name: str) -> int:
+    """``example`` exited 0 (1 or 2 when it shows an ``error:`` line), printed no
+    traceback and still printed every line it shows; returns the number of lines compared."""
+    where = f"{name}:{example.line}: $ {example.command}"
+    printed_text = (ran.stdout + ran.stderr).replace(str(workdir), SHOWN_WORKDIR)
+    tail = f"{ran.stdout[-2000:]}\n{ran.stderr[-2000:]}"
+    expected = (1, 2) if example.fails else (0,)
+    assert ran.returncode in expected, f"{where}\nexit code {ran.returncode}\n{tail}"
+    assert "Traceback" not in ran.stderr, f"{where}\n{tail}"
+    printed = {skeleton(line) for line in printed_text.splitlines()}
+    missing = [line for line in example.shown if skeleton(line) not in printed]
+    assert missing == [], (f"{where}\nshows lines it no longer prints:\n"
+                           + "\n".join(missing) + f"\n--- it printed:\n{printed_text}")
+    return len(example.shown)
+
+
 def check_examples(examples: list[Example], workdir: Path, *, name: str,
-                   timeout: float = 600) -> int:
-    """Run ``examples`` in order in ``workdir``; each must exit 0 (1 or 2 when it shows an
-    ``error:`` line), print no traceback and still print every line it shows.  Returns
-    the number of shown lines compared."""
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env["COLUMNS"] = "200"
-    env.pop("PLACER_DEBUG", None)
-    compared = 0
-    for example in examples:
-        where = f"{name}:{example.line}: $ {example.command}"
-        done = subprocess.run(["bash", "-c", example.command], cwd=workdir, env=env,
-                              capture_output=True, text=True, timeout=timeout, check=False)
-        printed_text = (done.stdout + done.stderr).replace(str(workdir), SHOWN_WORKDIR)
-        tail = f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-        expected = (1, 2) if example.fails else (0,)
-        assert done.returncode in expected, f"{where}\nexit code {done.returncode}\n{tail}"
-        assert "Traceback" not in done.stderr, f"{where}\n{tail}"
-        printed = {skeleton(line) for line in printed_text.splitlines()}
-        missing = [line for line in example.shown if skeleton(line) not in printed]
-        assert missing == [], (f"{where}\nshows lines it no longer prints:\n"
-                               + "\n".join(missing) + f"\n--- it printed:\n{printed_text}")
-        compared += len(example.shown)
-    return compared
+                   in_shell: bool = False) -> int:
+    """Run ``examples`` in order in ``workdir`` (with bash and the installed ``placer``
+    when ``in_shell``, else in this process where they can: ``console.run``) and check
+    each (:func:`check_example`).  Returns the number of shown lines compared."""
+    return sum(check_example(e, console.run(e.command, workdir, in_shell=in_shell), workdir,
+                             name=name) for e in examples)
+
+
+def is_slow(example: Example, slow: dict[str, str] | None) -> bool:
+    """Whether ``example``'s command holds a key of ``slow`` (a part of a command: why)."""
+    return any(key in example.command for key in slow or {})
+
+
+class Walkthrough:
+    """A page's examples run in order in one working directory, one check at a time.
+
+    :meth:`check` first runs the examples before the one asked for that have not run yet
+    (their files are its inputs; their own checks are theirs), except slow ones (``slow``,
+    as :func:`example_params` marks them): ``make test`` leaves those out, so an example of
+    the fast tier must not read what a slow one writes (it then fails, and is marked slow
+    too).  Commands run in this process with the plans' search cut (``console.run``'s
+    ``quick``)."""
+
+    def __init__(self, examples: list[Example], workdir: Path, name: str,
+                 slow: dict[str, str] | None = None) -> None:
+        self.examples, self.workdir, self.name, self.slow = examples, workdir, name, slow
+        self.ran = 0
+
+    def check(self, example: Example) -> int:
+        index = self.examples.index(example)
+        for earlier in self.examples[self.ran:index]:
+            if not is_slow(earlier, self.slow):
+                console.run(earlier.command, self.workdir, quick=True)
+        self.ran = max(self.ran, index + 1)
+        ran = console.run(example.command, self.workdir, quick=True)
+        return check_example(example, ran, self.workdir, name=self.name)
+
+
+def example_params(examples: list[Example], name: str,
+                   slow: dict[str, str] | None = None) -> list[Any]:
+    """One pytest parameter per example, ``name:line`` as its id (``conftest.xdist_group``
+    sends the examples of one ``name`` to one worker, which runs them in order in one
+    working directory).  An example whose command holds a key of ``slow`` is marked
+    ``slow`` (the value says why): ``make test`` leaves it to the slow tier."""
+    return [pytest.param(example, id=f"{name}:{example.line}",
+                         marks=[pytest.mark.slow] if is_slow(example, slow) else [])
+            for example in examples]
 
 
 # -- the files the examples read ---------------------------------------------------------------
@@ -184,6 +224,7 @@ def readme_workdir(folder: Path) -> Path:
     """A working directory holding every input the README's commands name."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "traces").symlink_to(REPO / "traces", target_is_directory=True)
+    (folder / "bench").symlink_to(REPO / "bench", target_is_directory=True)  # bench/data
     sglang_dumps(folder / "dumps")
     trtllm_statistics(folder / "stats")
     timings(folder / "timings.csv")
@@ -204,9 +245,11 @@ def fenced(doc: str, lang: str, containing: str) -> str:
 
 
 def run_placer(folder: Path, *args: str) -> None:
-    """``placer ARGS`` in ``folder`` (a file an example reads that placer itself writes)."""
-    subprocess.run([str(Path(sys.executable).parent / "placer"), *args], cwd=folder,
-                   check=True, capture_output=True, text=True, timeout=300)
+    """``placer ARGS`` in ``folder`` (a file an example reads that placer itself writes),
+    in this process, with the plans' search cut (the examples read the file, not its
+    quality)."""
+    ran = console.in_process(list(args), folder, quick=True)
+    assert ran.returncode == 0, f"placer {' '.join(args)}\n{ran.stderr}"
 
 
 def _hostile(folder: Path, case: str, name: str) -> None:

@@ -23,6 +23,7 @@ from placer.cli.common import (
     print_json,
     write_text_atomic,
 )
+from placer.cli.outputs import check_output
 from placer.errors import UsageError
 
 if TYPE_CHECKING:
@@ -159,6 +160,7 @@ def calibrate(
     """Fit link efficiencies, fixed phase costs and expert compute efficiencies to
     measured timings, and write them as a topology overlay every --topology accepts."""
     from placer.calibrate.fit import fit_calibration
+    from placer.calibrate.hardware import declared_gpu, warn_hardware
     from placer.calibrate.timings import read_timings
     from placer.topology import load_topology
 
@@ -169,10 +171,15 @@ def calibrate(
         if output.exists() and timings.exists() and output.resolve() == timings.resolve():
             raise UsageError("the overlay would overwrite the timings CSV", where="--output",
                              hint="write the overlay to another file")
+        check_output(output, where="--output")
     base = load_topology(topology)
     rows = read_timings(timings)
     source = f"placer calibrate on {timings} ({len(rows)} rows)"
     result = fit_calibration(rows, base, source=source)
+    # timings of other hardware fit figures that describe no machine: say so
+    warn_hardware(result, base, declared_gpu(timings.read_text(encoding="utf-8-sig",
+                                                               errors="replace")),
+                  source=str(timings))
     overlay_name = name or f"{base.name}-calibrated"
     text = None
     if output is not None:

@@ -31,6 +31,7 @@ from placer.cli.common import (
     to_jsonable,
     write_pictures,
 )
+from placer.cli.outputs import check_output, check_output_folder
 from placer.cli.regime import (
     engine_option,
     judged_as,
@@ -278,6 +279,10 @@ def compare(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
+    wide: bool = typer.Option(
+        False, "--wide", help="Show every column of the table (hot shard, traffic, MoE-layer"
+        " times, KV cache, solver); default: scenario, GPUs, step p99 and mean, tok/s/GPU,"
+        " changes and verdict, in 120 columns."),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
     ),
@@ -327,6 +332,10 @@ def compare(
         sys.stderr.write(f"note: {note}\n")
     check_names(study.scenarios, study.settings)
     _check_pictures(dpi, report is not None or png_dir is not None)
+    if report is not None:
+        check_output(report, where="--report")
+    if png_dir is not None:
+        check_output_folder(png_dir, where="--png-dir")
     from placer import compare as compare_lib
     from placer.model import load_model
 
@@ -350,7 +359,7 @@ def compare(
         sys.stdout.write(compare_csv(outcomes))
         sys.stderr.write(choice.line + "\n")  # an answer, not progress; stdout stays CSV
     else:
-        sys.stdout.write(format_table(rows))
+        sys.stdout.write(format_table(rows, wide=wide))
         sys.stdout.write(f"\n{choice.line}\n")
     if report is not None or png_dir is not None:
         _write_report(study, outcomes, routing, description, report, png_dir, dpi, quiet)

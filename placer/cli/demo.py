@@ -12,10 +12,15 @@ decode batch sizes, which writes the placement and prints the summary with its
 side-by-side against DeepSeek EPLB (estimated times, verdict), then the SGLang and
 TensorRT-LLM files of the plan and how to load them.  ``python -m placer.cli.demo [EXTRA OPTIONS]``
 passes extra options to ``placer plan`` (for example ``--time-limit 2``).
+
+It makes the output folder first (``placer`` creates none), and ends, when ``placer`` is
+not on the shell's PATH (``make`` installs it in ``.venv``, which a shell has not
+activated), with how to run the README's tour: :data:`NEXT`.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -42,13 +47,31 @@ def demo_args(root: Path, extra: list[str]) -> list[str]:
     ]
 
 
+#: What the demo says last when ``placer`` is not on the PATH: the README's tour types
+#: ``placer ...``, which the shell finds only once ``.venv`` is activated.
+NEXT = (
+    "\nnext: the README's tour runs `placer ...`, installed in .venv, which this shell has"
+    " not activated:\n"
+    "  source .venv/bin/activate    # or `make shell`, a shell with it on PATH\n"
+    "  placer plan -h               # (or run .venv/bin/placer without activating)\n"
+)
+
+
 def main(argv: list[str] | None = None) -> None:
     root = Path.cwd()
     if not (root / TRACE).exists():
         root = Path(__file__).resolve().parent.parent
     args = demo_args(root, list(sys.argv[1:] if argv is None else argv))
+    folder = root / OUTPUT.parent
+    sys.stderr.write(f"$ mkdir -p {folder}\n")
+    folder.mkdir(parents=True, exist_ok=True)
     sys.stderr.write("$ placer " + " ".join(args) + "\n")
-    app(args, prog_name="placer")
+    try:
+        app(args, prog_name="placer")
+    except SystemExit as done:
+        if done.code in (0, None) and shutil.which("placer") is None:
+            sys.stderr.write(NEXT)
+        raise
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from placer.cli.common import (
     handle_errors,
     print_json,
 )
+from placer.cli.outputs import check_output
 from placer.engines import (
     engine_names,
     export_engine,
@@ -30,7 +31,7 @@ from placer.engines import (
     sniff_engine,
 )
 from placer.errors import UsageError
-from placer.io.fileio import check_not_inputs, check_output_path
+from placer.io.fileio import check_not_inputs
 from placer.placement import Placement
 
 if TYPE_CHECKING:
@@ -39,13 +40,14 @@ if TYPE_CHECKING:
 EXPORT_EXAMPLES = examples(
     "placer export plan.json --format sglang -o plan.sglang.json",
     "placer export plan.json --format trtllm -o plan.trtllm.yaml --model deepseek-v3",
-    "placer export plan.json --format vllm -o plan.vllm.npz --json",
+    "placer export plan.json --format vllm -o plan.vllm.json --json",
     note="Each engine's file and how it loads it: docs/engines.md.",
 )
 IMPORT_EXAMPLES = examples(
     "placer import deployed.sglang.json --model deepseek-v3 --topology 4x-dgx-h100"
     " -o deployed.json",
-    "placer import phy2log.npz --format vllm --model qwen3-30b-a3b --ep-size 16 -o current.json",
+    "placer import plan.vllm.json --format vllm --model qwen3-30b-a3b --ep-size 16"
+    " -o current.json",
     note="Then re-plan from it: placer plan NEW_TRACE ... --current deployed.json"
     " (docs/engines.md).",
 )
@@ -91,7 +93,7 @@ def export(
     from placer.placement.document import read_placement
 
     get_engine(fmt).check_output(output, where="--output")
-    check_output_path(output, where="--output")
+    check_output(output, where="--output")
     check_not_inputs([("--output", output)], [placement_file])
     placement = read_placement(placement_file)
     declared = placement.meta.get("model")
@@ -140,7 +142,7 @@ def import_(
     from placer.placement.document import write_placement
 
     spec = resolve_model(model)
-    check_output_path(output, where="--output")
+    check_output(output, where="--output")
     check_not_inputs([("--output", output)], [engine_file])
     if num_gpus is not None and from_config("--topology"):  # the command line wins
         topology = None

@@ -36,7 +36,8 @@ from placer.cli.common import (
     read_trace,
     top_k_option,
 )
-from placer.cli.progress import progress
+from placer.cli.outputs import check_output
+from placer.cli.progress import phases, progress
 from placer.cli.regime import (
     EXPORT_ENGINE,
     engine_option,
@@ -47,7 +48,7 @@ from placer.cli.regime import (
     workload_option,
 )
 from placer.errors import UsageError
-from placer.io.fileio import all_or_nothing, check_not_inputs, check_output_path, is_stream
+from placer.io.fileio import all_or_nothing, check_not_inputs, is_stream
 from placer.placement.document import read_placement, write_placement
 from placer.planning.run import plan_routing
 from placer.planning.solvers import solver_names
@@ -65,7 +66,7 @@ DEFAULT_SOLVER = "cpsat"
 
 EXAMPLES = examples(
     "placer plan traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x-dgx-h100 -r 16 -o plan.json",
-    "placer plan dumps/ -m deepseek-v3 -t 4x-dgx-h100 -r auto -o plan.json"
+    "placer plan dumps/*.pt -m deepseek-v3 -t 4x-dgx-h100 -r auto -o plan.json"
     " --export sglang:plan.sglang.json",
     "placer plan new.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --current deployed.json"
     " --max-moves 64 -o next.json",
@@ -288,6 +289,7 @@ def plan(
         current=current_placement, regime_note=target_note, output=str(output),
         no_trace_reason=no_trace,
         progress=progress("layers planned", enabled=not (quiet or json_out)),
+        phase=phases(enabled=not (quiet or json_out)),
     )
     result, summary = run.result, run.summary
     with all_or_nothing():  # the placement and the engine files land together, or none
@@ -348,7 +350,7 @@ def _check_paths(output: Path, exports: list[tuple[str, Path]], inputs: list[Any
     """Every output can be written and none is an input (before any work)."""
     outputs = [("--output", output), *(("--export", path) for _, path in exports)]
     for option, path in outputs:
-        check_output_path(path, where=option)
+        check_output(path, where=option)
     files = [Path(p).resolve() for _, p in outputs if not is_stream(p)]
     if len(set(files)) < len(files):
         raise UsageError("two outputs name the same file", where="--export",
@@ -372,7 +374,8 @@ def _redundant_count(text: str | None) -> int | None:
             where="--redundant", hint="for example --redundant 32, or --redundant auto",
         ) from None
     if value < 0:
-        raise UsageError(f"expected redundant experts >= 0, got {value}", where="--redundant")
+        raise UsageError(f"expected redundant experts >= 0, got {value}", where="--redundant",
+                         hint="give a count >= 0 (the nearest valid one is 0), or auto")
     return value
 
 

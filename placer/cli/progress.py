@@ -1,12 +1,14 @@
 """Progress of long commands on stderr: a bar with an ETA on a terminal, plain
-``[i/n]`` lines otherwise, nothing when quiet (results stay alone on stdout)."""
+``[i/n]`` lines otherwise, nothing when quiet (results stay alone on stdout); and the
+steps between (:func:`phases`), each said as it starts and when it ends, so that no
+step of a second or more passes in silence."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -45,3 +47,23 @@ def progress(what: str, enabled: bool = True) -> Iterator[Callable[[int, int], N
             err.print(f"[{done}/{total}] {what}{tail}", highlight=False)
 
     yield plain
+
+
+def phases(enabled: bool = True) -> Callable[[str, str], AbstractContextManager[None]]:
+    """``phase(name, what)`` for :func:`placer.planning.run.plan_routing`: a line
+    ``name: what ...`` on stderr as the step starts and ``name: done in N s`` when it
+    ends (nothing when quiet)."""
+    def phase(name: str, what: str) -> AbstractContextManager[None]:
+        return _phase(name, what) if enabled else nullcontext()
+
+    return phase
+
+
+@contextmanager
+def _phase(name: str, what: str) -> Iterator[None]:
+    err.print(f"{name}: {what} ...", highlight=False)
+    start = time.perf_counter()
+    yield
+    spent = time.perf_counter() - start
+    err.print(f"{name}: done in {spent:.1f} s" if spent < 10 else f"{name}: done in {spent:.0f} s",
+              highlight=False)

@@ -38,7 +38,7 @@ from placer.errors import UsageError
 from placer.regime import POLICIES
 
 EXAMPLES = examples(
-    "placer replay traces/drift-dsv3.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32",
+    "placer replay traces/synthetic-dsv3-drift.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32",
     "placer replay trace.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --engine sglang"
     " --policy static:plan.json --policy eplb:window=200,interval=100"
     " --policy placer:window=200,interval=25,max-moves=256 --policy oracle:interval=25",

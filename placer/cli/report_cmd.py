@@ -125,10 +125,16 @@ def report(
 
     check_dpi(dpi)
     labels = _labels(placement, name)
+    from placer.cli.outputs import check_output, check_output_folder
+
+    check_output(output, where="--output")
+    if png_dir is not None:
+        check_output_folder(png_dir, where="--png-dir")
 
     from placer import __version__
     from placer.cli.common import write_pictures, write_text_atomic
     from placer.evaluate import evaluate_many
+    from placer.io.fileio import all_or_nothing
     from placer.placement.document import read_placement
     from placer.report.sections import placement_report
     from placer.report.settings import command_line, evaluation_settings_rows
@@ -159,11 +165,14 @@ def report(
                                            topology=topo.name,
                                            default_dtype=model_spec.default_dtype)],
                              command=command_line())
-    write_text_atomic(output, built.html(footer=f"placer {__version__}"))
+    with all_or_nothing():  # the page and its pictures land together, or none of them
+        write_text_atomic(output, built.html(footer=f"placer {__version__}"))
+        if png_dir is not None:
+            write_pictures(built.pictures, png_dir, quiet=True)
     if not quiet:
         sys.stderr.write(f"wrote {output}\n")
-    if png_dir is not None:
-        write_pictures(built.pictures, png_dir, quiet)
+        if png_dir is not None:
+            sys.stderr.write(f"wrote {len(built.pictures)} PNG file(s) to {png_dir}\n")
     judged = placement_judgements(labels, evaluations)[1:] if len(labels) > 1 else []
     if not json_out:
         sys.stdout.write(judged_as(regime, note) + "\n")

@@ -22,6 +22,8 @@ from placer.cli.command import PlacerCommand, examples
 from placer.cli.common import (
     as_flags,
     complete_model,
+    complete_topology,
+    from_config,
     handle_errors,
     keep_warmup_option,
     num_experts_option,
@@ -36,12 +38,14 @@ from placer.stats import format_ranges
 STATS_EXAMPLES = examples(
     "placer stats traces/qwen3-30b-a3b.npz --layer 0 --layer 24 --top 3",
     "placer stats run.jsonl.gz --window-tokens 4096 --json > stats.json",
-    "placer stats dumps/ --top-k 8",
+    "placer stats dumps/*.pt --top-k 8",
     note="Formats and figures: docs/stats.md and docs/traces.md.",
 )
 SYNTH_EXAMPLES = examples(
     "placer synth trace.npz --model deepseek-v3 --tokens 50000 --zipf 1.2 --seed 1",
     "placer synth small.jsonl.gz --layers 4 --experts 64 --top-k 8 --clusters 4 --drift 0.5",
+    "placer synth shifts.npz --model deepseek-v3 --topology 4x-dgx-h100 --topics 8 "
+    "--burst-every 64 --mix-period 512",
     note="The generator's knobs: docs/stats.md.",
 )
 
@@ -84,10 +88,12 @@ def stats(
     """Summarize expert load skew, hot experts, co-activated pairs and drift of a trace."""
     from placer.stats.analysis import summarize
     if top < 1:
-        raise UsageError(f"expected --top >= 1, got {top}", where="--top")
+        raise UsageError(f"expected --top >= 1, got {top}", where="--top",
+                         hint="give a value >= 1; the nearest valid one is 1")
     if window_tokens is not None and window_tokens < 1:
         raise UsageError(
-            f"expected --window-tokens >= 1, got {window_tokens}", where="--window-tokens"
+            f"expected --window-tokens >= 1, got {window_tokens}", where="--window-tokens",
+            hint="give a value >= 1; the nearest valid one is 1",
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PlacerWarning)
@@ -274,8 +280,40 @@ def synth(
     drift: float = typer.Option(
         0.0, "--drift", metavar="RANKS", help="Popularity ranks rotated per step."
     ),
+    topics: int = typer.Option(
+        0, "--topics", help="Request topics, each with its own expert popularity (0: none)."
+    ),
+    topic_overlap: str | None = typer.Option(
+        None, "--topic-overlap", metavar="O[,O...]",
+        help="Share of popularity common to all topics, 0-1; one, or one per layer "
+             "(default: 0.7 at the first layer to 0.3 at the last).",
+    ),
+    burst_every: float = typer.Option(
+        0.0, "--burst-every", metavar="STEPS",
+        help="Mean steps between switches of the dominant topic (0: none).",
+    ),
+    burst_share: float = typer.Option(
+        0.5, "--burst-share", metavar="SHARE", help="Share of new requests on the dominant topic."
+    ),
+    mix_period: float = typer.Option(
+        0.0, "--mix-period", metavar="STEPS",
+        help="Steps of one slow cycle of the topic mix (0: constant).",
+    ),
+    request_steps: float = typer.Option(
+        64.0, "--request-steps", metavar="STEPS",
+        help="Mean steps a request lasts, keeping its topic.",
+    ),
     tokens_per_step: int = typer.Option(256, "--tokens-per-step", help="Tokens per step."),
-    ranks: int = typer.Option(1, "--ranks", help="DP source ranks (round-robin per token)."),
+    ranks: int | None = typer.Option(
+        None, "--ranks",
+        help="DP source ranks, dealt round-robin per token (default: the GPUs of --topology; "
+             "without it none are recorded and each step's tokens are dealt over the GPUs "
+             "planned for).",
+    ),
+    topology: str | None = typer.Option(
+        None, "--topology", "-t", metavar="NAME|FILE", autocompletion=complete_topology,
+        help="Cluster the trace is for: one source rank per GPU.",
+    ),
     weights: bool = typer.Option(False, "--weights", help="Also write topk_weights."),
     seed: int = typer.Option(0, "--seed", help="Random seed: same seed, same file."),
     format: str | None = typer.Option(
@@ -284,12 +322,13 @@ def synth(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
     quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
+        False, "--quiet", "-q", help="No progress or notes on stderr (warnings and errors stay)."
     ),
 ) -> None:
-    """Write a synthetic per-token routing trace (skew, clusters, drift, expert groups)."""
+    """Write a synthetic per-token routing trace (skew, clusters, topics, drift, groups)."""
     from placer.traces.synth import SynthParams, params_for_model, write_synth
 
+    num_ranks, note = _source_ranks(ranks, topology)
     if format is not None and format not in ("npz", "jsonl"):
         raise UsageError(f"unknown output format {format!r}", where="--format",
                          hint="use npz or jsonl")
@@ -308,8 +347,15 @@ def synth(
         "clusters": clusters,
         "cluster_boost": cluster_boost,
         "drift": drift,
+        "topics": topics,
+        "topic_overlap": None if topic_overlap is None else _parse_numbers(
+            topic_overlap, "--topic-overlap", "0.5", "0.7,0.5,0.3", what="topic overlap(s)"),
+        "burst_every": burst_every,
+        "burst_share": burst_share,
+        "mix_period": mix_period,
+        "request_steps": request_steps,
         "tokens_per_step": tokens_per_step,
-        "num_ranks": ranks,
+        "num_ranks": num_ranks,
         "weights": weights,
         "seed": seed,
     }
@@ -332,6 +378,29 @@ def synth(
             f"{result['layers']} layers x {result['experts']} experts, top-{result['top_k']}, "
             f"seed {seed}, in {result['seconds']:.1f} s"
         )
+    if note and not quiet:
+        sys.stderr.write(f"note: {note}\n")
+
+
+def _source_ranks(ranks: int | None, topology: str | None) -> tuple[int, str]:
+    """The source ranks ``placer synth`` records, and a note when none are given."""
+    if ranks is not None and topology is not None and from_config("--topology"):
+        topology = None  # --ranks on the command line wins over a configured topology
+    if topology is None:
+        if ranks is None:
+            return 0, ("no --ranks or --topology: the trace records no source ranks; "
+                       "placer deals each step's tokens round-robin over the GPUs of the "
+                       "cluster it plans or judges for")
+        return ranks, ""
+    from placer.topology import load_topology
+
+    topo = load_topology(topology)
+    if ranks is not None and ranks != topo.num_gpus:
+        raise UsageError(
+            f"{ranks} source ranks contradict --topology {topology}, which has "
+            f"{topo.num_gpus} GPUs", where="--ranks",
+            hint="give one of them: --topology records one source rank per GPU")
+    return topo.num_gpus, ""
 
 
 def _progress_line() -> Callable[[int, int], None] | None:
@@ -372,14 +441,20 @@ def parse_layers(spec: str) -> tuple[int, ...]:
 
 
 def _parse_zipf(spec: str) -> float | tuple[float, ...]:
+    return _parse_numbers(spec, "--zipf", "1.2", "0.8,1.0,1.2", what="Zipf exponent(s)")
+
+
+def _parse_numbers(spec: str, option: str, one: str, several: str,
+                   what: str = "numbers") -> float | tuple[float, ...]:
+    """``"1.2"`` -> 1.2; ``"0.8,1.0"`` -> (0.8, 1.0): one value, or one per layer."""
     try:
         values = tuple(float(v) for v in spec.split(","))
         if not all(math.isfinite(v) for v in values):
             raise ValueError(spec)
     except ValueError:
         raise UsageError(
-            f"cannot read Zipf exponent(s) {spec!r}",
-            where="--zipf",
-            hint="give one number (1.2) or one per layer (0.8,1.0,1.2)",
+            f"cannot read {what} {spec!r}",
+            where=option,
+            hint=f"give one number ({one}) or one per layer ({several})",
         ) from None
     return values[0] if len(values) == 1 else values

@@ -170,6 +170,15 @@ TABLE_COLUMNS = (
 )
 
 
+#: Columns of the compact table (the default): what a scenario costs and how it compares,
+#: in at most :data:`COMPACT_WIDTH` characters for scenario labels of up to 30.  JSON, CSV
+#: and the wide table (:data:`TABLE_COLUMNS`) carry the rest.
+COMPACT_COLUMNS = tuple(c for c in TABLE_COLUMNS if c.field in (
+    "scenario", "num_gpus", "step_p99_us", "step_mean_us", "tokens_per_s_per_gpu",
+    "versus_baseline", "versus_baseline_mean", "outcome", "status"))
+#: The widest a compact table is meant to be (a terminal of 120 columns).
+COMPACT_WIDTH = 120
+
 #: Columns whose cells are text (left-aligned); the others are numbers (right-aligned).
 _TEXT_FIELDS = ("scenario", "outcome", "solver_status", "status")
 
@@ -177,13 +186,13 @@ _TEXT_FIELDS = ("scenario", "outcome", "solver_status", "status")
 _CHANGE_FIELDS = ("versus_baseline", "versus_baseline_mean")
 
 
-def table_cells(row: CompareRow) -> list[str]:
-    """The text-table cells of ``row``, one per :data:`TABLE_COLUMNS` entry (``Δ p99`` and
+def table_cells(row: CompareRow, columns: Sequence[Column] = TABLE_COLUMNS) -> list[str]:
+    """The text-table cells of ``row``, one per entry of ``columns`` (``Δ p99`` and
     ``Δ mean``: ``base`` for a baseline, ``=`` within ``placer.summary.EQUAL_TOLERANCE``;
     ``verdict``: ``base`` for a baseline)."""
     cells = []
     is_base = row.outcome == BASELINE_NOTE
-    for col in TABLE_COLUMNS:
+    for col in columns:
         value = getattr(row, col.field)
         if col.field in _CHANGE_FIELDS and value is not None and (
                 abs(value) < EQUAL_TOLERANCE):
@@ -291,23 +300,26 @@ def status_notes(rows: Sequence[CompareRow]) -> tuple[list[str], list[str]]:
     return short, notes
 
 
-def format_table(rows: Sequence[CompareRow]) -> str:
-    """The comparison as an aligned plain-text table (text left, numbers right).
+def format_table(rows: Sequence[CompareRow], *, wide: bool = False) -> str:
+    """The comparison as an aligned plain-text table (text left, numbers right):
+    :data:`COMPACT_COLUMNS`, or every column of :data:`TABLE_COLUMNS` when ``wide``.
 
     A row that did not run shows ``does not fit [n]`` or ``error [n]`` in its status
     cell; the reasons follow the table as numbered notes (identical reasons share a
     number), so the table stays as wide as its figures.
     """
-    header = [c.header for c in TABLE_COLUMNS]
+    columns = TABLE_COLUMNS if wide else COMPACT_COLUMNS
+    header = [c.header for c in columns]
+    status_at = [c.field for c in columns].index("status")
     short, notes = status_notes(rows)
     body = []
     for row, status in zip(rows, short, strict=True):
-        cells = table_cells(row)
-        cells[-1] = status
+        cells = table_cells(row, columns)
+        cells[status_at] = status
         body.append(cells)
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(header)]
-    left = {i for i, c in enumerate(TABLE_COLUMNS) if c.field in _TEXT_FIELDS}
+    left = {i for i, c in enumerate(columns) if c.field in _TEXT_FIELDS}
 
     def line(cells: list[str]) -> str:
         parts = [c.ljust(w) if i in left else c.rjust(w)

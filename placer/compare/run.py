@@ -191,7 +191,8 @@ def compare(
     backend = Backend(jobs=jobs, ray=ray)
     context = prepare(routing, scenarios, settings, keep_details=keep_details)
     outcomes: list[ScenarioOutcome | None] = backend.run(
-        _run_safely, scenarios, shared=context, on_done=on_done)
+        _run_safely, scenarios, shared=context, on_done=on_done,
+        names=[f"scenario {s.label}" for s in scenarios])
     done = [o for o in outcomes if o is not None]
     judged = context.split
     on = "held-out step p99" if judged.judge != judged.fit else "step p99"

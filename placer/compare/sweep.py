@@ -61,7 +61,8 @@ class Sweep:
         if not listed and self.values:
             raise UsageError(f"a {self.kind!r} sweep takes no values", where=self.option)
         if any(v < 0 for v in self.values):
-            raise UsageError(f"expected numbers >= 0, got {min(self.values)}", where=self.option)
+            raise UsageError(f"expected numbers >= 0, got {min(self.values)}", where=self.option,
+                             hint="give counts >= 0 (the nearest valid one is 0)")
 
     @property
     def option(self) -> str:
@@ -98,7 +99,9 @@ def parse_counts(text: str, option: str, example: str) -> tuple[int, ...]:
                 where=option, hint=f"for example {option} {example}",
             ) from None
         if min(low, high) < 0:
-            raise UsageError(f"expected numbers >= 0, got {min(low, high)}", where=option)
+            raise UsageError(f"expected numbers >= 0, got {min(low, high)}", where=option,
+                             hint=f"give counts >= 0 (the nearest valid one is 0), for"
+                             f" example {option} {example}")
         if high < low:
             raise UsageError(f"range {low}..{high} is reversed", where=option,
                              hint=f"write it {high}..{low}")

@@ -78,7 +78,8 @@ class EvalParams:
             )
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise UsageError(f"expected batch tokens >= 1, got {self.batch_tokens}",
-                             where=Param("batch_tokens"))
+                             where=Param("batch_tokens"),
+                             hint="give a value >= 1; the nearest valid one is 1")
         if self.num_batches < 1:
             raise UsageError(f"expected number of batches >= 1, got {self.num_batches}",
                              where=Param("num_batches"))

@@ -150,7 +150,7 @@ def _reserve(
         if not math.isfinite(kv_reserve_gb) or kv_reserve_gb < 0:
             raise UsageError(
                 f"KV-cache reserve must be zero or more GB, got {kv_reserve_gb:g}",
-                where=Param("kv_reserve_gb"),
+                where=Param("kv_reserve_gb"), hint="give a value >= 0; the nearest valid one is 0",
             )
         return np.full_like(memory_gb, float(kv_reserve_gb))
     fraction = DEFAULT_KV_RESERVE_FRACTION if kv_reserve_fraction is None else kv_reserve_fraction
@@ -158,6 +158,7 @@ def _reserve(
         raise UsageError(
             f"expected a KV-cache reserve fraction in [0, 1), got {fraction:g}",
             where=Param("kv_reserve_fraction"),
+            hint="give a share from 0 up to, not including, 1 (0.9 keeps 90% for the KV cache)",
         )
     return memory_gb * fraction
 
@@ -193,10 +194,12 @@ def plan_capacity(
     dtype = model.default_dtype if dtype is None else check_dtype(dtype)
     if not math.isfinite(overhead_gb) or overhead_gb < 0:
         raise UsageError(
-            f"overhead must be zero or more GB, got {overhead_gb:g}", where=Param("overhead_gb")
+            f"overhead must be zero or more GB, got {overhead_gb:g}", where=Param("overhead_gb"),
+            hint="give a value >= 0; the nearest valid one is 0",
         )
     if tp < 1:
-        raise UsageError(f"tp must be at least 1, got {tp}", where=Param("tp"))
+        raise UsageError(f"tp must be at least 1, got {tp}", where=Param("tp"),
+                         hint="give a value >= 1; the nearest valid one is 1")
     memory = topology.memory_gb
     reserve = _reserve(memory, kv_reserve_gb, kv_reserve_fraction)
     num_gpus = topology.num_gpus

@@ -5,16 +5,21 @@ when asked (:func:`placer.planning.redundancy.auto_redundancy`), solve it, solve
 reference EPLB once for the side-by-side, and summarize
 (:func:`placer.summary.summarize_plan`).  Reading the inputs
 and writing the placement and engine files are the caller's.
+
+Every step that may take more than a second is said as it starts, to a caller that asks
+(``progress`` for the layers, ``phase`` for the rest: the redundancy search, the solver's
+judge after its last layer, the summary), so a long plan never goes quiet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from placer.errors import Param, UsageError
+from placer.evaluate.judge import can_judge
 from placer.placement import Placement
 from placer.planning.build import build_problem
 from placer.planning.redundancy import RedundancyChoice, auto_redundancy
@@ -32,6 +37,16 @@ if TYPE_CHECKING:
 
 #: Context manager giving a ``report(done, total)`` callback while the layers are solved.
 Progress = AbstractContextManager[Callable[[int, int], None] | None]
+#: ``phase(name, what)``: a context manager around one step of the plan (``name`` a word,
+#: ``what`` what it does), entered as the step starts and left when it ends.
+Phase = Callable[[str, str], AbstractContextManager[None]]
+
+#: The steps :func:`plan_routing` says, as ``(name, what)``.
+AUTO_PHASE = ("redundancy", "each candidate slot count placed with EPLB and timed")
+JUDGE_PHASE = ("judge", "each layer's plan, its hint and EPLB timed by the evaluator")
+#: After the last layer when there is no judge (no model or topology to time with).
+FINISH_PHASE = ("solve", "the placement put together from its layers")
+SUMMARY_PHASE = ("summary", "the plan and EPLB timed on the judged windows, and the floor")
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,7 @@ def plan_routing(
     output: str = "",
     no_trace_reason: str = "",
     progress: Progress | None = None,
+    phase: Phase | None = None,
 ) -> PlanRun:
     """Plan ``routing`` with ``solver`` under ``params`` (its regime is the one judged)
     and summarize the plan against the reference EPLB.
@@ -88,7 +104,10 @@ def plan_routing(
         ``model`` and ``topology``; ``slots_per_gpu`` and ``redundant`` are then unused).
     regime_note, output, no_trace_reason: passed to :func:`summarize_plan`.
     progress: entered around the solve; its callback is ``params.progress``.
+    phase: entered around each other step that may be long (:data:`AUTO_PHASE`; after the
+        solver's last layer, :data:`JUDGE_PHASE` while it finishes; :data:`SUMMARY_PHASE`).
     """
+    step: Phase = phase or (lambda name, what: nullcontext())
 
     def build(slots: int | None, spare: int | None) -> PlacementProblem:
         return build_problem(
@@ -103,25 +122,46 @@ def plan_routing(
             raise UsageError("`redundant` auto times candidates with the evaluator, which needs"
                              " the model and the topology", where=Param("redundant"),
                              hint="pass `model` and `topology`, or give a number")
-        choice = auto_redundancy(lambda s: build(s, None), routing.stats.num_experts, model,
-                                 topology, params.regime, dtype=dtype,
-                                 kv_reserve_gb=kv_reserve_gb, seed=params.seed)
+        with step(*AUTO_PHASE):
+            choice = auto_redundancy(lambda s: build(s, None), routing.stats.num_experts,
+                                     model, topology, params.regime, dtype=dtype,
+                                     kv_reserve_gb=kv_reserve_gb, seed=params.seed)
         problem = build(choice.chosen.slots_per_gpu, None)
     else:
         problem = build(slots_per_gpu, redundant)
-    with progress if progress is not None else nullcontext(None) as report:
-        result = solve(problem, solver, replace(params, progress=report))
-    # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
-    baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER,
-                                                                 params.shared())
-    metrics = basic_metrics(result.placement, problem.stats)
-    windows = routing.stats.num_windows
-    fitted = None
-    if fit is not None:
-        fitted = (fit[0] or 0, windows if fit[1] is None else fit[1])
-    summary = summarize_plan(
-        problem, result, baseline, routing, regime=params.regime,
-        regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
-        no_trace_reason=no_trace_reason,
-    )
+    result = _solve(problem, solver, params, progress, step)
+    with step(*SUMMARY_PHASE):
+        # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
+        baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER,
+                                                                     params.shared())
+        metrics = basic_metrics(result.placement, problem.stats)
+        windows = routing.stats.num_windows
+        fitted = None
+        if fit is not None:
+            fitted = (fit[0] or 0, windows if fit[1] is None else fit[1])
+        summary = summarize_plan(
+            problem, result, baseline, routing, regime=params.regime,
+            regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
+            no_trace_reason=no_trace_reason,
+        )
     return PlanRun(problem, result, baseline, metrics, summary, choice)
+
+
+def _solve(problem: PlacementProblem, solver: str, params: SolveParams,
+           progress: Progress | None, step: Phase) -> SolveResult:
+    """``solve`` with ``progress`` around it, and after the last layer it reports, the
+    step the solver takes then (its judge) until it returns."""
+    entered: list[bool] = []
+    # the layers' progress ends before the step after the last layer does (left last)
+    with (ExitStack() as after_layers,
+          progress if progress is not None else nullcontext(None) as report):
+        def layers(done: int, total: int) -> None:
+            if report is not None:
+                report(done, total)
+            if done >= total > 0 and not entered:
+                # the solver goes on after its last layer: its judge times them all
+                entered.append(True)
+                after_layers.enter_context(
+                    step(*(JUDGE_PHASE if can_judge(problem) else FINISH_PHASE)))
+
+        return solve(problem, solver, replace(params, progress=layers))

@@ -14,7 +14,9 @@ def check_dpi(dpi: int) -> None:
     """Raise UsageError unless ``dpi`` is within ``constants.REPORT_DPI_RANGE``."""
     low, high = constants.REPORT_DPI_RANGE
     if not low <= dpi <= high:
-        raise UsageError(f"expected --dpi between {low} and {high}, got {dpi}", where="--dpi")
+        raise UsageError(f"expected --dpi between {low} and {high}, got {dpi}", where="--dpi",
+                         hint=f"give a value from {low} to {high}; the nearest valid one is"
+                         f" {min(max(dpi, low), high)}")
 
 
 def write_pictures(pictures: Sequence[tuple[str, bytes]], folder: Path) -> list[Path]:

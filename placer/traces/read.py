@@ -15,7 +15,7 @@ from placer import constants
 from placer.errors import TraceError
 from placer.stats import RoutingData
 from placer.traces.accumulate import Accumulator, ReadOptions
-from placer.traces.registry import TraceFormat, detect_format, get_format
+from placer.traces.registry import TraceFormat, detect_format, folder_files, get_format
 
 PathLike = str | os.PathLike[str]
 
@@ -37,7 +37,9 @@ def read_routing(
     Parameters
     ----------
     path: a file, or several read as one trace (rank files, dumps of one run); their
-        tokens are distinct, loads add up, windows follow steps (or token order).
+        tokens are distinct, loads add up, windows follow steps (or token order).  A
+        folder an engine writes (TensorRT-LLM's statistics, SGLang's recorder dumps)
+        reads as its files.
     format: a name from :func:`format_names`; default: detected per file from its name's
         ending and content.
     window_tokens: windows of this many consecutive tokens instead of the trace's steps.
@@ -80,7 +82,10 @@ def read_routing(
         progress=progress,
         keep_warmup=keep_warmup,
     )
-    fmts = [get_format(format) if format else detect_format(p) for p in paths]
+    given = [(p, get_format(format) if format else detect_format(p)) for p in paths]
+    # a folder an engine fills with files (SGLang's recorder dumps) reads as those files
+    files = [(f, fmt) for p, fmt in given for f in folder_files(p, fmt)]
+    paths, fmts = [p for p, _ in files], [fmt for _, fmt in files]
     acc = _accumulate(paths, fmts, options)
     if acc.only_warmup():
         # nothing but identical rows is the data itself (a synthetic or degenerate

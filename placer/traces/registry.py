@@ -9,6 +9,11 @@ start of a file, and a ``read`` that streams the file into an
 Detection (:func:`detect_format`): the formats whose extensions end the file name are
 tried in registration order and the first whose ``sniff`` accepts the file wins; when no
 extension matches, every format's ``sniff`` is tried.  ``format=`` skips detection.
+
+A folder is a format's when its ``sniff`` takes the folder itself (TensorRT-LLM's
+statistics), or when the format names the files it reads in a folder (``files``, as an
+engine writes them: SGLang's ``expert_distribution_recorder_*.pt``) and the first of
+them sniffs as the format: the folder is then read as those files (:func:`folder_files`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ SNIFF_BYTES = 1 << 16
 
 SniffFn = Callable[[Path, bytes], bool]
 ReadFn = Callable[[Path, "Accumulator"], None]
+FilesFn = Callable[[Path], list[Path]]
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,9 @@ class TraceFormat:
     read: ``read(path, accumulator)``; streams the file into the accumulator, raising
         :class:`~placer.errors.TraceError` for bad input.
     description: one line for help texts and docs.
+    files: ``files(folder)``: the files of this format in ``folder`` that one read takes,
+        in reading order (the names an engine gives them); None when a folder of them is
+        not an input of this format.
     """
 
     name: str
@@ -54,6 +63,7 @@ class TraceFormat:
     sniff: SniffFn
     read: ReadFn
     description: str = ""
+    files: FilesFn | None = None
 
 
 _FORMATS: dict[str, TraceFormat] = {}
@@ -66,6 +76,7 @@ def register_format(
     sniff: SniffFn,
     read: ReadFn,
     description: str = "",
+    files: FilesFn | None = None,
 ) -> TraceFormat:
     """Register a trace format under ``name`` (re-registering a name replaces it)."""
     fmt = TraceFormat(
@@ -74,6 +85,7 @@ def register_format(
         sniff=sniff,
         read=read,
         description=description,
+        files=files,
     )
     _FORMATS[name] = fmt
     return fmt
@@ -113,13 +125,17 @@ def read_head(path: Path, size: int = SNIFF_BYTES) -> bytes:
 
 
 def detect_format(path: Path) -> TraceFormat:
-    """The format of ``path``, from its name's ending and its first bytes."""
+    """The format of ``path``, from its name's ending and its first bytes (a folder: see
+    the module docstring)."""
     if path.is_dir():
         for fmt in _FORMATS.values():
             if fmt.sniff(path, b""):
                 return fmt
+            found = fmt.files(path) if fmt.files is not None else []
+            if found and fmt.sniff(found[0], read_head(found[0])):
+                return fmt
         raise TraceError(
-            "is a folder that no trace format recognises",
+            f"is a folder that no trace format recognises ({_contents(path)})",
             where=str(path),
             hint="name the trace files in it, or pass `format`",
         )
@@ -145,3 +161,30 @@ def detect_format(path: Path) -> TraceFormat:
         where=str(path),
         hint=f"pass `format` one of: {claimed}",
     )
+
+
+def folder_files(path: Path, fmt: TraceFormat) -> list[Path]:
+    """The files a read of ``path`` in format ``fmt`` takes: ``path`` itself, or, for a
+    folder of a format that names its files, those files (TraceError when there are
+    none)."""
+    if not path.is_dir() or fmt.files is None:
+        return [path]
+    found = fmt.files(path)
+    if not found:
+        raise TraceError(
+            f"is a folder without {fmt.name} files ({_contents(path)})", where=str(path),
+            hint="name the trace files in it, or pass another `format`",
+        )
+    return found
+
+
+def _contents(folder: Path, shown: int = 3) -> str:
+    """What a folder holds, in a few words (for messages)."""
+    try:
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+    except OSError:
+        return "unreadable"
+    if not names:
+        return "it is empty"
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return "it holds " + ", ".join(names[:shown]) + more

@@ -153,6 +153,7 @@ def test_base_topology_file_is_extended_by_relative_path(timings, tmp_path):
     base.parent.mkdir()
     base.write_text(preset_text("dgx-h800").replace("name: dgx-h800", "name: my-h800"))
     overlay = tmp_path / "out" / "cal.yaml"
+    overlay.parent.mkdir()  # placer creates no folders
     result = runner.invoke(app, ["calibrate", str(timings), "-t", str(base), "-o", str(overlay),
                                  "--name", "mine"])
     assert result.exit_code == 0, result.output

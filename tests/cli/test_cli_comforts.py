@@ -133,7 +133,8 @@ def test_usage_line_names_arguments_in_capitals():
      "error: --top: expected a whole number, got '2.5'\n"
      "hint: `placer stats -h` says what it takes\n"),
     (["plan", "t.npz", "-o", "p.json", "--jobs", "0"],
-     "error: --jobs: expected a value >= 1, got 0\nhint: `placer plan -h` says what it takes\n"),
+     "error: --jobs: expected a value >= 1, got 0\n"
+     "hint: give a value >= 1; the nearest valid one is 1 (`placer plan -h`)\n"),
     (["plan", "t.npz"],
      "error: --output: missing: the command needs this option\n"
      "hint: `placer plan -h` shows what it takes, with examples\n"),
@@ -321,7 +322,7 @@ def test_placer_config_says_where_each_default_came_from(tmp_path):
     assert "plan" in rows["jobs"]["commands"] and "compare" in rows["jobs"]["commands"]
     text = _run("config", env={"PLACER_JOBS": "4"}).stdout
     assert f"config file   {(tmp_path / 'placer.toml').resolve()}\n" in text
-    assert re.search(r"\njobs +4 +PLACER_JOBS +--jobs of plan, compare\n", text)
+    assert re.search(r"\njobs +4 +PLACER_JOBS +--jobs of plan, compare, replay\n", text)
     assert re.search(r"\nmodel +- +built-in +--model of ", text)
 
 
@@ -351,8 +352,9 @@ def test_an_error_about_a_configured_value_says_where_it_came_from():
         " (`placer config` shows every default)")
     bounds = _run("plan", "t.npz", "-o", "p.json", env={"PLACER_JOBS": "0"})
     assert bounds.stderr == ("error: --jobs: expected a value >= 1, got 0\n"
-                             "hint: the value came from PLACER_JOBS=0: fix it there, or give"
-                             " --jobs on the command line\n")
+                             "hint: the value came from PLACER_JOBS=0: fix it there (a value"
+                             " >= 1; the nearest valid one is 1), or give --jobs on the command"
+                             " line\n")
 
 
 def test_a_configured_topology_yields_to_num_gpus_on_the_command_line(tmp_path):

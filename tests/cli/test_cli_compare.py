@@ -73,10 +73,10 @@ def test_csv_parses_and_agrees_with_json(json_rows):
 
 
 def test_table_agrees_with_json(json_rows):
-    result = _compare(*FOUR)
+    result = _compare(*FOUR, "--wide")
     assert result.exit_code == 0, result.stderr
     rows = [CompareRow(**{**r, "solve_seconds": None}) for r in json_rows]
-    expected = format_table(rows).splitlines()
+    expected = format_table(rows, wide=True).splitlines()
     got = result.stdout.splitlines()
     assert len(got) == len(expected) + 2
     assert got[len(expected):] == ["", recommend(rows).line]
@@ -114,6 +114,7 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text(STUDY.format(trace=BUNDLED))
     report = tmp_path / "out" / "compare.html"
+    report.parent.mkdir()  # placer creates no folder but --png-dir's
     pngs = tmp_path / "png"
     result = _compare("--scenarios", str(study), "--json", "--report", str(report),
                       "--png-dir", str(pngs), "--tokens-per-gpu", "64", "--dpi", "30")

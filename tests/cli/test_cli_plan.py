@@ -136,8 +136,8 @@ def test_plan_is_deterministic(skewed_trace, tmp_path):
         (["-g", "4", "--fit", "x"], 2,
          "error: --fit: expected a window range START:STOP, got 'x'\n"),
         (["-t", "dgx-h100", "-m", "deepseek-v3"], 1,
-         "error: {trace}: top_k is 2 here but 8 in the declared top_k\n"
-         "hint: check --model and --top-k against the trace\n"),
+         "error: {trace}: num_experts is 8 here but 256 in the declared num_experts\n"
+         "hint: check --model and --num-experts against the trace\n"),
         (["-t", "dgx-h100", "-m", "deepseek-v3", "--top-k", "2"], 2,
          "error: --top-k: --top-k 2 contradicts the model deepseek-v3 (top_k = 8)\n"
          "hint: drop --top-k, or name the model the trace came from\n"),

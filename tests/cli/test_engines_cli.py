@@ -114,8 +114,8 @@ def test_export_for_the_wrong_model(maverick_plan: Path, tmp_path: Path) -> None
     result = runner.invoke(app, ["export", str(maverick_plan), "-f", "sglang", "-m",
                                  "mixtral-8x7b", "-o", str(tmp_path / "x.json")])
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[0] == (
-        "error: the placement has 128 experts per layer but mixtral-8x7b has 8"
+    assert result.stderr.splitlines()[0] == (  # names the placement's file
+        f"error: {maverick_plan}: the placement has 128 experts per layer but mixtral-8x7b has 8"
     )
     assert not (tmp_path / "x.json").exists()
 

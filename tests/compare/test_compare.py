@@ -192,7 +192,7 @@ def test_format_table_numbers_notes_and_alignment():
         _row(scenario="big too", status="does not fit: too big"),
         _row(scenario="odd", status="error: uneven"),
     ]
-    lines = format_table(rows).splitlines()
+    lines = format_table(rows, wide=True).splitlines()
     assert lines[0].split()[:4] == ["scenario", "GPUs", "nodes", "slots/GPU"]
     assert lines[2].startswith("ok one ")
     cells = table_cells(rows[0])

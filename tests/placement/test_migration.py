@@ -125,7 +125,8 @@ def test_replan_respects_the_move_budget_exactly() -> None:
                                   for _ in range(3)]), np.arange(3), 16, 4)
     problem = PlacementProblem(stats=stats, num_gpus=4, slots_per_gpu=5,
                                node_of_gpu=np.zeros(4, dtype=np.int64), current=current)
-    fast = {"time_limit_s": 2.0, "options": {"patience": 2, "balance_iterations": 4}}
+    # the budget, not the quality, is checked: a short search is enough
+    fast = {"time_limit_s": 0.5, "options": {"patience": 2, "balance_iterations": 4}}
     free = solve(problem, "cpsat", SolveParams(**fast, move_tolerance=0.0))
     full = int(layer_moves(free.placement, current).sum())
     assert full > 0 and free.replan["moves"] == full

@@ -153,6 +153,12 @@ class Accumulator:
         return self._state.model
 
     @property
+    def num_experts(self) -> tuple[int | None, str]:
+        """The experts per layer declared so far (by the caller or a file; None: not
+        yet), and where that came from (for messages)."""
+        return self._state.num_experts, self._state.experts_from
+
+    @property
     def synthetic(self) -> bool:
         return self._state.synthetic
 

@@ -71,10 +71,11 @@ class AggregateBuilder:
             coact = None if coact is None else coact[cols]
             nl = lid.size
         if s.num_experts is not None and e != s.num_experts:
+            _raise_beyond(load, lid, s.num_experts, s.experts_from, "load", where)
             raise TraceError(
                 f"load has {e} experts but num_experts is {s.num_experts}"
                 f" ({s.experts_from})",
-                where=where, hint="check `num_experts` and `model` against the file",
+                where=f"{where}: load", hint="check `num_experts` and `model` against the file",
             )
         if self.counts.load.size == 0 and not s.layer_ids:
             s.layer_ids = [int(i) for i in lid]
@@ -134,6 +135,7 @@ class AggregateBuilder:
         if p == 0 or nl == 0:
             return
         if s.num_experts is not None and e > s.num_experts:
+            _raise_beyond(load, lid, s.num_experts, s.experts_from, "counts", where)
             raise TraceError(
                 f"counts have {e} experts but num_experts is {s.num_experts}"
                 f" ({s.experts_from})",
@@ -224,3 +226,22 @@ class AggregateBuilder:
         )
         warn_all(warn)
         return RoutingData(stats=stats, trace=None)
+
+
+def _raise_beyond(load: np.ndarray, layer_ids: np.ndarray, num_experts: int, source: str,
+                  name: str, where: str) -> None:
+    """Raise for the first count of ``load [windows or passes, layers, experts]`` (layers
+    ``layer_ids``) at an expert id of ``num_experts`` or more, naming its layer and
+    window; nothing when every such count is 0."""
+    beyond = np.asarray(load)[..., num_experts:]
+    if beyond.size == 0 or not beyond.any():
+        return
+    w, lay, col = (int(i) for i in np.argwhere(beyond != 0)[0])
+    e = num_experts + col
+    unit = "window" if name == "load" else "pass"
+    raise TraceError(
+        f"expert id {e} is out of range [0, {num_experts}): {name} has"
+        f" {int(load[w, lay, e])} selections of it in layer {int(layer_ids[lay])}, {unit} {w}",
+        where=f"{where}: {name}",
+        hint=f"num_experts is {num_experts} ({source}); check the model against the file",
+    )

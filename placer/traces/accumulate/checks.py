@@ -178,7 +178,7 @@ class Checks:
         s = self.state
         e = _declared_count(
             "num_experts", num_experts, constants.MAX_EXPERTS, (s.num_experts, s.experts_from),
-            DECLARED_EXPERTS, "check `num_experts` against the trace", where,
+            DECLARED_EXPERTS, "check `model` and `num_experts` against the trace", where,
         )
         if s.max_expert >= e:
             raise TraceError(

@@ -306,7 +306,7 @@ def _read_csv(path: Path, acc: Accumulator) -> None:
     reader = csv.reader(io.StringIO(text))
     header, idx, load_col = _csv_header(reader, where)
     arr = _csv_cells(reader, len(header), idx, load_col, where, acc)
-    load, layer_ids, wins = _csv_load(arr, where)
+    load, layer_ids, wins = _csv_load(arr, where, acc.num_experts)
     _add(acc, where, load, layer_ids=layer_ids, window_starts=wins if "window" in idx else None)
 
 
@@ -387,11 +387,24 @@ def _csv_value(text: str, column: str, top: int, where: str) -> int:
     return v
 
 
-def _csv_load(arr: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``[windows, layers, experts]`` load of the cells, with the layer ids and windows."""
+def _csv_load(arr: np.ndarray, where: str, declared: tuple[int | None, str] = (None, "")
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[windows, layers, experts]`` load of the cells, with the layer ids and windows;
+    ``declared``: the experts per layer known so far and where from (the load is that
+    wide; a cell of an expert beyond is an error naming its line)."""
     win, lay, exp, cnt, lines = arr.T
     layer_ids = np.unique(lay)
     num_e = int(exp.max()) + 1
+    known, source = declared
+    if known is not None:
+        if num_e > known:
+            i = int(np.flatnonzero(exp >= known)[0])
+            raise TraceError(
+                f"expert id {int(exp[i])} is out of range [0, {known})",
+                where=f"{where}:{int(lines[i])}",
+                hint=f"num_experts is {known} ({source}); check the model against the file",
+            )
+        num_e = known
     wins = np.unique(win)
     if layer_ids.size > constants.MAX_LAYERS:
         raise TraceError(

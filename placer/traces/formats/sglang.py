@@ -41,7 +41,10 @@ with ``torch.save``; placer reads them with :func:`placer.io.ptfile.load_pt`:
   ``top_k`` (``--top-k``).
 
 Detection: any torch zip archive (:func:`placer.io.ptfile.is_torch_archive`, by its
-members: a real dump's keys may sit megabytes into ``data.pkl``), whatever its name.
+members: a real dump's keys may sit megabytes into ``data.pkl``), whatever its name; and
+a folder holding ``expert_distribution_recorder_*.pt`` files, as the recorder writes them
+(``SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR``), in any mode: it reads as those files, in
+the order of their time stamp and rank (:func:`dump_files`).
 
 Memory stays bounded whatever the number of records (docs/limits.md): per_pass counts
 are mapped and accumulated a batch of passes at a time, per_token records go to the
@@ -50,6 +53,8 @@ accumulator in chunks of about ``constants.CHUNK_ROWS`` rows.
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -366,11 +371,33 @@ def sniff(path: Path, head: bytes) -> bool:
     return head[:4] == b"PK\x03\x04" and is_torch_archive(path)
 
 
+#: The name SGLang's recorder gives its dumps: ``expert_distribution_recorder_{time}.pt``
+#: (``stat``) or ``expert_distribution_recorder_{time}_{rank}.pt`` (``per_token``,
+#: ``per_pass``).
+DUMP_GLOB = "expert_distribution_recorder_*.pt"
+_DUMP_NAME = re.compile(r"expert_distribution_recorder_(\d+(?:\.\d*)?)(?:_(\d+))?\.pt")
+
+
+def dump_files(folder: Path) -> list[Path]:
+    """The recorder dumps in ``folder`` (:data:`DUMP_GLOB`), by time stamp then rank."""
+    def order(p: Path) -> tuple[float, int, str]:
+        named = _DUMP_NAME.fullmatch(p.name)
+        if named is None:
+            return (math.inf, 0, p.name)
+        return (float(named.group(1)), int(named.group(2) or 0), p.name)
+
+    try:
+        return sorted((p for p in folder.glob(DUMP_GLOB) if p.is_file()), key=order)
+    except OSError:
+        return []
+
+
 register_format(
     FORMAT,
     extensions=(".pt",),
     sniff=sniff,
     read=read,
     description="SGLang expert distribution recorder dump (stat, per_token or per_pass .pt,"
-    " no torch needed)",
+    " or the folder of them; no torch needed)",
+    files=dump_files,
 )

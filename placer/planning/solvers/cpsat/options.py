@@ -95,7 +95,8 @@ class CpsatOptions:
                              f" {self.robust!r}", where=Param("robust"))
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise UsageError(f"expected batch tokens >= 1, got {self.batch_tokens}",
-                             where=Param("noise_batch_tokens"))
+                             where=Param("noise_batch_tokens"),
+                             hint="give a value >= 1; the nearest valid one is 1")
         for name in ("neighbourhood_slots", "patience", "cost_patience", "pairs_per_expert"):
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"expected {name} >= 1", where=Param(f"options.{name}"))

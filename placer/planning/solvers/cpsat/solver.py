@@ -195,7 +195,8 @@ def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
         report(finished, total)
 
     backend = Backend(jobs=params.jobs, ray=params.ray)
-    return backend.run(_solve_one, tasks, on_done=done)
+    return backend.run(_solve_one, tasks, on_done=done,
+                       names=[f"layer {task[0].layer_id}" for task in tasks])
 
 
 _Task = tuple[LayerData, np.ndarray, SearchParams]

@@ -9,6 +9,7 @@ row's values.  The reader driving these is :mod:`placer.traces.formats.jsonl`; t
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import zlib
@@ -65,23 +66,47 @@ def sniff_jsonl(path: Path, head: bytes) -> bool:
 
 
 def open_trace(path: Path) -> tuple[IO[bytes], IO[bytes]]:
-    """(stream of decompressed bytes, raw file for progress)."""
+    """(stream of decompressed bytes, raw file for progress: its ``tell()`` is the bytes
+    read of it, a pipe's too)."""
     raw: IO[bytes] = open(path, "rb")  # noqa: SIM115  (closed by the caller)
-    magic = raw.read(2)
-    raw.seek(0)
+    if not raw.seekable():  # a pipe (``<(zcat trace.jsonl.gz)``): count what is read
+        raw = _Counted(raw)  # type: ignore[assignment]
+    magic = raw.peek(2)[:2]  # type: ignore[attr-defined]
     if magic == b"\x1f\x8b":
         stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
         return stream, raw
     return raw, raw
 
 
+class _Counted(io.BufferedReader):
+    """A buffered reader of a pipe whose ``tell()`` is the bytes read so far."""
+
+    def __init__(self, inner: Any):
+        super().__init__(inner.detach())
+        self.done = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.done += len(data)
+        return data
+
+    def read1(self, size: int = -1) -> bytes:
+        data = super().read1(size)
+        self.done += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.done
+
+
 def line_blocks(stream: IO[bytes], raw: IO[bytes], size: int, where: str) -> Iterator[bytes]:
     """Blocks of whole lines (the last one may lack its newline).
 
     ``raw`` is the file under ``stream`` (the same object when not compressed): a gzip
-    stream that inflates past ``constants.MAX_DECOMPRESSION_RATIO`` times the bytes read
-    of it (after ``constants.DECOMPRESSION_FREE_BYTES``) is refused, and so is a line
-    longer than ``constants.MAX_LINE_BYTES`` (a file without newlines never ends one).
+    stream is read in bounded memory whatever its ratio, and refused once it has inflated
+    to more than ``constants.MAX_INFLATED_BYTES`` (which bounds the time a small file can
+    take); a line longer than ``constants.MAX_LINE_BYTES`` is refused too (a file without
+    newlines never ends one).
     """
     rest = b""
     lines = 0  # newlines before ``rest``
@@ -99,15 +124,13 @@ def line_blocks(stream: IO[bytes], raw: IO[bytes], size: int, where: str) -> Ite
             return
         if stream is not raw:
             inflated += len(data)
-            if (
-                inflated > constants.DECOMPRESSION_FREE_BYTES
-                and inflated > constants.MAX_DECOMPRESSION_RATIO * max(raw.tell(), 1)
-            ):
+            if inflated > constants.MAX_INFLATED_BYTES:
                 raise TraceError(
-                    f"the gzip file inflates more than {constants.MAX_DECOMPRESSION_RATIO}"
-                    f" times (to over {inflated >> 20} MiB from {raw.tell() >> 10} KiB):"
-                    " no routing trace compresses this well",
-                    where=where, hint="is this a compression bomb? (limits: docs/limits.md)",
+                    f"the gzip file inflates to more than {constants.MAX_INFLATED_BYTES >> 30}"
+                    f" GiB (from {raw.tell() >> 20} MiB read of it), the most placer reads of"
+                    " a compressed trace",
+                    where=where, hint="is this a compression bomb? a larger trace reads"
+                    " uncompressed, or as NPZ (limits: docs/limits.md)",
                 )
         data = rest + data
         cut = data.rfind(b"\n")

@@ -22,9 +22,8 @@ block's first routing row are cut into numbers with numpy; every other line goes
 through ``json.loads``.  Both give the same rows.
 
 Limits (docs/limits.md): a line holds at most ``constants.MAX_LINE_BYTES`` (``/dev/zero``
-fails at once), numbers fit int64, weights are finite, and a gzip file past
-``constants.DECOMPRESSION_FREE_BYTES`` may not decompress to more than
-``constants.MAX_DECOMPRESSION_RATIO`` times its size.
+fails at once), numbers fit int64, weights are finite, and a gzip file, read as a stream
+in bounded memory, may inflate to at most ``constants.MAX_INFLATED_BYTES``.
 """
 
 from __future__ import annotations
