@@ -38,8 +38,9 @@ from placer.evaluate.simulate import UnitCosts
 from placer.evaluate.timing import comm_time_us, compute_time_us
 from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric, Segments, per_selection_traffic
 
-#: Dispatch policies whose slot is a function of (expert, rank position, k position).
-POSITION_POLICIES = ("round_robin",)
+#: Dispatch policies whose slot is a function of (expert, rank position, k position)
+#: (``trtllm_block`` also reads the other selections of the block: not counted here).
+POSITION_POLICIES = ("round_robin", "vllm_hash")
 
 #: Lookup tables above this many entries are not built (the selections' slots are chosen
 #: one by one instead).
@@ -174,15 +175,23 @@ def counted_times(sel: Selections, counts: np.ndarray, fabric: Fabric, costs: Un
     every = sel.segments
     segments = Segments(every.of_token, every.batch[run_lo:run_hi] - first,
                         every.source[run_lo:run_hi], last - first)
+    return times_from_counts(counts, segments, sel.num_slots, fabric, costs)
+
+
+def times_from_counts(counts: np.ndarray, segments: Segments, num_slots: int, fabric: Fabric,
+                      costs: UnitCosts) -> tuple[np.ndarray, np.ndarray]:
+    """``([batches], [batches])`` MoE-layer time and hot-shard ratio of each batch from
+    the ``[runs, P]`` selections each slot serves in each (batch, source) run of
+    ``segments`` (per-selection all-to-all; whole counts, or expected ones as floats)."""
     num_gpus = fabric.num_gpus
-    slots_per_gpu = sel.num_slots // num_gpus
+    slots_per_gpu = num_slots // num_gpus
     nb = segments.num_batches
     served = counts.reshape(-1, num_gpus, slots_per_gpu).sum(axis=2)  # [runs, G]
     starts = np.flatnonzero(np.r_[True, segments.batch[1:] != segments.batch[:-1]]) \
         if segments.num_segments else np.zeros(0, dtype=np.int64)
     present = segments.batch[starts]
-    gpu_load = np.zeros((nb, num_gpus), dtype=np.int64)
-    slot_load = np.zeros((nb, sel.num_slots), dtype=np.int64)
+    gpu_load = np.zeros((nb, num_gpus), dtype=counts.dtype)
+    slot_load = np.zeros((nb, num_slots), dtype=counts.dtype)
     if starts.size:
         gpu_load[present] = np.add.reduceat(served, starts, axis=0)
         slot_load[present] = np.add.reduceat(counts, starts, axis=0)

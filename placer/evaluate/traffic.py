@@ -306,7 +306,7 @@ def per_selection_traffic(served: np.ndarray, gpu_load: np.ndarray, segments: Se
     sb, ss = segments.batch, segments.source
     seg_rows = np.arange(segments.num_segments)
     copies = np.zeros((segments.num_batches, fabric.num_gpus, fabric.num_gpus),
-                      dtype=np.int64)
+                      dtype=served.dtype)  # expected counts are floats
     local = served[seg_rows, ss].copy()
     remote = served.copy()
     remote[seg_rows, ss] = 0

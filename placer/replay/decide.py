@@ -9,8 +9,9 @@ expert's weights onto one GPU: a swap of two experts between two GPUs is two mov
 giving a hot expert a replica in the slot of an expert that keeps another is one),
 repeated while it helps; the moves of all layers are then taken best gain per move first
 within the budget, and a layer's moves are kept only when the evaluator times the layer
-faster on the window by more than their copy costs over the coming interval
-(:func:`worth_copying`).  Nothing here calls a solver: an online decision must take
+faster on the window by more than their copy costs over the coming ``horizon`` steps
+(decode: a step with the window's load in expectation, :func:`expected_layer_times`; else
+sampled batches).  Nothing here calls a solver: an online decision must take
 milliseconds to a second, as the engines' do.
 
 ``oracle``: the faster of both, fitted on the coming interval itself (the caller passes
@@ -26,9 +27,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from placer import constants
 from placer.errors import PlacerWarning
 from placer.evaluate import evaluate
+from placer.evaluate.counted import supports, times_from_counts
 from placer.evaluate.params import regime_params
+from placer.evaluate.simulate import UnitCosts
+from placer.evaluate.traffic import Fabric, Segments
 from placer.model import ModelSpec
 from placer.placement import Placement
 from placer.planning.solvers.eplb import eplb_placement
@@ -235,6 +240,38 @@ def judged_layer_times(placement: Placement, stats: ExpertStats, topology: Topol
     return np.asarray(result.per_layer["layer_time_p99_us"], dtype=np.float64)
 
 
+def expected_layer_times(placement: Placement, load: np.ndarray, topology: Topology,
+                         model: ModelSpec, regime: Regime,
+                         dtype: str) -> np.ndarray | None:
+    """``[layers]`` MoE-layer time, µs, of a step whose selections are the window's load
+    in expectation (``load`` ``[layers, E]`` scaled to one step of the regime, spread
+    evenly over the source ranks), each expert's selections split evenly over its
+    replicas: round robin's split, and in expectation the fair shares of SGLang's static
+    table (its nearest-replica preference left out).  Deterministic and fast (no sampled
+    tokens, no table drawn): what an online decision can afford.  None where the
+    regime's all-to-all is not per selection (normal mode deduplicates each token's
+    destinations: the sampled judge decides there)."""
+    params = regime_params(regime, placement.num_gpus, dtype=dtype)
+    if not supports(params.policy, params.mode):
+        return None
+    fabric = Fabric.from_topology(topology, params.mode)
+    costs = UnitCosts.of(fabric, topology, model, dtype)
+    gpus, slots = placement.num_gpus, placement.num_physical
+    step_tokens = float(params.batch_tokens or constants.DEFAULT_BATCH_TOKENS)
+    totals = np.maximum(load.sum(axis=1, keepdims=True), 1e-12)
+    per_source = load / totals * step_tokens * model.top_k / gpus  # [layers, E]
+    segments = Segments(np.zeros(0, dtype=np.int64), np.zeros(gpus, dtype=np.int64),
+                        np.arange(gpus, dtype=np.int64), 1)
+    counts_of = placement.replica_counts
+    out = np.empty(placement.num_layers)
+    for row in range(placement.num_layers):
+        p2l = placement.physical_to_logical[row]
+        split = per_source[row][p2l] / counts_of[row][p2l]
+        counts = np.broadcast_to(split, (gpus, slots)).copy()
+        out[row] = times_from_counts(counts, segments, slots, fabric, costs)[0][0]
+    return out
+
+
 @dataclass(frozen=True)
 class Decision:
     """A rebalance decided: the placement to deploy and how long deciding took."""
@@ -259,7 +296,8 @@ def placer_moves(current: Placement, load: np.ndarray, *, topology: Topology,
                  model: ModelSpec, regime: Regime, dtype: str, interval: int,
                  max_moves: int | None, costs: CopyCosts) -> Decision:
     """placer's online re-plan of ``current`` for ``load`` (``[layers, E]``, the window),
-    to serve the next ``interval`` steps (module docstring)."""
+    its moves paying for their copy within ``interval`` steps (the policy's horizon;
+    module docstring)."""
     from placer.placement.migration import copy_bytes, copy_seconds
 
     started = time.perf_counter()
@@ -275,10 +313,17 @@ def placer_moves(current: Placement, load: np.ndarray, *, topology: Topology,
         rows[row] = plans[row].rows[taken[row]]
     proposal = Placement(rows, current.layer_ids, current.num_experts, current.num_gpus)
     sub = np.array(changed)
-    stats = window_stats(load[sub], current.layer_ids[sub], model.top_k)
-    draws: dict[tuple[int, ...], np.ndarray] = {}
-    before = judged_layer_times(_rows(current, sub), stats, topology, model, regime, draws)
-    after = judged_layer_times(_rows(proposal, sub), stats, topology, model, regime, draws)
+    before = expected_layer_times(_rows(current, sub), load[sub], topology, model, regime,
+                                  dtype)
+    after = expected_layer_times(_rows(proposal, sub), load[sub], topology, model, regime,
+                                 dtype)
+    if before is None or after is None:
+        stats = window_stats(load[sub], current.layer_ids[sub], model.top_k)
+        draws: dict[tuple[int, ...], np.ndarray] = {}
+        before = judged_layer_times(_rows(current, sub), stats, topology, model, regime,
+                                    draws)
+        after = judged_layer_times(_rows(proposal, sub), stats, topology, model, regime,
+                                   draws)
     local, remote = copy_bytes(_rows(proposal, sub), _rows(current, sub),
                                float(model.expert_bytes(dtype)), topology.node_of_gpu)
     copy_us = copy_seconds(local, remote, topology).max(axis=1) * 1e6  # [changed]

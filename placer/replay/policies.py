@@ -12,9 +12,11 @@ A policy says which placement serves each step of a replay and when it changes:
     reference EPLB on the load of the last ``W`` steps; ``async`` copies the new layout in
     the background, ``layers`` per step (the old one serving meanwhile), else serving
     stops while the weights move.
-``placer:window=W,interval=I[,max-moves=M][,async][,first=F][,layers=N]``
+``placer:window=W,interval=I[,max-moves=M][,horizon=H][,async][,first=F][,layers=N]``
     placer's online re-plan at the same cadence: from the deployed placement, the moves
-    that pay for their copy, greedily by the evaluator's gain, at most ``M`` per rebalance.
+    that pay for their copy within ``H`` steps (default: the window: the load of the last
+    ``W`` steps is taken to hold for as long again), greedily by the evaluator's gain, at
+    most ``M`` per rebalance.
 ``oracle:interval=I``
     foresight, as a reference: every ``I`` steps the faster of EPLB and placer fitted on
     the coming ``I`` steps themselves, moved for free.
@@ -36,8 +38,8 @@ KEYS: dict[str, dict[str, bool]] = {
     "static": {},
     "eplb": {"window": False, "interval": False, "redundant": False, "async": True,
              "first": False, "layers": False},
-    "placer": {"window": False, "interval": False, "max-moves": False, "async": True,
-               "first": False, "layers": False},
+    "placer": {"window": False, "interval": False, "max-moves": False, "horizon": False,
+               "async": True, "first": False, "layers": False},
     "oracle": {"interval": False},
 }
 
@@ -83,6 +85,7 @@ class OnlinePolicy:
     redundant: redundant experts per layer (eplb; None = the replay's).
     max_moves: at most this many weight moves per rebalance (placer; None = no budget
         beyond what pays).
+    horizon: steps over which a move must pay for its copy (placer; the window).
     asynchronous: copy in the background (the old layout serves meanwhile), ``layers``
         layers per step; else serving stops while the weights move.
     layers: layers whose weights move per step when asynchronous.
@@ -97,6 +100,7 @@ class OnlinePolicy:
     asynchronous: bool = False
     layers: int = 1
     text: str = ""
+    horizon: int | None = None
 
     @property
     def label(self) -> str:
@@ -167,6 +171,7 @@ def parse_policy(text: str, *, where: str | None = None) -> Policy:
         asynchronous="async" in values,
         layers=_count(values, "layers", text, where, 1),
         text=text.strip(),
+        horizon=_count(values, "horizon", text, where, window) if kind == "placer" else None,
     )
 
 

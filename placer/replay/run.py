@@ -65,18 +65,26 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
     that does not fit the model or cluster, TraceError for trace problems.
     """
     setting = _setting(source, model, topology, params)
-    loads = step_loads(source, model.num_experts)
     backend = Backend(jobs=params.jobs, ray=params.ray)
     if backend.jobs == 1 and backend.ray is None:
+        loads = step_loads(source, model.num_experts)
         timelines = [plan_timeline(p, loads, setting, initial) for p in policies]
         timed = time_timelines(source, timelines, setting, progress=progress)
     else:
+        groups = [g for g in np.array_split(np.arange(source.num_layers),
+                                            min(source.num_layers, 2 * backend.jobs))
+                  if g.size]
+        counted = backend.run(_count_layers, [g.tolist() for g in groups],
+                              shared=_Counting(source, model.num_experts),
+                              names=[f"loads of layers {format_ranges(source.layer_ids[g])}"
+                                     for g in groups])
+        loads = np.zeros((source.num_steps, source.num_layers, model.num_experts),
+                         dtype=np.int32)
+        for part, cols in zip(counted, groups, strict=True):
+            loads[:, cols] = part
         timelines = backend.run(_decide, list(policies),
                                 shared=_Decisions(loads, setting, initial),
                                 names=[f"policy {p.label}" for p in policies])
-        groups = [g for g in np.array_split(np.arange(source.num_layers),
-                                            min(source.num_layers, 4 * backend.jobs))
-                  if g.size]
         done = [0]
 
         def finished(index: int, _: Any) -> None:
@@ -103,6 +111,20 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
             "dtype": setting.dtype}
     return ReplayResult(results, info, tuple(zip(edges[:-1].tolist(), edges[1:].tolist(),
                                                  strict=True)))
+
+
+@dataclass(frozen=True)
+class _Counting:
+    """What counting the step loads of layers elsewhere reads."""
+
+    source: StepSource
+    num_experts: int
+
+
+def _count_layers(shared: _Counting, columns: list[int]) -> np.ndarray:
+    """``[steps, columns, E]`` step loads of the layer ``columns`` (a piece of
+    :func:`replay`)."""
+    return step_loads(shared.source, shared.num_experts, columns)[:, columns]
 
 
 @dataclass(frozen=True)

@@ -203,20 +203,23 @@ def _check_declared(npz: NpzTokens, num_experts: int | None, name: str) -> None:
                          f" {num_experts}", where=name, hint="replay with the trace's model")
 
 
-def step_loads(source: StepSource, num_experts: int) -> np.ndarray:
+def step_loads(source: StepSource, num_experts: int,
+               columns: list[int] | None = None) -> np.ndarray:
     """``[steps, layers, experts]`` int32 selections of each expert at each step (the
-    logical load engines record), checking every expert id on the way.
+    logical load engines record), checking every expert id on the way; only the layer
+    ``columns`` given (default: all; the others stay 0), so layers can be counted apart.
 
     Raises TraceError naming the token and layer of an id outside ``[-1, experts)``.
     """
-    num_layers = source.num_layers
-    loads = np.zeros((source.num_steps, num_layers, num_experts), dtype=np.int32)
+    cols = np.arange(source.num_layers) if columns is None else np.asarray(columns)
+    num_layers = int(cols.size)
+    loads = np.zeros((source.num_steps, source.num_layers, num_experts), dtype=np.int32)
     for chunk in source.chunks():
-        ids = chunk.topk_ids
+        ids = chunk.topk_ids if columns is None else chunk.topk_ids[:, cols]
         lo_id, hi_id = int(ids.min()), int(ids.max())
         if lo_id < -1 or hi_id >= num_experts:
             bad = np.argwhere((ids < -1) | (ids >= num_experts))[0]
-            token, col = chunk.lo + int(bad[0]), int(bad[1])
+            token, col = chunk.lo + int(bad[0]), int(cols[int(bad[1])])
             raise TraceError(
                 f"token {token}, layer {int(source.layer_ids[col])}: expert id"
                 f" {int(ids[tuple(bad)])} is out of range [0, {num_experts})",
@@ -230,6 +233,6 @@ def step_loads(source: StepSource, num_experts: int) -> np.ndarray:
         if lo_id < 0:
             flat[ids < 0] = cells
         counts = np.bincount(flat.reshape(-1), minlength=cells + 1)[:cells]
-        loads[chunk.first_step : chunk.first_step + chunk.num_steps] = counts.reshape(
+        loads[chunk.first_step : chunk.first_step + chunk.num_steps, cols] = counts.reshape(
             chunk.num_steps, num_layers, num_experts)
     return loads

@@ -195,7 +195,8 @@ def _online(policy: OnlinePolicy, loads: np.ndarray, setting: Setting,
                              1.0 if not policy.asynchronous else costs.async_share)
             decision = placer_moves(current, window, topology=setting.topology,
                                     model=setting.model, regime=setting.regime,
-                                    dtype=setting.dtype, interval=policy.interval,
+                                    dtype=setting.dtype,
+                                    interval=policy.horizon or policy.window,
                                     max_moves=policy.max_moves, costs=copy)
             new = decision.placement
             decision_s = time.perf_counter() - started
