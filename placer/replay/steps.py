@@ -24,7 +24,7 @@ from placer.traces import detect_format, read_routing
 from placer.traces.formats.npz import NpzTokens
 
 #: Tokens read per chunk of the trace (whole steps are added until at least this many).
-CHUNK_TOKENS = 1 << 15
+CHUNK_TOKENS = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,10 @@ class StepSource:
     def num_layers(self) -> int:
         return int(self.layer_ids.size)
 
-    def chunks(self, tokens: int = CHUNK_TOKENS) -> Iterator[Chunk]:
-        """Whole steps, in order, about ``tokens`` tokens a chunk (at least one step)."""
+    def chunks(self, tokens: int | None = None) -> Iterator[Chunk]:
+        """Whole steps, in order, about ``tokens`` tokens a chunk (at least one step;
+        default :data:`CHUNK_TOKENS`)."""
+        tokens = tokens or CHUNK_TOKENS
         bounds = np.searchsorted(self.step_of_token, np.arange(self.num_steps + 1))
         if self.npz is not None:
             yield from self._streamed(bounds, tokens)
