@@ -56,7 +56,10 @@ from placer.metrics import metric
 
 OUT = Path(__file__).resolve().parent / "out"
 #: Engines whose dispatch policy each configuration is planned and judged under.
-ENGINES = ("sglang", "vllm")
+ENGINES = ("sglang", "vllm", "trtllm")
+#: Configurations also planned and judged for prefill (vLLM, 4,096 tokens per GPU, normal
+#: all-to-all): issue 26's "prefill rows never above EPLB".
+PREFILL_KEYS = ("gpt-oss-8x5", "qwen3-2n", "deepseek-v3")
 #: Tokens per window of the Mixtral logs (as bench/planning.py reads them).
 MIXTRAL_WINDOW_TOKENS = 16
 #: Multi-node targets of issue 12: configuration key -> the least relative reduction of
@@ -103,7 +106,7 @@ class Row:
     """One (configuration, engine) line of the table."""
 
     config: str
-    engine: str
+    engine: str  # "vllm", or "vllm prefill" for a prefill row
     judged: str
     eplb_step_p99: float
     eplb_layer_p99: float
@@ -138,7 +141,7 @@ def compare_engines(
     key: str, label: str, routing: Any, model: Any, topology: Any, *,
     slots_per_gpu: int | None = None, redundant: int | None = None,
     fit: tuple[int, int] | None = None, engines: Sequence[str] = ENGINES,
-    jobs: int | None = None, time_limit_s: float | None = None,
+    jobs: int | None = None, time_limit_s: float | None = None, workload: str = "decode",
 ) -> list[Row]:
     """Plan one configuration as ``placer plan`` does, once per engine, and judge each
     plan against EPLB with ``summarize_plan``.
@@ -163,8 +166,8 @@ def compare_engines(
     _say_warnings(caught, f"{label} eplb")
     rows = []
     for engine in engines:
-        workload = Regime(engine, "decode")
-        params = SolveParams(jobs=jobs, regime=workload, **extra)
+        regime = Regime(engine, workload)
+        params = SolveParams(jobs=jobs, regime=regime, **extra)
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -174,8 +177,9 @@ def compare_engines(
         log(f"{label}, {engine}: cpsat {seconds:.1f} s ({result.status}); judging ...")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            summary = summarize_plan(problem, result, baseline, routing, regime=workload,
+            summary = summarize_plan(problem, result, baseline, routing, regime=regime,
                                      fit=fit)
+            per_batch = _batch_floors(summary, (baseline, result), routing, problem)
         _say_warnings(caught, f"{label} {engine} summary")
         if not summary.times:
             raise RuntimeError(f"{label} {engine}: no estimated times ({summary.times_note})")
@@ -184,7 +188,8 @@ def compare_engines(
         verdict = summary.verdict
         assert summary.judged is not None
         rows.append(Row(
-            config=label, engine=engine, judged=summary.judged.describe(),
+            config=label, engine=engine if workload == "decode" else f"{engine} {workload}",
+            judged=summary.judged.describe(),
             eplb_step_p99=theirs["step_p99_us"], eplb_layer_p99=theirs["layer_p99_us_median"],
             cpsat_step_p99=mine["step_p99_us"], cpsat_layer_p99=mine["layer_p99_us_median"],
             change=change, verdict=verdict.outcome if verdict is not None else "-",
@@ -194,11 +199,30 @@ def compare_engines(
                    "compute": (theirs["compute_us"], mine["compute_us"]),
                    "floor": (summary.floor or {}).get("step_mean_us", math.nan),
                    "mean": (theirs["step_mean_us"], mine["step_mean_us"]),
-                   "gaps": summary.gaps()},
+                   "gaps": summary.gaps(), "batch_floor": per_batch},
         ))
         log(f"{label}, {engine}: step p99 eplb {theirs['step_p99_us']:.1f} µs,"
             f" cpsat {mine['step_p99_us']:.1f} µs ({change:+.2%})")
     return rows
+
+
+def _batch_floors(summary: Any, results: Sequence[Any], routing: Any,
+                  problem: Any) -> tuple[float, float] | None:
+    """Step p99 floors of every placement with EPLB's and with cpsat's replica counts
+    (:func:`placer.evaluate.hot_floor.counts_floor`, on the tokens the summary judged),
+    or None where the dispatch is not a position rule."""
+    from placer.evaluate.dispatch import CODE_POLICIES
+    from placer.evaluate.hot_floor import counts_floor
+
+    params = summary.eval_params
+    if params is None or params.policy not in CODE_POLICIES:
+        return None
+    floors = []
+    for result in results:
+        floor = counts_floor(result.placement, routing, problem.topology, problem.model,
+                             params, draws={})
+        floors.append(floor.metrics()["step_p99_us"])
+    return floors[0], floors[1]
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -224,8 +248,9 @@ def render_table(rows: Sequence[Row]) -> list[str]:
         f" cpsat <= EPLB | {metric(a2a_key).header} EPLB / cpsat |"
         f" {metric(compute_key).header} EPLB / cpsat |"
         f" {metric(mean).header} EPLB / cpsat / floor | above floor EPLB / cpsat |"
-        " cpsat s (status) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f" per-batch floor {metric(step).header} EPLB / cpsat counts |"
+        " above per-batch floor EPLB / cpsat | cpsat s (status) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         a2a = r.extra.get("a2a", (math.nan, math.nan))
@@ -233,6 +258,13 @@ def render_table(rows: Sequence[Row]) -> list[str]:
         means = r.extra.get("mean", (math.nan, math.nan))
         gaps = r.extra.get("gaps", {})
         above = " / ".join(f"{gaps[n]:.1%}" if n in gaps else "-" for n in ("eplb", "cpsat"))
+        per_batch = r.extra.get("batch_floor")
+        if per_batch is None:
+            floors = above_batch = "-"
+        else:
+            floors = f"{_us(step, per_batch[0])} / {_us(step, per_batch[1])}"
+            above_batch = (f"{1 - per_batch[0] / r.eplb_step_p99:.1%} /"
+                           f" {1 - per_batch[1] / r.cpsat_step_p99:.1%}")
         lines.append(
             f"| {r.config} | {r.engine} | {_us(step, r.eplb_step_p99)} |"
             f" {_us(layer, r.eplb_layer_p99)} | {_us(step, r.cpsat_step_p99)} |"
@@ -242,7 +274,7 @@ def render_table(rows: Sequence[Row]) -> list[str]:
             f" {_us(compute_key, compute[0])} / {_us(compute_key, compute[1])} |"
             f" {_us(mean, means[0])} / {_us(mean, means[1])} /"
             f" {_us(mean, r.extra.get('floor', math.nan))} |"
-            f" {above} | {r.seconds:.1f} ({r.status or '-'}) |"
+            f" {above} | {floors} | {above_batch} | {r.seconds:.1f} ({r.status or '-'}) |"
         )
     return lines
 
@@ -266,6 +298,30 @@ def closing_line(rows: Sequence[Row], targets: dict[str, float] = TARGETS) -> st
         parts.append(f"{mine[0].config} >= {need:.0%} lower on every engine:"
                      f" {'met' if met else 'not met'} ({figures})")
     return "; ".join(parts) + "."
+
+
+def issue26_line(rows: Sequence[Row]) -> str:
+    """Issue 26's conditions: round-robin rows of the DeepSeek-V3 shape and Qwen3 on 2
+    nodes >= 3% below EPLB or EPLB within 3% of its per-batch floor; SGLang DeepSeek-V3
+    >= 10% below; prefill rows never above EPLB."""
+    parts = []
+    for r in rows:
+        if r.key not in ("deepseek-v3", "qwen3-2n") or r.engine not in ("vllm", "trtllm"):
+            continue
+        floor = (r.extra.get("batch_floor") or (math.nan,))[0]
+        within = 1 - floor / r.eplb_step_p99
+        met = -r.change >= 0.03 or within <= 0.03
+        parts.append(f"{r.config} {r.engine}: {_lower(r.change)}, EPLB {within:.1%} above its"
+                     f" per-batch floor ({'met' if met else 'not met'})")
+    for r in rows:
+        if r.key == "deepseek-v3" and r.engine == "sglang":
+            parts.append(f"{r.config} sglang: {_lower(r.change)}"
+                         f" ({'met' if -r.change >= 0.10 else 'not met'})")
+    prefill = [r for r in rows if r.engine.endswith("prefill")]
+    if prefill:
+        good = sum(r.not_above for r in prefill)
+        parts.append(f"prefill rows not above EPLB: {good} of {len(prefill)}")
+    return "Issue 26: " + "; ".join(parts) + "." if parts else "Issue 26: no rows."
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -428,7 +484,12 @@ def _run(folder: Path) -> str:
            " machine a row can differ from run to run. Floor: `placer.evaluate.time_bound`,"
            " the mean step no placement with these slots per GPU can beat on the judged"
            " tokens under the evaluator's model (docs/planner.md, the floor); above floor:"
-           " how far each plan's mean step is above it, as a share of its own.", ""]
+           " how far each plan's mean step is above it, as a share of its own. Per-batch"
+           " floor (round-robin engines: vLLM's hash, TensorRT-LLM's blocks):"
+           " `placer.evaluate.hot_floor.counts_floor`, each batch's hottest GPU under every"
+           " placement with EPLB's / cpsat's replica counts, summed over layers, p99 over"
+           " batches; above it: share of the plan's own step p99. Rows `vllm prefill`:"
+           " `--workload prefill` (4,096 tokens per GPU, normal all-to-all).", ""]
     configs: list[Config] = []
     notes: list[str] = []
     if SHARED_DATA.exists():
@@ -452,12 +513,18 @@ def _run(folder: Path) -> str:
         got = compare_engines(config.key, config.label, routing, load_model(config.model),
                               config.topology(), slots_per_gpu=config.slots_per_gpu,
                               redundant=config.redundant, fit=fit)
+        if config.key in PREFILL_KEYS:
+            got += compare_engines(config.key, config.label, routing,
+                                   load_model(config.model), config.topology(),
+                                   slots_per_gpu=config.slots_per_gpu,
+                                   redundant=config.redundant, fit=fit, engines=("vllm",),
+                                   workload="prefill")
         rows += got
         judged = got[0].judged if got else ""
         notes.append(f"- {config.label}: {config.note}; judged on {judged}")
         log(f"{config.label} done in {time.perf_counter() - started:.1f} s")
     out += render_table(rows)
-    out += ["", *notes, "", closing_line(rows)]
+    out += ["", *notes, "", closing_line(rows), "", issue26_line(rows)]
     return "\n".join(out) + "\n"
 
 

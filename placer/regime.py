@@ -6,7 +6,8 @@ auto``), so one placement on one trace gets one set of figures:
 
 - the **engine** fixes the dispatch policy (how a replica is chosen): ``sglang`` uses
   SGLang's static dispatch (same GPU, else same node, else a seeded fair draw), ``vllm``
-  and ``trtllm`` round-robin;
+  a hash of each token's row (``vllm_hash``), ``trtllm`` TensorRT-LLM's round robin in
+  blocks of 1,024 selections (``trtllm_block``);
 - the **workload** (phase) fixes the all-to-all kernels and the batch size: ``decode``
   uses DeepEP's low-latency kernels (one copy per selection, NVLink inside a node) with
   small batches, where expert GEMMs are memory-bound; ``prefill`` the normal kernels (one
@@ -20,7 +21,7 @@ auto``), so one placement on one trace gets one set of figures:
 Example::
 
     >>> Regime().describe()
-    'vllm decode, 128 tokens per GPU (round_robin dispatch, low_latency all-to-all)'
+    'vllm decode, 128 tokens per GPU (vllm_hash dispatch, low_latency all-to-all)'
     >>> Regime("sglang", "prefill").batch_tokens(16)
     65536
 """
@@ -31,15 +32,16 @@ from dataclasses import dataclass
 
 from placer.errors import Param, UsageError
 
-#: Dispatch policies the evaluator knows: ``round_robin`` (vLLM, TensorRT-LLM), ``sglang``
-#: (SGLang's static dispatch), ``local_first`` (SGLang's earlier static rule), ``random``.
-POLICIES = ("round_robin", "sglang", "local_first", "random")
+#: Dispatch policies the evaluator knows: ``vllm_hash`` (vLLM), ``trtllm_block``
+#: (TensorRT-LLM), ``round_robin`` (vLLM before its hash), ``sglang`` (SGLang's static
+#: dispatch), ``local_first`` (SGLang's earlier static rule), ``random``.
+POLICIES = ("vllm_hash", "trtllm_block", "round_robin", "sglang", "local_first", "random")
 #: All-to-all modes: DeepEP's ``normal`` kernels (one copy per destination GPU and node),
 #: ``low_latency`` (one copy per selection, NVLink inside a node), ``low_latency_rdma``
 #: (one copy per selection, every copy over RDMA).
 MODES = ("normal", "low_latency", "low_latency_rdma")
 #: Engine -> the dispatch policy it uses.
-ENGINE_POLICY = {"sglang": "sglang", "vllm": "round_robin", "trtllm": "round_robin"}
+ENGINE_POLICY = {"sglang": "sglang", "vllm": "vllm_hash", "trtllm": "trtllm_block"}
 ENGINES = tuple(ENGINE_POLICY)
 #: Regime (phase) -> the communication mode of its kernels.
 PHASE_MODE = {"decode": "low_latency", "prefill": "normal"}
@@ -117,10 +119,11 @@ class Regime:
         """Whether every field is the default (nothing was said)."""
         return self == Regime()
 
-    def describe(self) -> str:
+    def describe(self, batch: str | None = None) -> str:
         """One line for every command's ``judged as``: ``sglang decode, 128 tokens per GPU
-        (sglang dispatch, low_latency all-to-all)``."""
-        return (f"{self.engine} {self.workload}, {self.tokens} tokens per GPU"
+        (sglang dispatch, low_latency all-to-all)``; ``batch`` says what a batch is
+        instead of the tokens per GPU (e.g. a trace's own steps)."""
+        return (f"{self.engine} {self.workload}, {batch or f'{self.tokens} tokens per GPU'}"
                 f" ({self.dispatch} dispatch, {self.all_to_all} all-to-all)")
 
     def to_dict(self) -> dict[str, object]:

@@ -40,7 +40,11 @@ def test_compare_engines_rows_and_rendering(tiny) -> None:
         "tiny", "tiny 4x9", tiny, load_model("gpt-oss-20b"), latency.h100_node(4),
         slots_per_gpu=9, fit=(0, 6), jobs=1, time_limit_s=1.0,
     )
-    assert [r.engine for r in rows] == ["sglang", "vllm"]
+    assert [r.engine for r in rows] == ["sglang", "vllm", "trtllm"]
+    assert rows[0].extra["batch_floor"] is None  # SGLang's tables: no position rule
+    for r in rows[1:]:  # the per-batch floors of EPLB's and cpsat's counts: never above
+        eplb_floor, cpsat_floor = r.extra["batch_floor"]
+        assert 0 < eplb_floor <= r.eplb_step_p99 and 0 < cpsat_floor <= r.cpsat_step_p99
     for r in rows:
         assert r.judged.startswith("held-out windows 6:8 (fitted 0:6), per-token replay")
         for value in (r.eplb_step_p99, r.eplb_layer_p99, r.cpsat_step_p99, r.cpsat_layer_p99):

@@ -38,9 +38,11 @@ largest entries of ``v``; ``P``: bytes per copy):
    inter-node copies are counted per node (a node holds at most ``S x M`` experts, a
    tighter count than the per-GPU one summed).
 
-Under round robin (``policy="round_robin"``) the replica rule is counted too: copies that
-can stay on their node, and the weight reads of redundant replicas (every replica whose
-residue class has a selection runs), see :mod:`placer.evaluate.round_robin_bound`.
+Under the position rules (``round_robin``, ``vllm_hash``, ``trtllm_block``: replica
+``code mod r``, :func:`placer.evaluate.dispatch.dispatch_codes`) the replica rule is counted
+too: copies that can stay on their node, and the weight reads of redundant replicas (every
+replica whose residue class has a selection runs), see
+:mod:`placer.evaluate.round_robin_bound`.
 
 What it leaves out (so a plan's gap to it is an upper bound on what any placement could
 gain): per-batch load noise on the hottest GPU, pair-link and receive-side limits, and for
@@ -60,6 +62,7 @@ from placer.errors import Param
 from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
 from placer.evaluate.core import EvalParams, token_source
+from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
 from placer.evaluate.round_robin_bound import EXACT_REPLICAS, Selections, round_robin_local
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
 from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
@@ -204,7 +207,7 @@ def layer_floor(
                     minlength=num_batches * num_gpus * num_experts)
     n = n.reshape(num_batches, num_gpus, num_experts).astype(np.float64)
     at = (batches.batch_of_token[tok], batches.source[tok], experts,
-          batches.rank_position[tok] * ids.shape[1] + kpos)
+          _codes(policy, experts, kpos, batches, tok, ids.shape[1], num_gpus))
     per_token = valid.sum(axis=1)
     has = per_token > 0
     counted = np.bincount(cell[has], minlength=num_batches * num_gpus)
@@ -251,6 +254,19 @@ def layer_floor(
     cells = np.where(empty, np.nan, result)
     total = max(float(np.nansum(cells)), (float(total_compute.sum()) + coupled) / num_gpus)
     return cells, total
+
+
+def _codes(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,
+           tok: np.ndarray, top_k: int, num_gpus: int) -> np.ndarray:
+    """``[selections]`` the dispatch code of each selection (``code mod r`` picks its
+    replica, :func:`placer.evaluate.dispatch.dispatch_codes`); the round-robin code for
+    policies without one (unused there)."""
+    position = batches.rank_position[tok]
+    if policy not in CODE_POLICIES:
+        return position * top_k + kpos
+    source = batches.source[tok]
+    return dispatch_codes(policy, experts, kpos, source, position, top_k=top_k,
+                          run=batches.batch_of_token[tok] * num_gpus + source)
 
 
 @dataclass(frozen=True)
@@ -303,7 +319,7 @@ class _Copies:
         inter = selections - np.minimum(_top_sums(by_node, node_slots).sum(axis=1),
                                         _covering(by_node, self.extra))
         compute = np.zeros(num_batches)
-        if self.policy == "round_robin":  # on several nodes the inter-node copies matter most
+        if self.policy in CODE_POLICIES:  # on several nodes the inter-node copies matter most
             batch, source, experts, code = at
             if fabric.num_nodes == 1:
                 local, compute = round_robin_local(

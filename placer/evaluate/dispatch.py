@@ -6,13 +6,29 @@ replicas has slots ``logical_to_physical[layer, e, 0..r-1]`` (increasing slot or
 
 Policies
 --------
-``round_robin`` (vLLM, TensorRT-LLM)
-    replica ``(rank_position * top_k + k_position) mod r``: the selections of a forward
-    pass on one rank are numbered in row-major (token, k position) order, as vLLM's
-    ``pos_indices % replica_count`` does, so replicas are used in turn: an even split.
-    When ``r`` shares a factor ``d`` with ``top_k``, the k position alone fixes the
-    replica modulo ``d``, so the order of each token's top-k list matters
-    (:func:`round_robin_order_bias` detects it).
+The three position rules give every selection a *dispatch code* that depends only on the
+batch's tokens (never on the placement) and send it to replica ``code mod r``
+(:func:`dispatch_codes`):
+
+``vllm_hash`` (vLLM since PR #40810, ``--engine vllm``)
+    code ``(rank_position * 2654435769) & 0xFFFFFFFF``, Knuth's multiplicative hash of the
+    token's row in its rank's ``topk_ids`` (``_eplb_map_and_record_i32_kernel`` in
+    vllm/distributed/eplb/cuda_platform_backend.py): every selection of one token gets
+    the same code, whatever its k position.
+``trtllm_block`` (TensorRT-LLM's load balancer, ``--engine trtllm``)
+    code ``rank_in_block + block + source``: a rank's selections are numbered in row-major
+    (token, k position) order and cut into blocks of :data:`TRTLLM_ROUTE_BLOCK`;
+    ``rank_in_block`` counts the earlier selections of the same expert in the block,
+    ``block`` is the block's index and ``source`` the rank (``offset_by_ep_rank``, on
+    under attention DP, where each rank routes its own tokens) -- ``moeComputeRouteKernel``
+    in cpp/tensorrt_llm/kernels/moeLoadBalance/moeLoadBalanceKernels.cu.
+``round_robin`` (vLLM before PR #40810)
+    code ``rank_position * top_k + k_position``: the selections of a forward pass on one
+    rank numbered in row-major (token, k position) order, as vLLM's former
+    ``pos_indices % replica_count`` did, so replicas are used in turn.  When ``r``
+    shares a factor ``d`` with ``top_k``, the k position alone fixes the replica modulo
+    ``d``, so the order of each token's top-k list matters (:func:`round_robin_order_bias`
+    detects it; the hash above was vLLM's fix).
 ``sglang`` (current SGLang ``--ep-dispatch-algorithm static``)
     a fixed table ``[source rank, expert] -> slot`` built as SGLang's
     ``compute_logical_to_rank_dispatch_physical_map`` (python/sglang/srt/eplb/
@@ -45,6 +61,14 @@ from placer.placement import Placement
 
 #: Policies that read a fixed ``[source rank, expert] -> slot`` table.
 STATIC_POLICIES = ("sglang", "local_first")
+#: Policies that send a selection to replica ``code mod r`` (:func:`dispatch_codes`).
+CODE_POLICIES = ("round_robin", "vllm_hash", "trtllm_block")
+
+#: vLLM's replica hash: ``floor(2**32 / golden ratio)``, kept to 32 bits.
+VLLM_HASH_MULTIPLIER = 2654435769
+_LOW_32_BITS = 0xFFFFFFFF
+#: Selections per block of TensorRT-LLM's routing kernel (256 threads x 4 items).
+TRTLLM_ROUTE_BLOCK = 1024
 
 #: SGLang's default seed of its static dispatch table (``seed: int = 42``); the ``sglang``
 #: policy draws with ``random.Random(SGLANG_DISPATCH_SEED + seed)``.
@@ -274,6 +298,70 @@ def _fair_shares(candidates: list[int], count: int, stream: pyrandom.Random) -> 
     return picks
 
 
+def dispatch_codes(
+    policy: str,
+    experts: np.ndarray,
+    k_position: np.ndarray,
+    source: np.ndarray,
+    rank_position: np.ndarray,
+    *,
+    top_k: int,
+    run: np.ndarray | None = None,
+) -> np.ndarray:
+    """``[n]`` int64 dispatch code of each selection under a position rule: the selection
+    goes to replica ``code mod r`` of its expert (module docstring, Policies).
+
+    Parameters
+    ----------
+    policy: one of :data:`CODE_POLICIES`.
+    experts, k_position, source, rank_position: ``[n]`` int64 as :func:`choose_slots`.
+    run: ``[n]`` int64 the (batch, source rank) forward pass of each selection;
+        ``trtllm_block`` only (its blocks restart on every rank's forward pass), None =
+        one pass per source rank.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> zeros = np.zeros(3, dtype=np.int64)
+    >>> dispatch_codes("vllm_hash", zeros, zeros, zeros, np.arange(3), top_k=1).tolist()
+    [0, 2654435769, 1013904242]
+    """
+    if policy == "round_robin":
+        return rank_position * top_k + k_position
+    if policy == "vllm_hash":
+        return (rank_position * VLLM_HASH_MULTIPLIER) & _LOW_32_BITS
+    if policy != "trtllm_block":
+        raise ValueError(f"policy {policy!r} has no dispatch codes")
+    return _trtllm_codes(experts, k_position, source, rank_position, top_k,
+                         source if run is None else run)
+
+
+def _trtllm_codes(experts: np.ndarray, k_position: np.ndarray, source: np.ndarray,
+                  rank_position: np.ndarray, top_k: int, run: np.ndarray) -> np.ndarray:
+    """TensorRT-LLM's codes: ``rank_in_block + block + source`` (see :func:`dispatch_codes`).
+
+    The kernel numbers the entries of a rank's ``[tokens, top_k]`` expert ids row-major;
+    ``rank_in_block`` of an entry is how many earlier entries of its 1024-entry block name
+    the same expert.  Entries of experts with one replica are left out of that count by
+    the kernel, which cannot change a replicated expert's count.
+    """
+    flat = rank_position * top_k + k_position
+    block = flat // TRTLLM_ROUTE_BLOCK
+    if experts.size == 0:
+        return flat
+    num_experts = int(experts.max()) + 1
+    span = int(flat.max()) + 1
+    blocks = int(block.max()) + 1
+    group = ((run - int(run.min())) * blocks + block) * num_experts + experts
+    order = np.argsort(group * span + flat)
+    grouped = group[order]
+    starts = np.r_[True, grouped[1:] != grouped[:-1]]
+    first = np.maximum.accumulate(np.where(starts, np.arange(order.size), 0))
+    rank_in_block = np.empty_like(flat)
+    rank_in_block[order] = np.arange(order.size) - first
+    return rank_in_block + block + source
+
+
 def choose_slots(
     policy: str,
     experts: np.ndarray,
@@ -286,6 +374,7 @@ def choose_slots(
     replica_counts: np.ndarray,
     static_table: np.ndarray | None,
     rng: np.random.Generator | None,
+    run: np.ndarray | None = None,
 ) -> np.ndarray:
     """Slot serving each selection of one layer.
 
@@ -299,6 +388,8 @@ def choose_slots(
     replica_counts: ``[E]`` this layer's replicas per expert.
     static_table: ``[G, E]`` this layer's static table (``sglang`` and ``local_first``).
     rng: generator for the ``random`` policy.
+    run: ``[n]`` int64 the (batch, source rank) forward pass of each selection
+        (``trtllm_block``; see :func:`dispatch_codes`).
 
     Returns
     -------
@@ -309,15 +400,16 @@ def choose_slots(
             raise ValueError(f"the {policy} policy needs its static table")
         table_slots: np.ndarray = static_table[source, experts]
         return table_slots
-    if policy not in ("round_robin", "random"):
+    if policy not in CODE_POLICIES and policy != "random":
         raise ValueError(f"unknown policy {policy!r}")
     if policy == "random" and rng is None:
         raise ValueError("the random policy needs a generator")
     if int(replica_counts.max()) == 1:  # no replicas in this layer: nothing to choose
         return logical_to_physical[:, 0][experts]
     count = replica_counts[experts]
-    if policy == "round_robin":
-        replica = (rank_position * top_k + k_position) % count
+    if policy in CODE_POLICIES:
+        replica = dispatch_codes(policy, experts, k_position, source, rank_position,
+                                 top_k=top_k, run=run) % count
     else:
         assert rng is not None
         replica = np.minimum((rng.random(experts.size) * count).astype(np.int64), count - 1)

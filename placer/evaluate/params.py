@@ -41,9 +41,10 @@ class EvalParams:
 
     Attributes
     ----------
-    policy: dispatch policy, one of ``round_robin`` (vLLM, TensorRT-LLM), ``sglang``
-        (current SGLang static dispatch), ``local_first`` (SGLang's earlier static
-        dispatch), ``random``.
+    policy: dispatch policy, one of ``vllm_hash`` (vLLM), ``trtllm_block``
+        (TensorRT-LLM), ``round_robin`` (vLLM before its hash), ``sglang`` (current
+        SGLang static dispatch), ``local_first`` (SGLang's earlier static dispatch),
+        ``random`` (:mod:`placer.evaluate.dispatch`).
     mode: ``normal`` (DeepEP normal kernels: one copy per destination GPU, one per
         destination node across nodes) or ``low_latency`` (one copy per selection).
     batch_tokens: tokens per batch; None = the trace's steps when every token has one,

@@ -327,6 +327,7 @@ def _choose(replay: _Replay, row: int, blk: Block, ids: np.ndarray,
         top_k=top_k, logical_to_physical=replay.logical_to_physical[row],
         replica_counts=replay.replica_counts[row],
         static_table=None if replay.table is None else replay.table[row], rng=rng,
+        run=batch[tok] * replay.fabric.num_gpus + source[tok],
     )
     return _Choice(
         token=tok, kpos=kpos, expert=experts, slot=slots, batch=batch[tok],

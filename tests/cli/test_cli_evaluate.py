@@ -142,7 +142,8 @@ def test_unknown_policy_names_the_option(trace, linear):
                                  "-t", TOPOLOGY, "--policy", "fastest"])
     assert result.exit_code == 2
     assert "error: --policy: unknown dispatch policy 'fastest'" in result.stderr
-    assert "hint: choose one of: round_robin, sglang, local_first, random" in result.stderr
+    assert ("hint: choose one of: vllm_hash, trtllm_block, round_robin, sglang, local_first,"
+            " random") in result.stderr
 
 
 def test_model_and_topology_default_to_the_placements(trace, linear):

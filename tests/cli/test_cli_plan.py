@@ -203,7 +203,7 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["regime"] == {
-        "engine": "vllm", "workload": "decode", "tokens_per_gpu": 128, "policy": "round_robin",
+        "engine": "vllm", "workload": "decode", "tokens_per_gpu": 128, "policy": "vllm_hash",
         "mode": "low_latency", "seed": 0, "batch_tokens": 1024,
         "note": "set with --engine/--workload"}
     judged = doc["judged"]
@@ -230,7 +230,7 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
 
     text = _plan(str(skewed_trace), *H100, "-s", "round_robin", "--fit", "0:6",
                  "-o", str(out)).stdout.splitlines()
-    assert text[5] == ("judged as    vllm decode, 128 tokens per GPU (round_robin dispatch,"
+    assert text[5] == ("judged as    vllm decode, 128 tokens per GPU (vllm_hash dispatch,"
                        " low_latency all-to-all); set with --engine/--workload")
     assert text[6] == ("judged on    held-out windows 6:8 (fitted 0:6), per-token replay:"
                        " 1 batch of up to 1024 tokens, 100 tokens")

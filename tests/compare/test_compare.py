@@ -169,7 +169,8 @@ def test_settings_validate_themselves():
     with pytest.raises(UsageError) as info:
         CompareSettings(model="m", policy="fastest")
     assert str(info.value) == "policy: unknown dispatch policy 'fastest'"  # EvalParams' check
-    assert info.value.hint == "choose one of: round_robin, sglang, local_first, random"
+    assert info.value.hint == ("choose one of: vllm_hash, trtllm_block, round_robin, sglang,"
+                               " local_first, random")
     with pytest.raises(UsageError, match="unknown all-to-all mode 'slow'"):
         CompareSettings(model="m", mode="slow")
     with pytest.raises(UsageError, match="time limit must be positive, got 0"):
@@ -369,7 +370,7 @@ def test_workload_sets_policy_mode_batch_and_the_solvers_workload(bundled, monke
     assert outcome.evaluation.params.batch_tokens == 32 * 8
     override = CompareSettings(model="m", workload="prefill", mode="low_latency").regime
     assert (override.dispatch, override.all_to_all, override.tokens) == (
-        "round_robin", "low_latency", 4096)  # --mode overrides the workload's kernels
+        "vllm_hash", "low_latency", 4096)  # --mode overrides the workload's kernels
     with pytest.raises(UsageError, match="unknown engine 'deepspeed'"):
         CompareSettings(model="m", engine="deepspeed")
 

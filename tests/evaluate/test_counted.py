@@ -76,8 +76,8 @@ def _both(seed: int, policy: str, mode: str, tokens: int, holes: bool,
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), policy=st.sampled_from(["round_robin", "sglang",
-                                                           "local_first"]),
+@given(seed=st.integers(0, 10_000), policy=st.sampled_from(["round_robin", "vllm_hash",
+                                                           "sglang", "local_first"]),
        mode=st.sampled_from(["low_latency", "low_latency_rdma"]),
        tokens=st.integers(1, 60), holes=st.booleans())
 def test_counted_equals_simulate(seed, policy, mode, tokens, holes):

@@ -106,7 +106,7 @@ def test_aggregated_statistics_are_sampled(synth):
 def test_text_and_json_carry_the_same_figures(synth):
     _, _, _, summary = _summarize(synth, Regime())
     lines = summary.rows()
-    assert lines[5] == ("judged as    vllm decode, 128 tokens per GPU (round_robin dispatch,"
+    assert lines[5] == ("judged as    vllm decode, 128 tokens per GPU (vllm_hash dispatch,"
                         " low_latency all-to-all)")
     header = lines.index(f"{'estimated time, µs':24}{'round_robin':>12}{'eplb':>12}"
                          f"{'floor':>12}")
@@ -128,7 +128,7 @@ def test_text_and_json_carry_the_same_figures(synth):
     assert doc["layers_faster"] == summary.layers
     assert doc["judged"]["windows"] == [6, 32] and doc["judged"]["part"] == "held-out"
     assert doc["regime"] == {"engine": "vllm", "workload": "decode", "tokens_per_gpu": 128,
-                             "policy": "round_robin", "mode": "low_latency", "seed": 0,
+                             "policy": "vllm_hash", "mode": "low_latency", "seed": 0,
                              "batch_tokens": 1024, "note": ""}
     assert doc["versus"]["columns"] == ["round_robin", "eplb"]
 
@@ -189,7 +189,7 @@ def test_judged_windows(windows, fit, part, judged):
 def test_eval_params_of_a_workload():
     decode = regime_params(Regime(), 16, num_layers=48)
     assert (decode.policy, decode.mode, decode.batch_tokens, decode.num_batches) == (
-        "round_robin", "low_latency", 2048, 16)
+        "vllm_hash", "low_latency", 2048, 16)
     prefill = regime_params(Regime("sglang", "prefill"), 16, num_layers=48,
                                   dtype="fp8")
     assert (prefill.policy, prefill.mode, prefill.batch_tokens, prefill.num_batches) == (

@@ -1,0 +1,249 @@
+"""The per-batch floor of the hottest GPU, for every placement with given replica counts.
+
+:func:`placer.evaluate.time_bound` floors every placement with ``S`` slots per GPU and
+lets the compute of a batch spread over the GPUs like water.  Under a position rule
+(``vllm_hash``, ``trtllm_block``, ``round_robin``: a selection goes to replica
+``code mod r`` of its expert, :func:`placer.evaluate.dispatch.dispatch_codes`), the
+replica counts alone fix how many selections each replica serves in each batch, wherever
+the replicas sit.  So for one set of replica counts (a plan's) each batch's work comes in
+``P = G x S`` fixed pieces, one per slot, and the hottest GPU holds ``S`` of them:
+:func:`counts_floor` floors that GPU.
+
+The argument, per batch and layer (replica ``i`` of expert ``e`` serves ``m_i``
+selections, ``h_i`` of them from its busiest source GPU):
+
+1. **A piece's own time.**  The GPU holding replica ``i`` runs it, ``max(w, m_i t)``
+   when ``m_i > 0`` (``w`` weight read, ``t`` per-token time, at the fastest GPU's
+   rates), and in the per-selection modes receives at least ``m_i - h_i`` of its
+   selections from other GPUs (at most one source is its own) and returns as many in
+   the combine.  A phase lasts at least the bytes a GPU receives (dispatch) or sends
+   (combine) over the sum of its link classes' injection bandwidths (the busiest class
+   takes at least its share), so the piece adds at least
+   ``v_i = max(w, m_i t) + (m_i - h_i)(a + c) / B`` (``a``, ``c``: dispatch and combine
+   bytes per copy; ``B``: the largest injection bandwidth of a GPU over its classes).
+   Likewise through the NIC alone: at least ``m_i - n_i`` of its selections come from
+   other nodes (``n_i``: from its busiest source node; in ``low_latency_rdma`` every
+   other GPU's come through the NIC), so ``u_i = max(w, m_i t) + (m_i - n_i)(a + c) /
+   B_nic``.  In ``normal`` mode copies are per token, so both receive terms are left out.
+2. **Packing.**  A GPU's time is at least the sum of its pieces' ``v`` (and of their
+   ``u``), and every GPU
+   holds exactly ``S`` pieces.  With ``v`` sorted downward, the hottest GPU is at least
+   the mean ``sum v / G``, the largest piece, and, for ``j = 1 .. S - 1``, the ``j + 1``
+   smallest of the ``j G + 1`` largest pieces (``j G + 1`` pieces on ``G`` GPUs: one GPU
+   holds ``j + 1`` of them); the largest piece's GPU also holds ``S - 1`` others, at
+   least the ``S - 1`` smallest.
+3. The floor of :func:`placer.evaluate.time_bound` (every placement) holds here too: the
+   cell is the larger of the two.
+
+What it leaves out: one placement serves every batch (each batch's floor lets the
+pieces be packed anew), the send side and the fixed costs of each phase, pair links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from placer import constants
+from placer.errors import Param, UsageError
+from placer.evaluate.balance import nan_percentile
+from placer.evaluate.batches import Batches
+from placer.evaluate.bound import TimeBound
+from placer.evaluate.core import EvalParams, token_source
+from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
+from placer.evaluate.timing import INTER_NODE, INTRA_NODE
+from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
+from placer.stats import ExpertStats, RoutingData
+from placer.stats.windows import resolve_window_range
+
+if TYPE_CHECKING:
+    from placer.model import ModelSpec
+    from placer.placement import Placement
+    from placer.topology import Topology
+
+#: bytes / (GB/s) -> microseconds; flops / TFLOPS -> microseconds.
+_US_PER_BYTE_GBPS = 1e-3
+_US_PER_FLOP_TFLOPS = 1e-6
+
+
+@dataclass(frozen=True)
+class CountsFloor:
+    """Floors of the evaluator's layer time for every placement with one plan's replica
+    counts (and slots per GPU), dispatched by a position rule.
+
+    Attributes
+    ----------
+    layer_ids: ``[L]`` int64 layers, in the order of the columns.
+    layer_time_us: ``[batches, L]`` float64 floor of each (batch, layer) time,
+        microseconds (NaN where the batch has no token).
+    hottest_piece_us: ``[batches, L]`` float64 the largest piece (``v`` or ``u``) of each
+        cell: what one replica costs its GPU at least.
+    policy: the dispatch policy the counts were dispatched by.
+    """
+
+    layer_ids: np.ndarray
+    layer_time_us: np.ndarray
+    hottest_piece_us: np.ndarray
+    policy: str
+
+    def metrics(self) -> dict[str, float]:
+        """The floors of the evaluator's step figures of the same name (each batch's
+        step floor is the sum of its layers' floors)."""
+        cells = self.layer_time_us
+        has = np.isfinite(cells).any(axis=1)
+        step = np.where(has, np.nansum(cells, axis=1), np.nan)
+        return {"moe_layer_p99_us": nan_percentile(cells, 99),
+                "step_p50_us": nan_percentile(step, 50),
+                "step_p99_us": nan_percentile(step, 99),
+                "step_mean_us": float(np.nanmean(step)) if has.any() else float("nan")}
+
+
+def counts_floor(
+    placement: Placement,
+    routing: RoutingData | ExpertStats,
+    topology: Topology,
+    model: ModelSpec,
+    params: EvalParams,
+    *,
+    general: TimeBound | None = None,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
+) -> CountsFloor:
+    """The per-batch floor of every placement with ``placement``'s replica counts and
+    slots per GPU, on the tokens ``evaluate`` replays with the same ``params`` (module
+    docstring).  ``general``: :func:`placer.evaluate.time_bound` on the same tokens, laid
+    under it (argument 3); ``draws`` as in :func:`placer.evaluate.evaluate`.
+
+    Raises
+    ------
+    UsageError: ``params.policy`` is not a position rule (its replica loads depend on
+        where the replicas sit).
+    """
+    if params.policy not in CODE_POLICIES:
+        raise UsageError(
+            f"the per-batch floor needs a position rule, not {params.policy!r}",
+            where=Param("policy"), hint=f"policies: {', '.join(CODE_POLICIES)}")
+    if isinstance(routing, ExpertStats):
+        routing = RoutingData(routing)
+    stats = routing.stats
+    windows = resolve_window_range(params.windows if params.windows is not None
+                                   else (None, None), stats.num_windows,
+                                   option=Param("held_out"))
+    num_gpus = topology.num_gpus
+    stats_row = {int(i): r for r, i in enumerate(stats.layer_ids.tolist())}
+    layer_ids = np.asarray(placement.layer_ids, dtype=np.int64)
+    experts_of, batches, _, _ = token_source(
+        routing, layer_ids, np.array([stats_row[int(i)] for i in layer_ids]), windows, params,
+        num_gpus, draws)
+    costs = _PieceCosts.of(topology, model, params)
+    cells = np.full((batches.num_batches, layer_ids.size), np.nan)
+    hottest = np.full_like(cells, np.nan)
+    for row in range(layer_ids.size):
+        ids = experts_of(row)
+        pieces = _pieces(ids, batches, placement.replica_counts[row], params.policy,
+                         num_gpus, costs)
+        floor = np.maximum(*(_packing_floor(p, num_gpus, placement.slots_per_gpu)
+                             for p in pieces))
+        empty = np.bincount(batches.batch_of_token[(ids >= 0).any(axis=1)],
+                            minlength=batches.num_batches) == 0
+        cells[:, row] = np.where(empty, np.nan, floor)
+        hottest[:, row] = np.where(empty, np.nan, np.maximum(*(p.max(axis=1) for p in pieces)))
+    if general is not None:
+        cols = [list(general.layer_ids).index(int(i)) for i in layer_ids]
+        cells = np.fmax(cells, general.layer_time_us[:, cols])
+    return CountsFloor(layer_ids=layer_ids, layer_time_us=cells, hottest_piece_us=hottest,
+                       policy=params.policy)
+
+
+@dataclass(frozen=True)
+class _PieceCosts:
+    """``weight_us``, ``token_us``: a slot's weight read and per-token time at the fastest
+    GPU's rates; ``copy_us``, ``nic_us``: a received copy's dispatch plus combine time
+    over every link class / the NIC alone, at the largest such bandwidth (0 in ``normal``
+    mode, argument 1); ``place_of_gpu``: ``[G]`` what a NIC copy leaves (the node, or
+    the GPU in ``low_latency_rdma``)."""
+
+    weight_us: float
+    token_us: float
+    copy_us: float
+    nic_us: float
+    place_of_gpu: np.ndarray
+
+    @classmethod
+    def of(cls, topology: Topology, model: ModelSpec, params: EvalParams) -> _PieceCosts:
+        dtype = params.dtype or model.default_dtype
+        hbm = float(np.max(np.asarray(topology.hbm_gbps, dtype=np.float64)))
+        hbm *= topology.hbm_efficiency
+        tflops = float(np.max(topology.tflops(dtype))) * topology.flops_efficiency
+        flops = constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size * model.moe_intermediate_size
+        fabric = Fabric.from_topology(topology, params.mode)
+        per_class = []
+        for link_class in (INTRA_NODE, INTER_NODE):
+            used = (fabric.link_class == link_class).any(axis=1)
+            inj = fabric.injection_gbps[:, link_class]
+            per_class.append(np.where(used & np.isfinite(inj), inj, 0.0))
+        payload = (float(model.activation_bytes(dtype))
+                   + model.hidden_size * constants.COMBINE_BYTES_PER_VALUE)
+        selection = params.mode in PER_SELECTION_MODES
+        copy_us, nic_us = (_us_per_copy(payload, bw) if selection else 0.0
+                           for bw in (per_class[0] + per_class[1], per_class[1]))
+        place = (np.arange(fabric.num_gpus) if params.mode == "low_latency_rdma"
+                 else fabric.node_of_gpu)
+        return cls(weight_us=float(model.expert_bytes(dtype)) / hbm * _US_PER_BYTE_GBPS,
+                   token_us=flops / tflops * _US_PER_FLOP_TFLOPS, copy_us=copy_us,
+                   nic_us=nic_us, place_of_gpu=np.asarray(place, dtype=np.int64))
+
+
+def _us_per_copy(payload: float, bandwidth: np.ndarray) -> float:
+    """Microseconds of one copy at the largest of ``bandwidth`` (0 with no link)."""
+    fastest = float(bandwidth.max()) if bandwidth.size else 0.0
+    return payload / fastest * _US_PER_BYTE_GBPS if fastest > 0 else 0.0
+
+
+def _pieces(ids: np.ndarray, batches: Batches, counts: np.ndarray, policy: str, num_gpus: int,
+            costs: _PieceCosts) -> tuple[np.ndarray, np.ndarray]:
+    """``([B, P], [B, P])`` the least time each replica adds to its GPU in each batch,
+    ``v`` and ``u`` (argument 1); ``ids``: ``[tokens, k]`` expert ids of the batches'
+    tokens, ``counts``: ``[E]``."""
+    num_batches = batches.num_batches
+    valid = ids >= 0
+    tok, kpos = np.nonzero(valid)
+    experts = ids[valid].astype(np.int64)
+    source = batches.source[tok]
+    code = dispatch_codes(policy, experts, kpos, source, batches.rank_position[tok],
+                          top_k=ids.shape[1],
+                          run=batches.batch_of_token[tok] * num_gpus + source)
+    first = np.r_[0, np.cumsum(counts)[:-1]]
+    piece = first[experts] + code % counts[experts]
+    num_pieces = int(counts.sum())
+    batch = batches.batch_of_token[tok]
+    load = np.bincount(batch * num_pieces + piece, minlength=num_batches * num_pieces)
+    load = load.reshape(num_batches, num_pieces).astype(np.float64)
+    by_source = np.bincount((batch * num_pieces + piece) * num_gpus + source,
+                            minlength=num_batches * num_pieces * num_gpus)
+    by_source = by_source.reshape(num_batches, num_pieces, num_gpus)
+    places = int(costs.place_of_gpu.max()) + 1
+    by_place = np.zeros((num_batches, num_pieces, places))
+    for place in range(places):
+        by_place[:, :, place] = by_source[:, :, costs.place_of_gpu == place].sum(axis=2)
+    run = np.where(load > 0, np.maximum(costs.weight_us, load * costs.token_us), 0.0)
+    return (run + (load - by_source.max(axis=2)) * costs.copy_us,
+            run + (load - by_place.max(axis=2)) * costs.nic_us)
+
+
+def _packing_floor(pieces: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:
+    """``[B]`` the least time of the hottest GPU when ``G`` GPUs hold ``S`` of the
+    ``[B, P]`` pieces each, a GPU's time at least the sum of its pieces (argument 2)."""
+    ordered = -np.sort(-pieces, axis=1)  # largest first
+    num_pieces = ordered.shape[1]
+    floor = np.maximum(ordered.sum(axis=1) / num_gpus, ordered[:, 0])
+    for j in range(1, slots_per_gpu):
+        last = j * num_gpus + 1  # the j G + 1 largest pieces
+        if last > num_pieces:
+            break
+        floor = np.maximum(floor, ordered[:, last - j - 1 : last].sum(axis=1))
+    if slots_per_gpu > 1:
+        smallest = ordered[:, num_pieces - (slots_per_gpu - 1):].sum(axis=1)
+        floor = np.maximum(floor, ordered[:, 0] + smallest)
+    return floor
