@@ -4,7 +4,7 @@
    dominant topic switches in bursts, every 150 steps on average; 1,000 decode steps of
    128 tokens per GPU), four MoE layers each (two shallow, two deep):
    DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant) under SGLang's dispatch
-   (synchronous rebalances) and vLLM's (round robin; EPLB asynchronous, as vLLM runs it),
+   (synchronous rebalances) and vLLM's (its replica hash; EPLB asynchronous, as vLLM runs it),
    and Qwen3-30B-A3B on 2 x DGX H100 (EP16, 16 redundant) under vLLM's.  Each replays
    the engine's default layout (``static:default``), a sweep of ``eplb`` settings (3
    intervals x 2 windows), one ``placer`` online setting (window 100, interval 50, moves

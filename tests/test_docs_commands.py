@@ -26,7 +26,8 @@ DOCS = sorted(p.name for p in (REPO / "docs").glob("*.md"))
 #: ``$`` lines, say to a changed fence, fails here instead of passing with nothing run).
 EXAMPLES = {"calibrate.md": 1, "cli.md": 6, "compare.md": 15, "engines.md": 14,
             "evaluate.md": 5, "hardware.md": 7, "limits.md": 8, "models.md": 3,
-            "placement.md": 12, "planner.md": 1, "stats.md": 5, "traces.md": 3}
+            "placement.md": 12, "planner.md": 1, "replay.md": 1, "stats.md": 5,
+            "traces.md": 3}
 
 #: Commands left to the slow tier, per page (a part of the command: why).
 SLOW = {

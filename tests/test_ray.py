@@ -147,6 +147,39 @@ def test_compare_on_ray_gives_the_local_table(ray_instance, routing) -> None:
     assert all(o.row.ok for o in remote)
 
 
+def test_replay_on_ray_gives_the_local_figures(ray_instance) -> None:
+    from placer.model import load_model
+    from placer.regime import Regime
+    from placer.replay import ReplayParams, replay
+    from placer.replay.policies import parse_policy
+    from placer.replay.steps import open_steps
+    from placer.topology import load_topology
+
+    model, topology = load_model("deepseek-v3"), load_topology("4x-dgx-h100")
+    source = open_steps("traces/synthetic-dsv3-drift.npz", num_gpus=32, batch_tokens=256,
+                        trace_steps=True, num_experts=256)
+    policies = [parse_policy(p) for p in ("static:default", "eplb:window=32,interval=64",
+                                          "placer:window=32,interval=32,async")]
+    params = ReplayParams(Regime("vllm"), redundant=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local = replay(source, policies, model, topology, params)
+        remote = replay(source, policies, model, topology,
+                        ReplayParams(Regime("vllm"), redundant=32, ray=RAY_LOCAL))
+
+    def figures(result):  # everything but the decisions' wall times
+        doc = result.to_dict()
+        for policy in doc["policies"]:
+            for part in (policy["figures"], *policy["segments"]):
+                part.pop("decision_s_max")
+            for r in policy["rebalances"]:
+                r.pop("decision_s")
+        return doc
+
+    assert figures(remote) == figures(local)
+    assert local.policies[1].rebalances  # eplb did rebalance: the comparison is not empty
+
+
 # -- faults -----------------------------------------------------------------------------------
 def _cube_dying_once(folder: str, x: int) -> int:
     """x ** 3; the first time it runs item 1 it kills its own Ray worker (SIGKILL)."""

@@ -130,6 +130,7 @@ def resolve_regime(
     return regime, note
 
 
-def judged_as(regime: Regime, note: str = "") -> str:
-    """The ``judged as`` line every judging command prints."""
-    return f"judged as    {regime.describe()}" + (f"; {note}" if note else "")
+def judged_as(regime: Regime, note: str = "", batch: str | None = None) -> str:
+    """The ``judged as`` line every judging command prints (``batch``: what a batch is,
+    when not the regime's tokens per GPU)."""
+    return f"judged as    {regime.describe(batch)}" + (f"; {note}" if note else "")

@@ -143,11 +143,12 @@ def replay_cmd(
                                  initial, trace_steps, segments, trace_format, jobs, ray, quiet)
     deploy = _deploy(result, regime.engine) if sweep or any(
         p.label.startswith("eplb") for p in result.policies) else []
+    batch = "the trace's own steps" if trace_steps else None
     if json_out:
-        print_json({**result.to_dict(), "judged_as": regime.describe(), "notes": setting_notes,
-                    "deploy": dict(deploy)})
+        print_json({**result.to_dict(), "judged_as": regime.describe(batch),
+                    "notes": setting_notes, "deploy": dict(deploy)})
     else:
-        _print(result, regime, note, setting_notes, deploy)
+        _print(result, regime, note, setting_notes, deploy, batch)
     if report is not None or png_dir is not None:
         _write_report(result, report, png_dir, dpi, deploy, setting_notes, quiet)
 
@@ -159,6 +160,7 @@ def _run(trace: list[Path], policies: list[Any], model: str, topology: str, regi
     """Load the inputs, replay, and the notes a user should read."""
     from placer.model import load_model
     from placer.replay import ReplayParams, open_steps, replay
+    from placer.replay.policies import OnlinePolicy, OraclePolicy
     from placer.replay.timeline import Setting, static_placement
     from placer.topology import load_topology
 
@@ -177,10 +179,11 @@ def _run(trace: list[Path], policies: list[Any], model: str, topology: str, regi
                                                   source.layer_ids))
     notes = []
     for p in policies:
-        interval = getattr(p, "interval", None)
-        if interval is not None and getattr(p, "first", interval) >= source.num_steps:
-            notes.append(f"{p.label} rebalances after step {getattr(p, 'first', interval)}:"
-                         f" never within these {source.num_steps} steps")
+        if isinstance(p, OnlinePolicy) and p.first >= source.num_steps:
+            notes.append(f"{p.label} first rebalances at step {p.first}: never within these"
+                         f" {source.num_steps} steps")
+        elif isinstance(p, OraclePolicy) and p.interval >= source.num_steps:
+            notes.append(f"{p.label} fits one placement on all {source.num_steps} steps")
     if not quiet:
         err.print(f"replaying {source.num_steps:,} steps x {len(policies)} policies",
                   highlight=False)
@@ -211,7 +214,7 @@ def _deploy(result: Any, engine: str) -> list[tuple[str, str]]:
 
 
 def _print(result: Any, regime: Any, note: str, notes: list[str],
-           deploy: list[tuple[str, str]]) -> None:
+           deploy: list[tuple[str, str]], batch: str | None) -> None:
     from placer.replay.result import segment_table, table
 
     info = result.info
@@ -219,7 +222,7 @@ def _print(result: Any, regime: Any, note: str, notes: list[str],
              f" {info['tokens']:,} tokens, {info['layers']} layers; {info['model']}"
              f" ({info['dtype']}) on {info['topology']}, {info['slots_per_gpu']} slots per"
              f" GPU ({info['redundant']} redundant)",
-             judged_as(regime, note), "", *table(result), "", "mean step time per segment"
+             judged_as(regime, note, batch), "", *table(result), "", "mean step time per segment"
              " (µs, rebalancing included)", *segment_table(result), "", result.verdict()]
     if deploy:
         lines += ["the best engine setting, as each engine takes it:"]

@@ -246,6 +246,7 @@ def _oracle(policy: OraclePolicy, loads: np.ndarray, setting: Setting,
     interval itself, moved for free."""
     steps = loads.shape[0]
     line = _empty(policy.label, current, steps)
+    expert_bytes = float(setting.model.expert_bytes(setting.dtype))
     for t in range(0, steps, policy.interval):
         coming = loads[t : t + policy.interval].sum(axis=0)
         if not coming.any():
@@ -253,9 +254,12 @@ def _oracle(policy: OraclePolicy, loads: np.ndarray, setting: Setting,
         new = oracle_layout(current, coming, topology=setting.topology, model=setting.model,
                             regime=setting.regime)
         moves = layer_moves(new, current)
+        if not moves.any():
+            continue
         for row in np.flatnonzero(moves > 0):
             line.changes.append((t, int(row), new.physical_to_logical[row].copy()))
-        line.rebalances.append(Rebalance(t, int(moves.sum()), 0.0,
+        gb = float(moves.sum()) * expert_bytes / 1e9  # moved, for free
+        line.rebalances.append(Rebalance(t, int(moves.sum()), gb,
                                          int((moves > 0).sum()), 0.0, 0.0, t))
         current = new
     return line

@@ -39,6 +39,9 @@ from placer.placement import Placement
 from placer.replay.steps import Chunk, StepSource
 from placer.replay.timeline import Setting, Timeline
 
+#: Memory the static dispatch tables of one replay may hold (per process).
+TABLE_CACHE_BYTES = 256 << 20
+
 #: Progress callback: ``(steps done, steps in all)``.
 Progress = Callable[[int, int], None]
 
@@ -99,16 +102,20 @@ class _Walk:
     costs: UnitCosts | None = None
     lookups: dict[tuple[int, bytes], np.ndarray] = field(default_factory=dict)
     tables: dict[bytes, np.ndarray] = field(default_factory=dict)
+    table_bytes: int = 0
 
     def __post_init__(self) -> None:
         s = self.setting
         self.costs = UnitCosts.of(self.fabric, s.topology, s.model, s.dtype)
+        self.table_bytes = 8 * s.layer_ids.size * s.num_gpus * s.model.num_experts
 
     def _table(self, placement: Placement) -> np.ndarray:
         """The placement's ``[layers, G, E]`` static dispatch table (static policies)."""
         key = _digest(placement.physical_to_logical)
         if key not in self.tables:
-            if len(self.tables) >= 8:
+            # SGLang's exact table costs about a second to draw: each placement is drawn
+            # once a replay, kept while the tables fit TABLE_CACHE_BYTES
+            while self.tables and (len(self.tables) + 1) * self.table_bytes > TABLE_CACHE_BYTES:
                 self.tables.pop(next(iter(self.tables)))
             self.tables[key] = static_dispatch_table(
                 placement, self.params.seed, policy=self.params.policy,
