@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from placer.calibrate.deepep import extrapolation_note
 from placer.compare.rows import METRIC_FIELDS, STATUS_OK, CompareRow, with_verdicts
 from placer.compare.scenarios import CompareSettings, Scenario
-from placer.errors import InfeasibleError, PlacerError, UsageError
+from placer.errors import InfeasibleError, PlacerError, PlacerWarning, UsageError
 from placer.evaluate import evaluate
 from placer.evaluate.params import replay_or_sample
 from placer.parallel import Backend
@@ -217,6 +219,12 @@ def prepare(
     for s in scenarios:
         if s.topology not in topologies:
             topologies[s.topology] = load_topology(s.topology)
+    regime = settings.regime
+    mode = regime.all_to_all
+    notes = {extrapolation_note(mode, regime.tokens, t.calibration.source)
+             for t in topologies.values()} - {""}
+    for note in sorted(notes):  # a what-if across modes compares an extrapolated figure
+        warnings.warn(note, PlacerWarning, stacklevel=3)
     split = split_routing(routing, settings.holdout)
     return _Context(split, model, topologies, settings, keep_details)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from placer.calibrate.deepep import extrapolation_note
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
 from placer.evaluate.params import regime_params, replay_or_sample
@@ -64,6 +65,8 @@ class PlanSummary:
     floor: the same time figures' floor for every placement with this many slots per GPU
         on the same tokens (:func:`placer.evaluate.time_bound`; the figures it bounds
         only); None when not estimated.
+    calibration_note: where the regime lies outside what the link model was calibrated
+        on (:func:`placer.calibrate.deepep.extrapolation_note`), else "".
     """
 
     output: str
@@ -84,6 +87,7 @@ class PlanSummary:
                                                compare=False)
     floor: dict[str, float] | None = None
     replan: dict[str, Any] | None = None
+    calibration_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (exports are added by the command)."""
@@ -105,6 +109,7 @@ class PlanSummary:
             "floor": None if self.floor is None else dict(self.floor),
             "gap_to_floor": self.gaps(),
             "replan": self.replan,
+            "calibration_note": self.calibration_note,
         }
         if self.versus is not None:
             doc["versus"] = self.versus
@@ -138,6 +143,8 @@ class PlanSummary:
         ]
         if self.judged is not None and self.times:
             lines.append(f"judged on    {self.judged.describe()}")
+        if self.calibration_note:
+            lines.append(f"calibration  {self.calibration_note}")
         lines += replan_rows(self.replan)
         lines.append("")
         lines += self.time_rows()
@@ -312,9 +319,13 @@ def _with_times(
     )
     times = {name: {f.key: float(ev.metrics[f.key]) for f in TIME_FIGURES}
              for name, ev in evaluations.items()}
+    topology = problem.topology
+    assert topology is not None
     summary = replace(summary, eval_params=params, judged=judged, times=times,
                       evaluations=evaluations,
-                      floor=_floor(routing, problem, params, draws))
+                      floor=_floor(routing, problem, params, draws),
+                      calibration_note=extrapolation_note(
+                          params.mode, summary.regime.tokens, topology.calibration.source))
     if len(results) < 2:
         return summary
     mine, theirs = (r.solver for r in results)
