@@ -121,8 +121,9 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         engine: sglang                   # the regime, as every command takes it:
         workload: decode                 #   default vllm decode, 128 tokens per GPU
         tokens_per_gpu: 128
-        policy: sglang                   # overrides: round_robin | sglang | local_first |
-        mode: low_latency                #   random; normal | low_latency | low_latency_rdma
+        policy: sglang                   # overrides: vllm_hash | trtllm_block | round_robin |
+        mode: low_latency                #   sglang | local_first | random; normal |
+                                         #   low_latency | low_latency_rdma
         seed: 0
         kv_reserve_gb: 20
         time_limit_s: 30
