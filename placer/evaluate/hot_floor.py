@@ -217,10 +217,10 @@ def _pieces(ids: np.ndarray, batches: Batches, counts: np.ndarray, policy: str, 
     first = np.r_[0, np.cumsum(counts)[:-1]]
     piece = first[experts] + code % counts[experts]
     num_pieces = int(counts.sum())
-    batch = batches.batch_of_token[tok]
-    load = np.bincount(batch * num_pieces + piece, minlength=num_batches * num_pieces)
+    cell = batches.batch_of_token[tok] * num_pieces + piece  # (batch, piece)
+    load = np.bincount(cell, minlength=num_batches * num_pieces)
     load = load.reshape(num_batches, num_pieces).astype(np.float64)
-    by_source = np.bincount((batch * num_pieces + piece) * num_gpus + source,
+    by_source = np.bincount(cell * num_gpus + source,
                             minlength=num_batches * num_pieces * num_gpus)
     by_source = by_source.reshape(num_batches, num_pieces, num_gpus)
     places = int(costs.place_of_gpu.max()) + 1

@@ -123,13 +123,14 @@ class _Walk:
         return self.tables[key]
 
     def _layer_runs(self, segments: list[tuple[int, int, Placement]],
+                    tables: list[np.ndarray | None],
                     col: int) -> list[tuple[int, int, bytes, Placement]]:
         """``(first, stop, layer key, placement)``: the segments merged where the layer
-        ``col`` is dispatched the same way (its row, or its static table)."""
+        ``col`` is dispatched the same way (its row, or its static table of ``tables``)."""
         runs: list[tuple[int, int, bytes, Placement]] = []
-        for first, stop, placement in segments:
-            if self.params.policy in STATIC_POLICIES:
-                key = _digest(self._table(placement)[col])
+        for (first, stop, placement), table in zip(segments, tables, strict=True):
+            if table is not None:
+                key = _digest(table[col])
             else:
                 key = _digest(placement.physical_to_logical[col])
             if runs and runs[-1][2] == key and runs[-1][1] == first:
@@ -167,11 +168,15 @@ class _Walk:
                             num_experts=self.setting.model.num_experts,
                             num_slots=self.setting.slots_per_gpu * self.setting.num_gpus,
                             top_k=ids.shape[2])
+        static = self.params.policy in STATIC_POLICIES
+        tables = [[self._table(p) if static else None for _, _, p in segs]
+                  for segs in segments]  # each segment's table found once, not per layer
         for col in self.columns:
             keys = sel.keys(ids[:, col])
             done: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
             for timeline, segs in enumerate(segments):
-                for first, stop, key, placement in self._layer_runs(segs, col):
+                for first, stop, key, placement in self._layer_runs(segs, tables[timeline],
+                                                                    col):
                     part = (first - first_step, stop - first_step)
                     result = done.get((key, *part))
                     if result is None:
