@@ -11,8 +11,9 @@ not fit in memory), other per-token formats are read whole by ``placer.traces``.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,9 @@ class Chunk:
 
     Attributes
     ----------
-    topk_ids: ``[tokens, layers, k]`` expert ids (-1 = none), columns in
-        :attr:`StepSource.layer_ids` order; reused between chunks by streamed sources.
+    topk_ids: ``[tokens, columns, k]`` expert ids (-1 = none) of the layer columns asked
+        of :meth:`StepSource.chunks` (default: all, in :attr:`StepSource.layer_ids`
+        order); reused between chunks by streamed sources.
     step: ``[tokens]`` int64 replay step of each token (absolute).
     rank: ``[tokens]`` int64 source rank, -1 where unknown, or None.
     """
@@ -84,44 +86,31 @@ class StepSource:
     def num_layers(self) -> int:
         return int(self.layer_ids.size)
 
-    def chunks(self, tokens: int | None = None) -> Iterator[Chunk]:
+    def chunks(self, tokens: int | None = None, columns: Sequence[int] | None = None, *,
+               verify: bool = False) -> Iterator[Chunk]:
         """Whole steps, in order, about ``tokens`` tokens a chunk (at least one step;
-        default :data:`CHUNK_TOKENS`)."""
+        default :data:`CHUNK_TOKENS`); only the layer ``columns`` given (indices of
+        :attr:`layer_ids`, default all), in that order.  ``verify``: check the streamed
+        file's CRC on the way (a zip stream always checks it)."""
         tokens = tokens or CHUNK_TOKENS
         bounds = np.searchsorted(self.step_of_token, np.arange(self.num_steps + 1))
+        firsts = [0]
+        while firsts[-1] < self.num_steps:
+            firsts.append(_last_step(bounds, firsts[-1], tokens))
+        spans = [(int(bounds[a]), int(bounds[b]))
+                 for a, b in itertools.pairwise(firsts)]
+        cols = None if columns is None else np.asarray(columns, dtype=np.int64)
         if self.npz is not None:
-            yield from self._streamed(bounds, tokens)
-            return
-        assert self.trace is not None
-        step = 0
-        while step < self.num_steps:
-            last = _last_step(bounds, step, tokens)
-            lo, hi = int(bounds[step]), int(bounds[last])
-            yield Chunk(lo, hi, step, last - step, self.trace.topk_ids[lo:hi],
-                        self.step_of_token[lo:hi],
+            pieces: Iterable[np.ndarray] = self.npz.rows(spans, cols, verify=verify)
+        else:
+            assert self.trace is not None
+            every = self.trace.topk_ids
+            pieces = (every[lo:hi] if cols is None else every[lo:hi][:, cols]
+                      for lo, hi in spans)
+        for (lo, hi), step, last, ids in zip(spans, firsts[:-1], firsts[1:], pieces,
+                                             strict=True):
+            yield Chunk(lo, hi, step, last - step, ids, self.step_of_token[lo:hi],
                         None if self.rank is None else self.rank[lo:hi])
-            step = last
-
-    def _streamed(self, bounds: np.ndarray, tokens: int) -> Iterator[Chunk]:
-        """Chunks of whole steps from the NPZ stream (read in fixed pieces, regrouped)."""
-        assert self.npz is not None
-        held: list[np.ndarray] = []
-        held_lo = 0
-        step = 0
-        for first, ids in self.npz.chunks(tokens):
-            held.append(ids.copy())
-            end = first + ids.shape[0]
-            while step < self.num_steps:
-                last = _last_step(bounds, step, tokens)
-                if bounds[last] > end and end < self.num_tokens:
-                    break
-                lo, hi = int(bounds[step]), int(bounds[last])
-                block = np.concatenate(held) if len(held) > 1 else held[0]
-                yield Chunk(lo, hi, step, last - step, block[lo - held_lo : hi - held_lo],
-                            self.step_of_token[lo:hi],
-                            None if self.rank is None else self.rank[lo:hi])
-                held, held_lo = [block[hi - held_lo :]], hi
-                step = last
 
 
 def _last_step(bounds: np.ndarray, step: int, tokens: int) -> int:
@@ -214,10 +203,13 @@ def step_loads(source: StepSource, num_experts: int,
     Raises TraceError naming the token and layer of an id outside ``[-1, experts)``.
     """
     cols = np.arange(source.num_layers) if columns is None else np.asarray(columns)
-    num_layers = int(cols.size)
+    width = num_experts + 1  # column 0 of each step counts the missing selections (-1)
     loads = np.zeros((source.num_steps, source.num_layers, num_experts), dtype=np.int32)
-    for chunk in source.chunks():
-        ids = chunk.topk_ids if columns is None else chunk.topk_ids[:, cols]
+    flat = np.empty(0, dtype=np.int64)
+    # every byte of a streamed file is checked once a replay: by the pass that counts
+    # its first layer (replays count the loads before anything else)
+    for chunk in source.chunks(columns=cols.tolist(), verify=bool((cols == 0).any())):
+        ids = chunk.topk_ids
         lo_id, hi_id = int(ids.min()), int(ids.max())
         if lo_id < -1 or hi_id >= num_experts:
             bad = np.argwhere((ids < -1) | (ids >= num_experts))[0]
@@ -227,14 +219,17 @@ def step_loads(source: StepSource, num_experts: int,
                 f" {int(ids[tuple(bad)])} is out of range [0, {num_experts})",
                 where=f"{source.name}: topk_ids[{token}, {col}, {int(bad[2])}]",
                 hint="replay with the model the trace was recorded with (`model`)")
-        cells = chunk.num_steps * num_layers * num_experts
-        rel = chunk.step - chunk.first_step
-        # (step, layer, expert) cell of each selection; a missing one (-1) past the end
-        base = (rel[:, None] * num_layers + np.arange(num_layers)[None, :]) * num_experts
-        flat = np.add(base[:, :, None], ids, dtype=np.int64)  # bincount counts int64 fastest
-        if lo_id < 0:
-            flat[ids < 0] = cells
-        counts = np.bincount(flat.reshape(-1), minlength=cells + 1)[:cells]
-        loads[chunk.first_step : chunk.first_step + chunk.num_steps, cols] = counts.reshape(
-            chunk.num_steps, num_layers, num_experts)
+        n, k = ids.shape[0], ids.shape[2]
+        cells = chunk.num_steps * width
+        # (step, expert + 1) cell of each selection, one layer at a time: small buffers
+        # reused, not a [tokens, layers, k] int64 array a chunk
+        base = ((chunk.step - chunk.first_step) * width + 1)[:, None]
+        if flat.size < n * k:
+            flat = np.empty(n * k, dtype=np.int64)
+        cell = flat[: n * k].reshape(n, k)
+        rows = loads[chunk.first_step : chunk.first_step + chunk.num_steps]
+        for at, col in enumerate(cols):
+            np.add(base, ids[:, at], out=cell)
+            counts = np.bincount(flat[: n * k], minlength=cells)
+            rows[:, col] = counts.reshape(chunk.num_steps, width)[:, 1:]
     return loads

@@ -76,7 +76,7 @@ def time_timelines(source: StepSource, timelines: Sequence[Timeline], setting: S
     states = [_State(t) for t in timelines]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlacerWarning)  # said once by the caller
-        for chunk in source.chunks():
+        for chunk in source.chunks(columns=cols):
             segments = [state.segments(chunk) for state in states]
             if supports(params.policy, params.mode):
                 walk.counted(chunk, segments, out)
@@ -171,8 +171,8 @@ class _Walk:
         static = self.params.policy in STATIC_POLICIES
         tables = [[self._table(p) if static else None for _, _, p in segs]
                   for segs in segments]  # each segment's table found once, not per layer
-        for col in self.columns:
-            keys = sel.keys(ids[:, col])
+        for at, col in enumerate(self.columns):
+            keys = sel.keys(ids[:, at])
             done: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
             for timeline, segs in enumerate(segments):
                 for first, stop, key, placement in self._layer_runs(segs, tables[timeline],
@@ -219,7 +219,7 @@ class _Walk:
                                         batch_tokens=None,
                                         default_batch_tokens=constants.DEFAULT_BATCH_TOKENS)
         cols = np.asarray(self.columns, dtype=np.int64)
-        ids = chunk.topk_ids[lo:hi][order][:, cols]
+        ids = chunk.topk_ids[lo:hi][order]  # the chunk holds the columns only
         part = Placement(placement.physical_to_logical[cols], placement.layer_ids[cols],
                          placement.num_experts, placement.num_gpus)
         table = self._table(placement)[cols] if self.params.policy in STATIC_POLICIES \

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import zipfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -88,6 +90,67 @@ def open_array(
 
 
 DAMAGED_HINT = "the file may be damaged or incomplete; write it again"
+
+
+@dataclass(frozen=True)
+class StoredMember:
+    """Where the data of a member stored without compression lies in the archive file:
+    read with plain file reads, the CRC checked by the reader (:meth:`check_crc`).
+
+    Attributes
+    ----------
+    start: file offset of the member's first byte (its ``.npy`` header).
+    data_offset: file offset of the array data, after the ``.npy`` header.
+    size: the member's bytes, header included.  crc: its CRC-32 as the archive says.
+    """
+
+    start: int
+    data_offset: int
+    size: int
+    crc: int
+
+    def crc_of_header(self, f: IO[bytes]) -> int:
+        """CRC-32 of the member's bytes before the array data."""
+        f.seek(self.start)
+        return zlib.crc32(f.read(self.data_offset - self.start))
+
+    def check_crc(self, f: IO[bytes], crc: int, data_bytes: int, where: str) -> None:
+        """Raise TraceError unless ``crc`` of header and ``data_bytes`` of data, with the
+        member's bytes after them, is the archive's CRC."""
+        tail = self.start + self.size - (self.data_offset + data_bytes)
+        if tail > 0:
+            f.seek(self.data_offset + data_bytes)
+            crc = zlib.crc32(f.read(tail), crc)
+        if crc != self.crc:
+            raise TraceError("topk_ids fails its CRC check: its bytes are not those written",
+                             where=f"{where}: topk_ids", hint=DAMAGED_HINT)
+
+
+def stored_member(zf: zipfile.ZipFile, name: str, where: str) -> StoredMember | None:
+    """Where member ``name.npy`` lies in the file when it is stored without compression
+    or encryption (else None), its ``.npy`` header already checked (:func:`open_array`)."""
+    info = zf.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 \
+            or zf.fp is None:
+        return None
+    fp = zf.fp
+    try:
+        fp.seek(info.header_offset)
+        local = fp.read(30)
+        if len(local) != 30 or local[:4] != ZIP_MAGIC:
+            return None
+        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") \
+            + int.from_bytes(local[28:30], "little")
+        fp.seek(start)
+        version = npformat.read_magic(fp)
+        if version == (1, 0):
+            npformat.read_array_header_1_0(fp)
+        else:
+            npformat.read_array_header_2_0(fp)
+        data_offset = fp.tell()
+    except (OSError, ValueError):
+        return None
+    return StoredMember(start, data_offset, info.file_size, info.CRC)
 
 #: Most bytes of a member read whole besides step and rank (scalars, layer_ids).
 SMALL_BYTES = 1 << 20

@@ -22,9 +22,11 @@ must be what the member holds), the archive against compression bombs
 
 from __future__ import annotations
 
+import itertools
 import os
 import zipfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -36,8 +38,10 @@ from placer.errors import TraceError
 from placer.io.ptfile import check_zip
 from placer.traces.accumulate import Accumulator, TokenChunk
 from placer.traces.formats.npz.members import (
+    DAMAGED_HINT,
     META_KEYS,
     ZIP_MAGIC,
+    StoredMember,
     check_ids_header,
     layer_ids_of,
     member_names,
@@ -47,6 +51,7 @@ from placer.traces.formats.npz.members import (
     read_member,
     read_rows,
     scalar,
+    stored_member,
     token_array,
 )
 from placer.traces.registry import register_format
@@ -126,19 +131,78 @@ class NpzTokens:
         """``(first token, ids [n, layers, k])`` for consecutive chunks of ``tokens``
         tokens (columns in :attr:`layer_ids` order; the array is reused between chunks:
         copy what must outlive the next one)."""
+        edges = [*range(0, self.num_tokens, max(1, tokens)), self.num_tokens]
+        spans = list(itertools.pairwise(edges))
+        for (lo, _), ids in zip(spans, self.rows(spans), strict=True):
+            yield lo, ids
+
+    def rows(self, spans: Iterable[tuple[int, int]], columns: np.ndarray | None = None,
+             *, verify: bool = True) -> Iterator[np.ndarray]:
+        """``ids [hi - lo, columns, k]`` of each ``(lo, hi)`` token span, in order
+        (consecutive spans from token 0; ``columns`` index :attr:`layer_ids`, default all;
+        the array may be reused by the next span: copy what must outlive it).
+
+        A member stored without compression (what ``numpy.savez`` writes) is read span
+        by span straight into one reused buffer (no zip stream, no piece copies), its
+        CRC checked when the spans reach the end unless ``verify`` is False (a reader
+        that already checked it); a compressed one is streamed through the zip reader,
+        which always checks.  Raises TraceError for a damaged member."""
         where = str(self.path)
+        order = self.column_order if columns is None else \
+            self.column_order[np.asarray(columns, dtype=np.int64)]
+        every = order.size == self.column_order.size and bool(
+            (order == np.arange(order.size)).all())
         with open_zip(self.path, where) as zf:
             f_ids, shape, dtype, _ = open_array(zf, "topk_ids", where)
             with f_ids:
                 _, nl, k = shape
-                sort = bool((self.column_order != np.arange(nl)).any())
-                buffers: dict[str, np.ndarray] = {}
-                done = 0
-                while done < self.num_tokens:
-                    n = min(tokens, self.num_tokens - done)
-                    ids = read_rows(f_ids, dtype, (n, nl, k), where, "topk_ids", buffers)
-                    yield done, (ids[:, self.column_order] if sort else ids)
-                    done += n
+                stored = stored_member(zf, "topk_ids", where)
+                if stored is None:
+                    pieces = self._streamed_rows(f_ids, spans, dtype, (nl, k), where)
+                else:
+                    f_ids.close()
+                    pieces = self._stored_rows(stored, spans, dtype, (nl, k), where, verify)
+                for ids in pieces:
+                    yield ids if every else ids[:, order]
+
+    def _streamed_rows(self, f: IO[bytes], spans: Iterable[tuple[int, int]],
+                       dtype: np.dtype[Any], row: tuple[int, int], where: str,
+                       ) -> Iterator[np.ndarray]:
+        """Spans read in order from the zip stream ``f`` (positioned at token 0)."""
+        buffers: dict[str, np.ndarray] = {}
+        at = 0
+        for lo, hi in spans:
+            if lo != at:
+                raise ValueError(f"spans must be consecutive: {lo} after {at}")
+            yield read_rows(f, dtype, (hi - lo, *row), where, "topk_ids", buffers)
+            at = hi
+
+    def _stored_rows(self, stored: StoredMember, spans: Iterable[tuple[int, int]],
+                     dtype: np.dtype[Any], row: tuple[int, int], where: str, verify: bool,
+                     ) -> Iterator[np.ndarray]:
+        """Spans read straight from the file of an uncompressed member."""
+        row_bytes = int(np.prod(row)) * dtype.itemsize
+        buf = np.empty(0, dtype=np.uint8)
+        at = 0
+        with open(self.path, "rb") as f:
+            crc = stored.crc_of_header(f) if verify else 0
+            for lo, hi in spans:
+                if lo != at:
+                    raise ValueError(f"spans must be consecutive: {lo} after {at}")
+                nbytes = (hi - lo) * row_bytes
+                if buf.size < nbytes:
+                    buf = np.empty(nbytes, dtype=np.uint8)
+                view = buf[:nbytes]
+                f.seek(stored.data_offset + lo * row_bytes)
+                if f.readinto(view.data) != nbytes:
+                    raise TraceError("topk_ids ends early: the member is truncated",
+                                     where=f"{where}: topk_ids", hint=DAMAGED_HINT)
+                if verify:
+                    crc = zlib.crc32(view.data, crc)
+                yield view.view(dtype).reshape(hi - lo, *row)
+                at = hi
+            if verify and at == self.num_tokens:
+                stored.check_crc(f, crc, self.num_tokens * row_bytes, where)
 
 
 def _read(path: Path, acc: Accumulator) -> None:
