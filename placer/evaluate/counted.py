@@ -8,7 +8,8 @@ placement is done once per layer and the rest is a lookup and a count:
 1. :class:`Selections` holds the tokens of whole batches sorted by (batch, source rank),
    each selection's (batch, source) run, and a *dispatch key* from which the engine's
    replica choice follows: ``(expert, rank position x k + k position)`` for
-   ``round_robin`` (:func:`placer.evaluate.dispatch.choose_slots`'s formula), ``(source
+   ``round_robin`` (:func:`placer.evaluate.dispatch.choose_slots`'s formula), ``(expert,
+   rank position)`` for ``vllm_hash`` (its hash reads the token's index only), ``(source
    rank, expert)`` for the static tables of ``sglang`` and ``local_first``;
 2. :func:`slot_lookup` asks :func:`~placer.evaluate.dispatch.choose_slots` itself for the
    slot of every possible key of one placement's layer (the engine's choice, not a copy
@@ -42,6 +43,11 @@ from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric, Segments, per_s
 #: (``trtllm_block`` also reads the other selections of the block: not counted here).
 POSITION_POLICIES = ("round_robin", "vllm_hash")
 
+#: Position rules whose code is a function of the token's position alone (vLLM hashes
+#: the token's index; every selection of a token takes the same replica index): keyed
+#: by (expert, rank position), a lookup ``k`` times smaller.
+TOKEN_POLICIES = ("vllm_hash",)
+
 #: Lookup tables above this many entries are not built (the selections' slots are chosen
 #: one by one instead).
 MAX_LOOKUP = 1 << 22
@@ -64,9 +70,9 @@ class Selections:
     policy: the dispatch policy the keys are for.
     num_experts, num_slots, top_k: the layer's shape.
     run_base: ``[tokens * k]`` int64 run of each selection times ``num_slots + 1``.
-    position: ``[tokens * k]`` int64 rank position x k + k position (``round_robin``), or
-        the source rank (static tables).
-    width: keys per expert (``round_robin``: the largest position + 1) or per source.
+    position: ``[tokens * k]`` int64 rank position x k + k position (``round_robin``),
+        the rank position (:data:`TOKEN_POLICIES`), or the source rank (static tables).
+    width: keys per expert (position rules: the largest position + 1) or per source.
     token_start, run_start: ``[batches + 1]`` int64 first token and first run of each
         batch (and the end).
     """
@@ -89,7 +95,10 @@ class Selections:
         """``batches`` (sorted by batch then source) prepared for ``policy``."""
         segments = Segments.of(batches.batch_of_token, batches.source, batches.num_batches)
         run_base = np.repeat(segments.of_token * (num_slots + 1), top_k)
-        if policy in POSITION_POLICIES:
+        if policy in TOKEN_POLICIES:
+            position = np.repeat(batches.rank_position, top_k)
+            width = int(position.max()) + 1 if position.size else 1
+        elif policy in POSITION_POLICIES:
             position = (batches.rank_position[:, None] * top_k
                         + np.arange(top_k)[None, :]).reshape(-1)
             width = int(position.max()) + 1 if position.size else 1
@@ -105,6 +114,14 @@ class Selections:
     def lookup_size(self) -> int:
         """Entries of one layer's slot lookup (:func:`slot_lookup`)."""
         return (self.num_experts + 1) * self.width
+
+    def part_segments(self, first: int, last: int) -> Segments:
+        """The (batch, source) runs of batches ``first:last``, batches numbered from 0
+        (``of_token`` left whole)."""
+        run_lo, run_hi = int(self.run_start[first]), int(self.run_start[last])
+        every = self.segments
+        return Segments(every.of_token, every.batch[run_lo:run_hi] - first,
+                        every.source[run_lo:run_hi], last - first)
 
     def keys(self, ids: np.ndarray) -> np.ndarray:
         """``[tokens * k]`` int64 dispatch key of each selection of one layer's ``[tokens,
@@ -132,8 +149,12 @@ def slot_lookup(sel: Selections, logical_to_physical: np.ndarray, replica_counts
     if sel.policy in POSITION_POLICIES:
         experts = np.repeat(np.arange(num_experts, dtype=np.int64), width)
         position = np.tile(np.arange(width, dtype=np.int64), num_experts)
-        slots = choose_slots(sel.policy, experts, position % sel.top_k,
-                             np.zeros_like(experts), position // sel.top_k, top_k=sel.top_k,
+        if sel.policy in TOKEN_POLICIES:
+            k_position, rank_position = np.zeros_like(position), position
+        else:
+            k_position, rank_position = position % sel.top_k, position // sel.top_k
+        slots = choose_slots(sel.policy, experts, k_position, np.zeros_like(experts),
+                             rank_position, top_k=sel.top_k,
                              logical_to_physical=logical_to_physical,
                              replica_counts=replica_counts, static_table=None, rng=None)
         return np.concatenate([np.full(width, sel.num_slots, dtype=np.int64), slots])
@@ -171,11 +192,8 @@ def counted_times(sel: Selections, counts: np.ndarray, fabric: Fabric, costs: Un
     if mode not in PER_SELECTION_MODES:
         raise ValueError(f"mode {mode!r} is not counted per selection")
     first, last = part if part is not None else (0, sel.batches.num_batches)
-    run_lo, run_hi = int(sel.run_start[first]), int(sel.run_start[last])
-    every = sel.segments
-    segments = Segments(every.of_token, every.batch[run_lo:run_hi] - first,
-                        every.source[run_lo:run_hi], last - first)
-    return times_from_counts(counts, segments, sel.num_slots, fabric, costs)
+    return times_from_counts(counts, sel.part_segments(first, last), sel.num_slots, fabric,
+                             costs)
 
 
 def times_from_counts(counts: np.ndarray, segments: Segments, num_slots: int, fabric: Fabric,
@@ -183,25 +201,70 @@ def times_from_counts(counts: np.ndarray, segments: Segments, num_slots: int, fa
     """``([batches], [batches])`` MoE-layer time and hot-shard ratio of each batch from
     the ``[runs, P]`` selections each slot serves in each (batch, source) run of
     ``segments`` (per-selection all-to-all; whole counts, or expected ones as floats)."""
+    return times_of_loads([RunLoads.of(counts, segments, fabric.num_gpus)], fabric,
+                          costs)[0]
+
+
+@dataclass(frozen=True)
+class RunLoads:
+    """What the times of one layer's batches are computed from: the selection counts of
+    :func:`count_slots` summed per GPU and per batch (a few percent of their size, so
+    that many layers are timed together, :func:`times_of_loads`).
+
+    Attributes
+    ----------
+    segments: the (batch, source) runs.
+    served: ``[runs, G]`` selections each GPU serves for each run.
+    gpu_load: ``[batches, G]`` selections each GPU serves in each batch.
+    slot_load: ``[batches, P]`` selections each slot serves in each batch.
+    """
+
+    segments: Segments
+    served: np.ndarray
+    gpu_load: np.ndarray
+    slot_load: np.ndarray
+
+    @classmethod
+    def of(cls, counts: np.ndarray, segments: Segments, num_gpus: int) -> RunLoads:
+        """The sums of ``[runs, P]`` counts over the runs of ``segments``."""
+        nb, num_slots = segments.num_batches, counts.shape[1]
+        served = counts.reshape(-1, num_gpus, num_slots // num_gpus).sum(axis=2)
+        starts = np.flatnonzero(np.r_[True, segments.batch[1:] != segments.batch[:-1]]) \
+            if segments.num_segments else np.zeros(0, dtype=np.int64)
+        present = segments.batch[starts]
+        gpu_load = np.zeros((nb, num_gpus), dtype=counts.dtype)
+        slot_load = np.zeros((nb, num_slots), dtype=counts.dtype)
+        if starts.size:
+            gpu_load[present] = np.add.reduceat(served, starts, axis=0)
+            slot_load[present] = np.add.reduceat(counts, starts, axis=0)
+        return cls(segments, served, gpu_load, slot_load)
+
+
+def times_of_loads(parts: list[RunLoads], fabric: Fabric, costs: UnitCosts,
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``([batches], [batches])`` MoE-layer time and hot-shard ratio of each batch of
+    each part (one layer's batches, same slots), the parts timed together: their batches
+    stacked, one pass of the traffic and phase models for all."""
     num_gpus = fabric.num_gpus
-    slots_per_gpu = num_slots // num_gpus
-    nb = segments.num_batches
-    served = counts.reshape(-1, num_gpus, slots_per_gpu).sum(axis=2)  # [runs, G]
-    starts = np.flatnonzero(np.r_[True, segments.batch[1:] != segments.batch[:-1]]) \
-        if segments.num_segments else np.zeros(0, dtype=np.int64)
-    present = segments.batch[starts]
-    gpu_load = np.zeros((nb, num_gpus), dtype=counts.dtype)
-    slot_load = np.zeros((nb, num_slots), dtype=counts.dtype)
-    if starts.size:
-        gpu_load[present] = np.add.reduceat(served, starts, axis=0)
-        slot_load[present] = np.add.reduceat(counts, starts, axis=0)
+    if not parts:
+        return []
+    num_slots = parts[0].slot_load.shape[1]
+    offsets = np.cumsum([0] + [p.segments.num_batches for p in parts])
+    segments = Segments(np.zeros(0, dtype=np.int64),
+                        np.concatenate([p.segments.batch + off
+                                        for p, off in zip(parts, offsets, strict=False)]),
+                        np.concatenate([p.segments.source for p in parts]), int(offsets[-1]))
+    served = np.concatenate([p.served for p in parts])
+    gpu_load = np.concatenate([p.gpu_load for p in parts])
+    slot_load = np.concatenate([p.slot_load for p in parts])
     traffic = per_selection_traffic(served, gpu_load, segments, fabric)
     dispatch = comm_time_us(traffic.copies, costs.activation_bytes, fabric)
     combine = comm_time_us(traffic.copies.transpose(0, 2, 1), costs.combine_bytes, fabric)
-    compute = compute_time_us(slot_load, slots_per_gpu, costs.expert_bytes,
+    compute = compute_time_us(slot_load, num_slots // num_gpus, costs.expert_bytes,
                               costs.flops_per_token, costs.hbm, costs.tflops)
     empty = gpu_load.sum(axis=1) == 0
     layer_time = np.where(empty, np.nan, (dispatch + compute + combine).max(axis=1))
     load = gpu_load.astype(np.float64)
     hot = np.where(empty, np.nan, ratio(load.max(axis=1), load.mean(axis=1)))
-    return layer_time, hot
+    return [(layer_time[a:b], hot[a:b])
+            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]

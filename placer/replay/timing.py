@@ -25,11 +25,12 @@ from placer import constants
 from placer.errors import PlacerWarning
 from placer.evaluate.batches import Batches, sorted_batches
 from placer.evaluate.counted import (
+    RunLoads,
     Selections,
     count_slots,
-    counted_times,
     slot_lookup,
     supports,
+    times_of_loads,
 )
 from placer.evaluate.dispatch import STATIC_POLICIES, static_dispatch_table
 from placer.evaluate.params import EvalParams, regime_params
@@ -41,6 +42,9 @@ from placer.replay.timeline import Setting, Timeline
 
 #: Memory the static dispatch tables of one replay may hold (per process).
 TABLE_CACHE_BYTES = 256 << 20
+
+#: Layers (or runs of steps of one layer) timed together by the traffic and phase models.
+STACK_LAYERS = 16
 
 #: Progress callback: ``(steps done, steps in all)``.
 Progress = Callable[[int, int], None]
@@ -171,24 +175,46 @@ class _Walk:
         static = self.params.policy in STATIC_POLICIES
         tables = [[self._table(p) if static else None for _, _, p in segs]
                   for segs in segments]  # each segment's table found once, not per layer
+        # the loads of each (layer key, steps) once; timed in stacks of layers (one pass
+        # of the traffic and phase models for many layers: they cost per call, not per row)
+        pending: dict[tuple[int, int], list[tuple[RunLoads, list[tuple[int, int]]]]] = {}
         for at, col in enumerate(self.columns):
             keys = sel.keys(ids[:, at])
-            done: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+            done: dict[tuple[bytes, int, int], list[tuple[int, int]]] = {}
             for timeline, segs in enumerate(segments):
                 for first, stop, key, placement in self._layer_runs(segs, tables[timeline],
                                                                     col):
                     part = (first - first_step, stop - first_step)
-                    result = done.get((key, *part))
-                    if result is None:
+                    targets = done.get((key, *part))
+                    if targets is None:
                         if placement.num_physical != sel.num_slots:
                             raise ValueError("every timeline of a replay has the same slots")
                         lookup = self._lookup(sel, col, key, placement)
                         counts = count_slots(sel, keys, lookup, part)
-                        result = counted_times(sel, counts, self.fabric, self.costs,
-                                               self.params.mode, part)
-                        done[(key, *part)] = result
-                    out[timeline].layer_time_us[first:stop, col] = result[0]
-                    out[timeline].hot_shard[first:stop, col] = result[1]
+                        targets = done[(key, *part)] = []
+                        stack = pending.setdefault(part, [])
+                        stack.append((RunLoads.of(counts, sel.part_segments(*part),
+                                                  self.fabric.num_gpus), targets))
+                    targets.append((timeline, col))
+            for part, stack in pending.items():  # every timeline of the layer is in
+                if len(stack) >= STACK_LAYERS:
+                    self._flush(stack, part, first_step, out)
+                    stack.clear()
+        for part, stack in pending.items():
+            self._flush(stack, part, first_step, out)
+
+    def _flush(self, stack: list[tuple[RunLoads, list[tuple[int, int]]]],
+               part: tuple[int, int], first_step: int, out: list[Timed]) -> None:
+        """Time the stacked loads of one range of steps; write them where they go."""
+        assert self.costs is not None
+        if not stack:
+            return
+        results = times_of_loads([loads for loads, _ in stack], self.fabric, self.costs)
+        first, stop = first_step + part[0], first_step + part[1]
+        for (_, targets), (times, hot) in zip(stack, results, strict=True):
+            for timeline, col in targets:
+                out[timeline].layer_time_us[first:stop, col] = times
+                out[timeline].hot_shard[first:stop, col] = hot
 
     def simulated(self, chunk: Chunk, segments: list[list[tuple[int, int, Placement]]],
                   out: list[Timed]) -> None:
