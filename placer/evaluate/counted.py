@@ -28,7 +28,7 @@ that both give the same figures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -110,6 +110,21 @@ class Selections:
         return cls(batches, segments, policy, num_experts, num_slots, top_k, run_base,
                    position, width, token_start, run_start.astype(np.int64))
 
+    def in_trace_order(self, order: np.ndarray) -> Selections:
+        """The same selections with ``run_base`` and ``position`` in trace order, ``order``
+        being the trace index of each sorted token (:func:`~placer.evaluate.batches.
+        sorted_batches`): :meth:`keys` then takes the trace's expert ids as they are,
+        without sorting them.  ``order`` must only permute tokens within their batch (a
+        replay's steps), so that a range of batches is the same range of tokens."""
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size)
+        k = self.top_k
+
+        def traced(values: np.ndarray) -> np.ndarray:
+            return values.reshape(-1, k)[inverse].reshape(-1)
+
+        return replace(self, run_base=traced(self.run_base), position=traced(self.position))
+
     @property
     def lookup_size(self) -> int:
         """Entries of one layer's slot lookup (:func:`slot_lookup`)."""
@@ -126,7 +141,8 @@ class Selections:
     def keys(self, ids: np.ndarray) -> np.ndarray:
         """``[tokens * k]`` int64 dispatch key of each selection of one layer's ``[tokens,
         k]`` expert ids (-1 = none: key of no slot)."""
-        experts = ids.reshape(-1).astype(np.int64)
+        experts = np.empty(ids.size, dtype=np.int64)
+        experts.reshape(ids.shape)[...] = ids  # one pass, whatever the strides
         if self.policy in POSITION_POLICIES:
             experts += 1
             experts *= self.width

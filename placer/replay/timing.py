@@ -167,11 +167,11 @@ class _Walk:
         assert self.costs is not None
         first_step = chunk.first_step
         batches, order = _batches(chunk, self.setting)
-        ids = chunk.topk_ids[order]
+        ids = chunk.topk_ids  # trace order: the selections follow it (steps stay whole)
         sel = Selections.of(batches, self.params.policy,
                             num_experts=self.setting.model.num_experts,
                             num_slots=self.setting.slots_per_gpu * self.setting.num_gpus,
-                            top_k=ids.shape[2])
+                            top_k=ids.shape[2]).in_trace_order(order)
         static = self.params.policy in STATIC_POLICIES
         tables = [[self._table(p) if static else None for _, _, p in segs]
                   for segs in segments]  # each segment's table found once, not per layer

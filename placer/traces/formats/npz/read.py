@@ -150,8 +150,9 @@ class NpzTokens:
         where = str(self.path)
         order = self.column_order if columns is None else \
             self.column_order[np.asarray(columns, dtype=np.int64)]
-        every = order.size == self.column_order.size and bool(
-            (order == np.arange(order.size)).all())
+        # ascending neighbours (a piece's layers): a view of the rows, not a copy
+        span = slice(int(order[0]), int(order[-1]) + 1) if order.size and bool(
+            (np.diff(order) == 1).all()) else None
         with open_zip(self.path, where) as zf:
             f_ids, shape, dtype, _ = open_array(zf, "topk_ids", where)
             with f_ids:
@@ -163,7 +164,7 @@ class NpzTokens:
                     f_ids.close()
                     pieces = self._stored_rows(stored, spans, dtype, (nl, k), where, verify)
                 for ids in pieces:
-                    yield ids if every else ids[:, order]
+                    yield ids[:, span] if span is not None else ids[:, order]
 
     def _streamed_rows(self, f: IO[bytes], spans: Iterable[tuple[int, int]],
                        dtype: np.dtype[Any], row: tuple[int, int], where: str,
