@@ -4,14 +4,19 @@
 re-placed (:func:`eplb_layout`), as vLLM, SGLang and TensorRT-LLM run it online.
 
 ``placer`` (:func:`placer_moves`): from the deployed placement, one layer at a time,
-the move that most lowers the hottest GPU's load on the window's load (a *move* loads one
-expert's weights onto one GPU: a swap of two experts between two GPUs is two moves,
-giving a hot expert a replica in the slot of an expert that keeps another is one),
-repeated while it helps; the moves of all layers are then taken best gain per move first
-within the budget, and a layer's moves are kept only when the evaluator times the layer
-faster on the window by more than their copy costs over the coming ``horizon`` steps
-(decode: a step with the window's load in expectation, :func:`expected_layer_times`; else
-sampled batches).  Nothing here calls a solver: an online decision must take
+the move worth most on the window's load (a *move* loads one expert's weights onto one
+GPU: a swap of two experts between two GPUs is two moves, giving a hot expert a replica
+in the slot of an expert that keeps another is one): what it takes off the hottest GPU,
+in µs of serving over the coming ``horizon`` steps, less what its copy costs (a node
+peer's copy over the node's fabric, else over the NIC; :class:`MoveWorth`), repeated while
+the hottest GPU gets cooler; the moves of all layers are then taken best gain per move
+first within the budget.  Where a burst moved the load too far for single moves, EPLB's
+whole re-placement of a layer on the window is the other candidate, taken where it is
+worth more (best value per extra move first, within the budget).  A layer's change is
+kept only when the evaluator times the layer faster on the window by more than its copy
+costs over the horizon (decode: a step with the window's load in expectation,
+:func:`expected_layer_times`; else sampled batches), and the changes together must pay
+the rebalance's fixed cost.  Nothing here calls a solver: an online decision must take
 milliseconds to a second, as the engines' do.
 
 ``oracle``: the faster of both, fitted on the coming interval itself (the caller passes
@@ -36,6 +41,7 @@ from placer.evaluate.simulate import UnitCosts
 from placer.evaluate.traffic import Fabric, Segments
 from placer.model import ModelSpec
 from placer.placement import Placement
+from placer.placement.migration import layer_moves
 from placer.planning.solvers.eplb import eplb_placement
 from placer.regime import Regime
 from placer.stats import ExpertStats, RoutingData
@@ -81,13 +87,32 @@ class LayerPlan:
     mean: float
 
 
+@dataclass(frozen=True)
+class MoveWorth:
+    """What a move of one layer is worth and what it costs, in µs of serving, so that
+    the greedy takes the move that pays most rather than the one that evens most.
+
+    Attributes
+    ----------
+    us_per_load: µs of serving saved over the policy's horizon per selection taken off
+        the hottest GPU (the layer's time is about proportional to its hottest GPU).
+    copy_us: ``[E, G]`` µs the copy of expert ``e`` onto GPU ``g`` costs the serving: over
+        the node's fabric when a GPU of ``g``'s node holds ``e``, else over its NIC.
+    """
+
+    us_per_load: float
+    copy_us: np.ndarray
+
+
 def improve_layer(row: np.ndarray, weight: np.ndarray, num_gpus: int,
-                  max_moves: int | None = None) -> LayerPlan:
+                  max_moves: int | None = None, worth: MoveWorth | None = None) -> LayerPlan:
     """Moves that lower the hottest GPU's load of one layer, greedily (module docstring).
 
     ``row``: ``[P]`` the deployed physical_to_logical; ``weight``: ``[E]`` the window's
     load.  A GPU's load is the sum over its slots of the expert's load over its replica
-    count (round robin's even split).
+    count (round robin's even split).  ``worth``: each step takes the move whose saving
+    minus its copy is largest, and stops when none pays; None: the move that lowers the
+    hottest GPU most (moves free).
     """
     experts = row.astype(np.int64).copy()
     num_experts = weight.size
@@ -103,7 +128,7 @@ def improve_layer(row: np.ndarray, weight: np.ndarray, num_gpus: int,
     budget = max_moves if max_moves is not None else 8 * experts.size
     while moves < budget:
         step = _best_step(experts, weight, count, load, gpu_of_slot, num_gpus, slots, eps,
-                          budget - moves)
+                          budget - moves, worth)
         if step is None:
             break
         experts, count, load, cost = step
@@ -116,8 +141,9 @@ def improve_layer(row: np.ndarray, weight: np.ndarray, num_gpus: int,
 
 def _best_step(experts: np.ndarray, weight: np.ndarray, count: np.ndarray, load: np.ndarray,
                gpu_of_slot: np.ndarray, num_gpus: int, slots: int, eps: float,
-               left: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """The candidate move that lowers the hottest GPU the most (None when none helps)."""
+               left: int, worth: MoveWorth | None,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """The candidate move worth most (:func:`improve_layer`; None when none helps)."""
     hot = int(np.argmax(load))
     others = np.delete(load, hot)
     rest_peak = float(others.max()) if others.size else 0.0
@@ -126,7 +152,13 @@ def _best_step(experts: np.ndarray, weight: np.ndarray, count: np.ndarray, load:
     on = np.zeros((weight.size, num_gpus), dtype=bool)
     on[experts, gpu_of_slot] = True
     hot_slots = np.arange(hot * slots, hot * slots + slots)
-    best: tuple[float, int, tuple[int, ...]] | None = None
+    scale = worth.us_per_load if worth is not None else 1.0
+
+    def value(peak: np.ndarray | float, copy: np.ndarray | float) -> np.ndarray | float:
+        return (load[hot] - peak) * scale - copy  # peak: the new hottest GPU's load
+
+    # (value, new peak, moves, (slot, slot) swapped or (slot, expert) replicated)
+    best: tuple[float, float, int, tuple[int, int]] | None = None
     for c in cold:
         c_slots = np.arange(c * slots, c * slots + slots)
         ex, ey = experts[hot_slots], experts[c_slots]
@@ -134,10 +166,14 @@ def _best_step(experts: np.ndarray, weight: np.ndarray, count: np.ndarray, load:
         ok = (~on[ex, c])[:, None] & (~on[ey, hot])[None, :] & (diff > 0)
         if left >= 2 and ok.any():
             peak = np.maximum(load[hot] - diff, load[c] + diff)
-            peak = np.where(ok, np.maximum(peak, _peak_without(load, hot, c)), np.inf)
-            i, j = np.unravel_index(int(np.argmin(peak)), peak.shape)
-            if best is None or peak[i, j] < best[0]:
-                best = (float(peak[i, j]), 2, (int(hot_slots[i]), int(c_slots[j])))
+            peak = np.maximum(peak, _peak_without(load, hot, c))
+            copy = 0.0 if worth is None else np.maximum(worth.copy_us[ex, c][:, None],
+                                                        worth.copy_us[ey, hot][None, :])
+            score = np.where(ok, value(peak, copy), -np.inf)
+            i, j = np.unravel_index(int(np.argmax(score)), score.shape)
+            if best is None or score[i, j] > best[0]:
+                best = (float(score[i, j]), float(peak[i, j]), 2,
+                        (int(hot_slots[i]), int(c_slots[j])))
         # a replica for the hottest expert of the hot GPU, in a slot of an expert that
         # keeps another replica
         x = int(ex[np.argmax(share[ex])])
@@ -147,21 +183,23 @@ def _best_step(experts: np.ndarray, weight: np.ndarray, count: np.ndarray, load:
             new = _replicated_load(load, experts, weight, count, gpu_of_slot, num_gpus,
                                    x, int(c_slots[j]))
             peak_new = float(new.max())
-            if best is None or peak_new < best[0]:
-                best = (peak_new, 1, (int(c_slots[j]), x))
-    if best is None or best[0] > load[hot] - eps or best[0] > max(load[hot], rest_peak):
+            score_new = float(value(peak_new, 0.0 if worth is None
+                                    else float(worth.copy_us[x, c])))
+            if best is None or score_new > best[0]:
+                best = (score_new, peak_new, 1, (int(c_slots[j]), x))
+    if best is None or best[1] > load[hot] - eps or best[1] > max(load[hot], rest_peak):
         return None
     experts = experts.copy()
-    if best[1] == 2:
-        a, b = best[2]
+    if best[2] == 2:
+        a, b = best[3]
         experts[a], experts[b] = experts[b], experts[a]
     else:
-        slot, x = best[2]
+        slot, x = best[3]
         experts[slot] = x
     count = np.bincount(experts, minlength=weight.size).astype(np.float64)
     load = np.bincount(gpu_of_slot, weights=weight[experts] / count[experts],
                        minlength=num_gpus)
-    return experts, count, load, best[1]
+    return experts, count, load, best[2]
 
 
 def _peak_without(load: np.ndarray, a: int, b: int) -> float:
@@ -298,46 +336,117 @@ def placer_moves(current: Placement, load: np.ndarray, *, topology: Topology,
     """placer's online re-plan of ``current`` for ``load`` (``[layers, E]``, the window),
     its moves paying for their copy within ``interval`` steps (the policy's horizon;
     module docstring)."""
-    from placer.placement.migration import copy_bytes, copy_seconds
-
     started = time.perf_counter()
+    worth = _move_worth(current, load, topology=topology, model=model, regime=regime,
+                        dtype=dtype, interval=interval, costs=costs)
     plans = [improve_layer(current.physical_to_logical[row], load[row].astype(np.float64),
-                           current.num_gpus, max_moves)
+                           current.num_gpus, max_moves,
+                           None if worth is None else worth[row])
              for row in range(current.num_layers)]
     taken = allocate(plans, max_moves)
-    changed = [row for row, i in enumerate(taken) if i > 0]
-    if not changed:
-        return Decision(current, time.perf_counter() - started)
-    rows = current.physical_to_logical.copy()
-    for row in changed:
-        rows[row] = plans[row].rows[taken[row]]
-    proposal = Placement(rows, current.layer_ids, current.num_experts, current.num_gpus)
-    sub = np.array(changed)
-    before = expected_layer_times(_rows(current, sub), load[sub], topology, model, regime,
-                                  dtype)
-    after = expected_layer_times(_rows(proposal, sub), load[sub], topology, model, regime,
-                                 dtype)
-    if before is None or after is None:
-        stats = window_stats(load[sub], current.layer_ids[sub], model.top_k)
-        draws: dict[tuple[int, ...], np.ndarray] = {}
-        before = judged_layer_times(_rows(current, sub), stats, topology, model, regime,
-                                    draws)
-        after = judged_layer_times(_rows(proposal, sub), stats, topology, model, regime,
-                                   draws)
-    local, remote = copy_bytes(_rows(proposal, sub), _rows(current, sub),
-                               float(model.expert_bytes(dtype)), topology.node_of_gpu)
-    copy_us = copy_seconds(local, remote, topology).max(axis=1) * 1e6  # [changed]
-    cost = costs.per_layer_us + costs.link_share * copy_us
-    gain = (before - after) * interval
-    keep = gain > cost
-    if keep.any() and gain[keep].sum() <= costs.fixed_us + cost[keep].sum():
-        keep[:] = False  # together they do not pay for the rebalance's fixed cost
-    final = current.physical_to_logical.copy()
-    for i, row in enumerate(changed):
-        if keep[i]:
-            final[row] = rows[row]
-    placement = Placement(final, current.layer_ids, current.num_experts, current.num_gpus)
+    greedy = current.physical_to_logical.copy()
+    for row, i in enumerate(taken):
+        greedy[row] = plans[row].rows[i]
+    net = _NetValue(current, load, topology, model, regime, dtype, interval, costs)
+    value, moves = net.of(greedy)
+    final = np.where((value > 0)[:, None], greedy, current.physical_to_logical)
+    value, moves = np.where(value > 0, value, 0.0), np.where(value > 0, moves, 0)
+    # a layer the greedy cannot even out (a burst moved the load far) may pay for EPLB's
+    # whole re-placement on the window instead, best value per extra move first
+    full = eplb_layout(load, current.layer_ids, current.num_gpus, current.slots_per_gpu,
+                       model, topology).physical_to_logical
+    value_full, moves_full = net.of(full)
+    better = np.flatnonzero(value_full > value)
+    extra = moves_full[better] - moves[better]
+    rate = (value_full[better] - value[better]) / np.maximum(extra, 1)
+    used = int(moves.sum())
+    for i in np.argsort(-rate, kind="stable"):
+        row = int(better[i])
+        if max_moves is None or used + int(extra[i]) <= max_moves:
+            final[row], used = full[row], used + int(extra[i])
+            value[row] = value_full[row]
+    if value.sum() <= costs.fixed_us:
+        final = current.physical_to_logical  # together they do not pay the fixed cost
+    placement = Placement(final.copy(), current.layer_ids, current.num_experts,
+                          current.num_gpus)
     return Decision(placement, time.perf_counter() - started)
+
+
+@dataclass
+class _NetValue:
+    """What deploying other rows would be worth, layer by layer: the window's expected
+    layer time saved over the horizon, less the copy's cost (:class:`CopyCosts`)."""
+
+    current: Placement
+    load: np.ndarray
+    topology: Topology
+    model: ModelSpec
+    regime: Regime
+    dtype: str
+    interval: int
+    costs: CopyCosts
+
+    def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``([layers], [layers])`` net value (µs) and moves of deploying ``rows``; 0 and
+        0 for the layers ``rows`` leaves as they are."""
+        from placer.placement.migration import copy_bytes, copy_seconds
+
+        current = self.current
+        value = np.zeros(current.num_layers)
+        moves = np.zeros(current.num_layers, dtype=np.int64)
+        proposal = Placement(rows, current.layer_ids, current.num_experts, current.num_gpus)
+        moved = layer_moves(proposal, current)
+        sub = np.flatnonzero(moved > 0)
+        if sub.size == 0:
+            return value, moves
+        old, new = _rows(current, sub), _rows(proposal, sub)
+        args = (self.load[sub], self.topology, self.model, self.regime, self.dtype)
+        before, after = expected_layer_times(old, *args), expected_layer_times(new, *args)
+        if before is None or after is None:
+            stats = window_stats(self.load[sub], current.layer_ids[sub], self.model.top_k)
+            draws: dict[tuple[int, ...], np.ndarray] = {}
+            before = judged_layer_times(old, stats, self.topology, self.model, self.regime,
+                                        draws)
+            after = judged_layer_times(new, stats, self.topology, self.model, self.regime,
+                                       draws)
+        local, remote = copy_bytes(new, old, float(self.model.expert_bytes(self.dtype)),
+                                   self.topology.node_of_gpu)
+        copy_us = copy_seconds(local, remote, self.topology).max(axis=1) * 1e6
+        cost = self.costs.per_layer_us + self.costs.link_share * copy_us
+        value[sub] = (before - after) * self.interval - cost
+        moves[sub] = moved[sub]
+        return value, moves
+
+
+def _move_worth(current: Placement, load: np.ndarray, *, topology: Topology,
+                model: ModelSpec, regime: Regime, dtype: str, interval: int,
+                costs: CopyCosts) -> list[MoveWorth] | None:
+    """Each layer's :class:`MoveWorth`: its expected time per selection of its hottest
+    GPU over ``interval`` steps, and each expert's copy onto each GPU from the deployed
+    placement (None where the expected time is not modelled: normal all-to-all)."""
+    times = expected_layer_times(current, load, topology, model, regime, dtype)
+    if times is None:
+        return None
+    node = np.asarray(topology.node_of_gpu, dtype=np.int64)
+    injection = np.asarray(topology.achieved_injection_gbps, dtype=np.float64)
+    expert_bytes = float(model.expert_bytes(dtype))
+    with np.errstate(divide="ignore"):
+        fabric_us = expert_bytes / (injection[:, 1] * 1e9) * 1e6  # [G]
+        nic_us = expert_bytes / (injection[:, 2] * 1e9) * 1e6
+    fabric_us = np.where(np.isfinite(fabric_us), fabric_us, nic_us)
+    out = []
+    held = current.expert_gpu_mask  # [layers, E, G]
+    members = [node == n for n in range(int(node.max()) + 1)]
+    for row in range(current.num_layers):
+        in_node = np.stack([held[row][:, m].any(axis=1) for m in members], axis=1)  # [E, N]
+        copy = np.where(in_node[:, node], fabric_us[None], nic_us[None]) * costs.link_share
+        p2l = current.physical_to_logical[row]
+        count = np.bincount(p2l, minlength=current.num_experts).astype(np.float64)
+        share = load[row].astype(np.float64)[p2l] / count[p2l]
+        peak = float(np.bincount(np.arange(p2l.size) // current.slots_per_gpu,
+                                 weights=share).max())
+        out.append(MoveWorth(float(times[row]) / max(peak, 1e-12) * interval, copy))
+    return out
 
 
 def _rows(placement: Placement, rows: np.ndarray) -> Placement:
