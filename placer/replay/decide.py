@@ -35,7 +35,7 @@ import numpy as np
 from placer import constants
 from placer.errors import PlacerWarning
 from placer.evaluate import evaluate
-from placer.evaluate.counted import supports, times_from_counts
+from placer.evaluate.counted import RunLoads, supports, times_of_loads
 from placer.evaluate.params import regime_params
 from placer.evaluate.simulate import UnitCosts
 from placer.evaluate.traffic import Fabric, Segments
@@ -177,16 +177,16 @@ def _best_step(experts: np.ndarray, weight: np.ndarray, count: np.ndarray, load:
         # a replica for the hottest expert of the hot GPU, in a slot of an expert that
         # keeps another replica
         x = int(ex[np.argmax(share[ex])])
-        if on[x, c]:
+        spare = np.flatnonzero(count[ey] >= 2)
+        if on[x, c] or spare.size == 0:
             continue
-        for j in np.flatnonzero(count[ey] >= 2):
-            new = _replicated_load(load, experts, weight, count, gpu_of_slot, num_gpus,
-                                   x, int(c_slots[j]))
-            peak_new = float(new.max())
-            score_new = float(value(peak_new, 0.0 if worth is None
-                                    else float(worth.copy_us[x, c])))
-            if best is None or score_new > best[0]:
-                best = (score_new, peak_new, 1, (int(c_slots[j]), x))
+        new = _replicated_loads(load, on, weight, count, x, c, ey[spare])
+        peaks = new.max(axis=1)
+        scores = np.asarray(value(peaks, 0.0 if worth is None
+                                  else float(worth.copy_us[x, c])))
+        k = int(np.argmax(scores))
+        if best is None or float(scores[k]) > best[0]:
+            best = (float(scores[k]), float(peaks[k]), 1, (int(c_slots[spare[k]]), x))
     if best is None or best[1] > load[hot] - eps or best[1] > max(load[hot], rest_peak):
         return None
     experts = experts.copy()
@@ -209,18 +209,15 @@ def _peak_without(load: np.ndarray, a: int, b: int) -> float:
     return float(load[mask].max()) if mask.any() else 0.0
 
 
-def _replicated_load(load: np.ndarray, experts: np.ndarray, weight: np.ndarray,
-                     count: np.ndarray, gpu_of_slot: np.ndarray, num_gpus: int, x: int,
-                     slot: int) -> np.ndarray:
-    """GPU loads after ``slot`` (holding an expert with another replica) takes expert ``x``."""
-    z = int(experts[slot])
-    new = load.copy()
-    gx = gpu_of_slot[experts == x]
-    gz = gpu_of_slot[experts == z]
-    new[gx] -= weight[x] / count[x] - weight[x] / (count[x] + 1)
-    new[gz] += weight[z] / (count[z] - 1) - weight[z] / count[z]
-    c = gpu_of_slot[slot]
-    new[c] += weight[x] / (count[x] + 1) - weight[z] / (count[z] - 1)
+def _replicated_loads(load: np.ndarray, on: np.ndarray, weight: np.ndarray,
+                      count: np.ndarray, x: int, c: int, z: np.ndarray) -> np.ndarray:
+    """``[candidates, G]`` GPU loads after GPU ``c`` gives a slot of each expert ``z``
+    (each holding another replica) to expert ``x`` (``on``: ``[E, G]`` which GPUs hold
+    which experts)."""
+    base = load - on[x] * (weight[x] / count[x] - weight[x] / (count[x] + 1))
+    wz, cz = weight[z], count[z]
+    new = base[None, :] + on[z] * (wz / (cz - 1) - wz / cz)[:, None]
+    new[:, c] += weight[x] / (count[x] + 1) - wz / (cz - 1)
     return new
 
 
@@ -301,13 +298,15 @@ def expected_layer_times(placement: Placement, load: np.ndarray, topology: Topol
     segments = Segments(np.zeros(0, dtype=np.int64), np.zeros(gpus, dtype=np.int64),
                         np.arange(gpus, dtype=np.int64), 1)
     counts_of = placement.replica_counts
-    out = np.empty(placement.num_layers)
+    parts = []
     for row in range(placement.num_layers):
         p2l = placement.physical_to_logical[row]
         split = per_source[row][p2l] / counts_of[row][p2l]
         counts = np.broadcast_to(split, (gpus, slots)).copy()
-        out[row] = times_from_counts(counts, segments, slots, fabric, costs)[0][0]
-    return out
+        parts.append(RunLoads.of(counts, segments, gpus))
+    # every layer timed in one pass of the traffic and phase models
+    return np.array([times[0] for times, _ in times_of_loads(parts, fabric, costs)],
+                    dtype=np.float64).reshape(placement.num_layers)
 
 
 @dataclass(frozen=True)
@@ -337,7 +336,8 @@ def placer_moves(current: Placement, load: np.ndarray, *, topology: Topology,
     its moves paying for their copy within ``interval`` steps (the policy's horizon;
     module docstring)."""
     started = time.perf_counter()
-    worth = _move_worth(current, load, topology=topology, model=model, regime=regime,
+    net = _NetValue(current, load, topology, model, regime, dtype, interval, costs)
+    worth = _move_worth(current, load, net.now, topology=topology, model=model,
                         dtype=dtype, interval=interval, costs=costs)
     plans = [improve_layer(current.physical_to_logical[row], load[row].astype(np.float64),
                            current.num_gpus, max_moves,
@@ -347,7 +347,6 @@ def placer_moves(current: Placement, load: np.ndarray, *, topology: Topology,
     greedy = current.physical_to_logical.copy()
     for row, i in enumerate(taken):
         greedy[row] = plans[row].rows[i]
-    net = _NetValue(current, load, topology, model, regime, dtype, interval, costs)
     value, moves = net.of(greedy)
     final = np.where((value > 0)[:, None], greedy, current.physical_to_logical)
     value, moves = np.where(value > 0, value, 0.0), np.where(value > 0, moves, 0)
@@ -385,6 +384,11 @@ class _NetValue:
     dtype: str
     interval: int
     costs: CopyCosts
+    now: np.ndarray | None = None  # [layers] expected times of ``current`` (decode)
+
+    def __post_init__(self) -> None:
+        self.now = expected_layer_times(self.current, self.load, self.topology, self.model,
+                                        self.regime, self.dtype)
 
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``([layers], [layers])`` net value (µs) and moves of deploying ``rows``; 0 and
@@ -401,7 +405,8 @@ class _NetValue:
             return value, moves
         old, new = _rows(current, sub), _rows(proposal, sub)
         args = (self.load[sub], self.topology, self.model, self.regime, self.dtype)
-        before, after = expected_layer_times(old, *args), expected_layer_times(new, *args)
+        before = None if self.now is None else self.now[sub]
+        after = None if self.now is None else expected_layer_times(new, *args)
         if before is None or after is None:
             stats = window_stats(self.load[sub], current.layer_ids[sub], self.model.top_k)
             draws: dict[tuple[int, ...], np.ndarray] = {}
@@ -418,13 +423,12 @@ class _NetValue:
         return value, moves
 
 
-def _move_worth(current: Placement, load: np.ndarray, *, topology: Topology,
-                model: ModelSpec, regime: Regime, dtype: str, interval: int,
+def _move_worth(current: Placement, load: np.ndarray, times: np.ndarray | None, *,
+                topology: Topology, model: ModelSpec, dtype: str, interval: int,
                 costs: CopyCosts) -> list[MoveWorth] | None:
-    """Each layer's :class:`MoveWorth`: its expected time per selection of its hottest
-    GPU over ``interval`` steps, and each expert's copy onto each GPU from the deployed
-    placement (None where the expected time is not modelled: normal all-to-all)."""
-    times = expected_layer_times(current, load, topology, model, regime, dtype)
+    """Each layer's :class:`MoveWorth`: its expected time ``times`` (``[layers]``) per
+    selection of its hottest GPU over ``interval`` steps, and each expert's copy onto
+    each GPU from the deployed placement (None without ``times``: normal all-to-all)."""
     if times is None:
         return None
     node = np.asarray(topology.node_of_gpu, dtype=np.int64)
