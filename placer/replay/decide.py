@@ -41,6 +41,7 @@ from placer.evaluate.simulate import UnitCosts
 from placer.evaluate.traffic import Fabric, Segments
 from placer.model import ModelSpec
 from placer.placement import Placement
+from placer.placement.align import align_row
 from placer.placement.migration import layer_moves
 from placer.planning.solvers.eplb import eplb_placement
 from placer.regime import Regime
@@ -354,6 +355,9 @@ def placer_moves(current: Placement, load: np.ndarray, *, topology: Topology,
     # whole re-placement on the window instead, best value per extra move first
     full = eplb_layout(load, current.layer_ids, current.num_gpus, current.slots_per_gpu,
                        model, topology).physical_to_logical
+    full = np.stack([align_row(full[row], current.physical_to_logical[row],
+                               current.num_experts, topology)
+                     for row in range(current.num_layers)])  # fewer moves, same layout
     value_full, moves_full = net.of(full)
     better = np.flatnonzero(value_full > value)
     extra = moves_full[better] - moves[better]
