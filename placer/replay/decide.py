@@ -144,81 +144,79 @@ def _best_step(experts: np.ndarray, weight: np.ndarray, count: np.ndarray, load:
                gpu_of_slot: np.ndarray, num_gpus: int, slots: int, eps: float,
                left: int, worth: MoveWorth | None,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """The candidate move worth most (:func:`improve_layer`; None when none helps)."""
+    """The candidate move worth most (:func:`improve_layer`; None when none helps): the
+    swaps of the hottest GPU's experts with those of the coldest GPUs, and a replica of
+    its hottest expert in a cold GPU's slot of an expert that keeps another, all scored
+    at once."""
     hot = int(np.argmax(load))
-    others = np.delete(load, hot)
-    rest_peak = float(others.max()) if others.size else 0.0
-    cold = [int(g) for g in np.argsort(load, kind="stable") if g != hot][:COLD_CANDIDATES]
+    by_load = np.argsort(load, kind="stable")
+    cold = by_load[by_load != hot][:COLD_CANDIDATES]
+    if cold.size == 0:
+        return None
     share = weight / count
     on = np.zeros((weight.size, num_gpus), dtype=bool)
     on[experts, gpu_of_slot] = True
-    hot_slots = np.arange(hot * slots, hot * slots + slots)
     scale = worth.us_per_load if worth is not None else 1.0
-
-    def value(peak: np.ndarray | float, copy: np.ndarray | float) -> np.ndarray | float:
-        return (load[hot] - peak) * scale - copy  # peak: the new hottest GPU's load
-
-    # (value, new peak, moves, (slot, slot) swapped or (slot, expert) replicated)
-    best: tuple[float, float, int, tuple[int, int]] | None = None
-    for c in cold:
-        c_slots = np.arange(c * slots, c * slots + slots)
-        ex, ey = experts[hot_slots], experts[c_slots]
-        diff = share[ex][:, None] - share[ey][None, :]  # hot loses, cold gains
-        ok = (~on[ex, c])[:, None] & (~on[ey, hot])[None, :] & (diff > 0)
-        if left >= 2 and ok.any():
-            peak = np.maximum(load[hot] - diff, load[c] + diff)
-            peak = np.maximum(peak, _peak_without(load, hot, c))
-            copy = 0.0 if worth is None else np.maximum(worth.copy_us[ex, c][:, None],
-                                                        worth.copy_us[ey, hot][None, :])
-            score = np.where(ok, value(peak, copy), -np.inf)
-            i, j = np.unravel_index(int(np.argmax(score)), score.shape)
-            if best is None or score[i, j] > best[0]:
-                best = (float(score[i, j]), float(peak[i, j]), 2,
-                        (int(hot_slots[i]), int(c_slots[j])))
-        # a replica for the hottest expert of the hot GPU, in a slot of an expert that
-        # keeps another replica
-        x = int(ex[np.argmax(share[ex])])
-        spare = np.flatnonzero(count[ey] >= 2)
-        if on[x, c] or spare.size == 0:
-            continue
-        new = _replicated_loads(load, on, weight, count, x, c, ey[spare])
+    hot_slots = hot * slots + np.arange(slots)
+    cold_slots = cold[:, None] * slots + np.arange(slots)[None, :]  # [C, S]
+    ex, ey = experts[hot_slots], experts[cold_slots]  # [S], [C, S]
+    # the highest load of the GPUs other than the hot one and each cold one
+    top = by_load[::-1][:3]
+    rest = np.array([float(load[next((g for g in top if g not in (hot, c)), hot)])
+                     if num_gpus > 2 else 0.0 for c in cold])
+    best_swap = best_rep = (-np.inf, 0.0, (0, 0), cold.size)
+    if left >= 2:
+        diff = share[ex][None, :, None] - share[ey][:, None, :]  # [C, S, S] hot loses
+        ok = (~on[ex][:, cold].T)[:, :, None] & (~on[ey, hot])[:, None, :] & (diff > 0)
+        if ok.any():
+            peak = np.maximum(np.maximum(load[hot] - diff, load[cold][:, None, None] + diff),
+                              rest[:, None, None])
+            copy = 0.0 if worth is None else np.maximum(
+                worth.copy_us[ex][:, cold].T[:, :, None], worth.copy_us[ey, hot][:, None, :])
+            score = np.where(ok, (load[hot] - peak) * scale - copy, -np.inf)
+            c, i, j = np.unravel_index(int(np.argmax(score)), score.shape)
+            best_swap = (float(score[c, i, j]), float(peak[c, i, j]),
+                         (int(hot_slots[i]), int(cold_slots[c, j])), int(c))
+    # a replica of the hot GPU's hottest expert, in a slot of an expert that keeps another
+    x = int(ex[np.argmax(share[ex])])
+    spare = (count[ey] >= 2) & ~on[x, cold][:, None]  # [C, S]
+    if spare.any():
+        c_idx, j_idx = np.nonzero(spare)
+        new = _replicated_loads(load, on, weight, count, x, cold[c_idx], ey[c_idx, j_idx])
         peaks = new.max(axis=1)
-        scores = np.asarray(value(peaks, 0.0 if worth is None
-                                  else float(worth.copy_us[x, c])))
+        copy_x = 0.0 if worth is None else worth.copy_us[x, cold[c_idx]]
+        scores = (load[hot] - peaks) * scale - copy_x
         k = int(np.argmax(scores))
-        if best is None or float(scores[k]) > best[0]:
-            best = (float(scores[k]), float(peaks[k]), 1, (int(c_slots[spare[k]]), x))
-    if best is None or best[1] > load[hot] - eps or best[1] > max(load[hot], rest_peak):
+        best_rep = (float(scores[k]), float(peaks[k]),
+                    (int(cold_slots[c_idx[k], j_idx[k]]), x), int(c_idx[k]))
+    # the better of both; on a tie, the move of the colder GPU, a swap before a replica
+    swap = best_swap[0] > best_rep[0] or (best_swap[0] == best_rep[0]
+                                          and best_swap[3] <= best_rep[3])
+    score_, peak_, where, _ = best_swap if swap else best_rep
+    rest_peak = float(np.delete(load, hot).max()) if num_gpus > 1 else 0.0
+    if not np.isfinite(score_) or peak_ > load[hot] - eps or peak_ > max(load[hot], rest_peak):
         return None
     experts = experts.copy()
-    if best[2] == 2:
-        a, b = best[3]
+    if swap:
+        a, b = where
         experts[a], experts[b] = experts[b], experts[a]
     else:
-        slot, x = best[3]
-        experts[slot] = x
+        experts[where[0]] = where[1]
     count = np.bincount(experts, minlength=weight.size).astype(np.float64)
     load = np.bincount(gpu_of_slot, weights=weight[experts] / count[experts],
                        minlength=num_gpus)
-    return experts, count, load, best[2]
-
-
-def _peak_without(load: np.ndarray, a: int, b: int) -> float:
-    """The highest load of the GPUs other than ``a`` and ``b``."""
-    mask = np.ones(load.size, dtype=bool)
-    mask[[a, b]] = False
-    return float(load[mask].max()) if mask.any() else 0.0
+    return experts, count, load, 2 if swap else 1
 
 
 def _replicated_loads(load: np.ndarray, on: np.ndarray, weight: np.ndarray,
-                      count: np.ndarray, x: int, c: int, z: np.ndarray) -> np.ndarray:
-    """``[candidates, G]`` GPU loads after GPU ``c`` gives a slot of each expert ``z``
+                      count: np.ndarray, x: int, c: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """``[candidates, G]`` GPU loads after each GPU ``c`` gives a slot of its expert ``z``
     (each holding another replica) to expert ``x`` (``on``: ``[E, G]`` which GPUs hold
     which experts)."""
     base = load - on[x] * (weight[x] / count[x] - weight[x] / (count[x] + 1))
     wz, cz = weight[z], count[z]
     new = base[None, :] + on[z] * (wz / (cz - 1) - wz / cz)[:, None]
-    new[:, c] += weight[x] / (count[x] + 1) - wz / (cz - 1)
+    new[np.arange(z.size), c] += weight[x] / (count[x] + 1) - wz / (cz - 1)
     return new
 
 
