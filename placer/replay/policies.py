@@ -14,9 +14,10 @@ A policy says which placement serves each step of a replay and when it changes:
     stops while the weights move.
 ``placer:window=W,interval=I[,max-moves=M][,horizon=H][,async][,first=F][,layers=N]``
     placer's online re-plan at the same cadence: from the deployed placement, the moves
-    that pay for their copy within ``H`` steps (default: the window: the load of the last
-    ``W`` steps is taken to hold for as long again), greedily by the evaluator's gain, at
-    most ``M`` per rebalance.
+    (or, where a burst moved the load too far for single moves, a layer's whole EPLB
+    re-placement) that pay for their copy within ``H`` steps (default: the window: the
+    load of the last ``W`` steps is taken to hold for as long again), greedily by what
+    each is worth, at most ``M`` per rebalance (:mod:`placer.replay.decide`).
 ``oracle:interval=I``
     foresight, as a reference: every ``I`` steps the faster of EPLB and placer fitted on
     the coming ``I`` steps themselves, moved for free.
