@@ -31,6 +31,12 @@ ROUND_ROBIN_CELLS = 1 << 22
 EXACT_REPLICAS = 12
 #: ... except with this few places (nodes), where every count is counted exactly.
 EXACT_ALL_PLACES = 16
+#: Residue classes are summed from per-code counts (``[batches x experts x places,
+#: distinct codes]``, float32) up to this many cells; past it, counted per replica count.
+RESIDUE_CELLS = 1 << 25
+#: ... and at most this many cells per selection (denser counts than that are summed
+#: faster per replica count).
+RESIDUE_SPARSE = 8
 
 #: ``(batch, place, expert, code)`` of each selection (:func:`round_robin_local`).
 Selections = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -54,7 +60,7 @@ def round_robin_local(
     codes' range).  The least compute is exact when every expert is counted exactly;
     otherwise the others may take replicas at no cost, which only lowers it.
     """
-    batch, place, expert, _ = at
+    batch, place, expert, code = at
     cell = batch * num_experts + expert
     per_place = np.bincount(cell * num_places + place,
                             minlength=num_batches * num_experts * num_places)
@@ -66,22 +72,44 @@ def round_robin_local(
     chosen = _exactly_counted(per_place, extra)
     totals = per_place.sum(axis=2).astype(np.float64)  # [B, E] selections of each expert
     one = np.where(totals > 0, np.maximum(weight_us, totals * token_us), 0.0)
-    added = _running_replicas_compute(at, totals, one, num_batches, num_experts, extra,
-                                      weight_us, token_us)  # [B, E, c]
+    values, index = dense_codes(code)
+    span = int(values[-1]) + 1 if values.size else 1
+    added = _running_replicas_compute(cell, index, values.size, span, totals, one,
+                                      num_batches, num_experts, extra, weight_us,
+                                      token_us)  # [B, E, c]
     gain = np.repeat(headroom[:, chosen, None].astype(np.float64), extra + 1, axis=2)
     gain[:, :, 0] = 0.0
     if exact is None:
         exact = extra + 1 if num_places <= EXACT_ALL_PLACES else EXACT_REPLICAS
-    selected = _restricted(at, chosen, num_experts)
-    for count in range(2, min(extra + 1, exact) + 1):
-        best, spent = _residue_classes(selected, count, num_batches, chosen.size,
-                                       num_places, weight_us, token_us)
+    counts = range(2, min(extra + 1, exact) + 1)
+    selected = _restricted((batch, place, expert, index), chosen, num_experts)
+    for count, (best, spent) in zip(counts, _residue_classes(
+            selected, values, counts, num_batches, chosen.size, num_places, weight_us,
+            token_us), strict=True):
         gain[:, :, count - 1] = best - alone[:, chosen]
         added[:, chosen, count - 1] = spent - one[:, chosen]
     gain = np.maximum(gain, 0.0)
     added = np.maximum(added, 0.0)
     total = _most_gain(gain, headroom, chosen, extra)
     return alone.sum(axis=1) + total, _least_added(added, extra)
+
+
+def dense_codes(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``([J], [n])``: the distinct codes, increasing, and each selection's index among
+    them.  Codes are few (a rank's positions, times ``top_k`` at most) but may be spread
+    over 32 bits (vLLM's hash): counting per residue class is then done per distinct
+    code, once for every replica count."""
+    if code.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    low, high = int(code.min()), int(code.max())
+    if high - low <= max(4 * code.size, 1 << 16):  # a small range: counted, not sorted
+        seen = np.zeros(high - low + 1, dtype=bool)
+        seen[code - low] = True
+        values = np.flatnonzero(seen)
+        where = np.cumsum(seen) - 1
+        return values + low, where[code - low]
+    values, index = np.unique(code, return_inverse=True)
+    return values, index.reshape(-1)
 
 
 def _exactly_counted(per_place: np.ndarray, extra: int) -> np.ndarray:
@@ -103,22 +131,23 @@ def _restricted(at: Selections, chosen: np.ndarray, num_experts: int) -> Selecti
 
 
 def _running_replicas_compute(
-    at: Selections, totals: np.ndarray, one: np.ndarray, num_batches: int, num_experts: int,
-    extra: int, weight_us: float, token_us: float,
+    cell: np.ndarray, index: np.ndarray, num_codes: int, span: int, totals: np.ndarray,
+    one: np.ndarray, num_batches: int, num_experts: int, extra: int, weight_us: float,
+    token_us: float,
 ) -> np.ndarray:
     """``[B, E, extra + 1]`` least compute ``c`` replicas of each expert add over one
     (column ``c - 1``; column 0 is 0), from the replicas that surely run: at least
     ``ceil(D / ceil(K / c))`` of them, ``D`` the distinct codes of the expert's
-    selections and ``K`` the codes' range (a residue class holds at most ``ceil(K / c)``
-    codes).  Every expert, every count; counted exactly later for the chosen ones."""
-    batch, _, expert, code = at
-    cell = batch * num_experts + expert
-    span = int(code.max()) + 1 if code.size else 1
-    if num_batches * num_experts * span <= ROUND_ROBIN_CELLS:
-        seen = np.bincount(cell * span + code, minlength=num_batches * num_experts * span)
-        codes = (seen.reshape(num_batches, num_experts, span) > 0).sum(axis=2)
+    selections and ``K`` the codes' range ``span`` (a residue class holds at most
+    ``ceil(K / c)`` codes).  Every expert, every count; counted exactly later for the
+    chosen ones.  ``cell``: ``batch x E + expert`` of each selection; ``index``: its
+    code among the ``num_codes`` distinct ones (:func:`dense_codes`)."""
+    if num_batches * num_experts * num_codes <= ROUND_ROBIN_CELLS:
+        seen = np.bincount(cell * num_codes + index,
+                           minlength=num_batches * num_experts * num_codes)
+        codes = (seen.reshape(num_batches, num_experts, num_codes) > 0).sum(axis=2)
     else:
-        distinct = np.unique(cell * span + code) // span
+        distinct = np.unique(cell * num_codes + index) // num_codes
         codes = np.bincount(distinct, minlength=num_batches * num_experts).reshape(
             num_batches, num_experts)
     codes = codes.astype(np.float64)
@@ -131,41 +160,91 @@ def _running_replicas_compute(
 
 
 def _residue_classes(
-    selected: Selections, count: int, num_batches: int, width: int, num_places: int,
-    weight_us: float, token_us: float,
+    selected: Selections, values: np.ndarray, counts: range, num_batches: int, width: int,
+    num_places: int, weight_us: float, token_us: float,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each replica count in ``counts``, ``([B, W], [B, W])`` with that many replicas
+    of each of the ``width`` chosen experts: the most selections served where they arise
+    (``f(count)``), and the compute of the replicas whose residue class has a selection,
+    microseconds.  ``selected``'s codes index ``values`` (:func:`dense_codes`).
+
+    The selections are counted once per (batch, expert, distinct code, place); each
+    count's classes are then sums of those counts, one product with a 0/1 matrix (code
+    -> class) for every count together, exact in float32 (integer counts below 2^24).
+    When those counts would be sparse (more than :data:`RESIDUE_SPARSE` cells a
+    selection, as with many places) or many, one pass over the selections per count."""
+    b, x, e, j = selected
+    cells = num_batches * width * values.size * num_places
+    if not counts:
+        return []
+    if cells > min(RESIDUE_CELLS, RESIDUE_SPARSE * b.size) or b.size >= 1 << 24:
+        base = b * width + e
+        return [_residue_classes_of(base, x, (values % count)[j], count, (num_batches, width),
+                                    num_places, weight_us, token_us) for count in counts]
+    per_code = np.bincount(((b * width + e) * values.size + j) * num_places + x,
+                           minlength=cells).astype(np.float32)
+    starts = np.cumsum([0, *counts])
+    classes = np.zeros((int(starts[-1]), values.size), dtype=np.float32)
+    for start, count in zip(starts, counts, strict=False):
+        classes[start + values % count, np.arange(values.size)] = 1.0
+    # [B x W, classes of every count, X]: each class's selections from each place
+    summed = classes @ per_code.reshape(num_batches * width, values.size, num_places)
+    out = []
+    for start, count in zip(starts, counts, strict=False):
+        m = summed[:, start:start + count]
+        runs = m.sum(axis=2).reshape(num_batches, width, count).astype(np.float64)
+        spent = np.where(runs > 0, np.maximum(weight_us, runs * token_us), 0.0)
+        best = m.max(axis=2).sum(axis=1).reshape(num_batches, width).astype(np.int64)
+        out.append((best, spent.sum(axis=2)))
+    return out
+
+
+def _residue_classes_of(
+    base: np.ndarray, place: np.ndarray, residue: np.ndarray, count: int,
+    shape: tuple[int, int], num_places: int, weight_us: float, token_us: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``([B, W], [B, W])`` with ``count`` replicas of each of the ``width`` chosen
-    experts: the most selections served where they arise (``f(count)``), and the
-    compute of the replicas whose residue class has a selection, microseconds."""
-    b, x, e, k = selected
-    key = ((b * width + e) * count + k % count) * num_places + x
-    m = np.bincount(key, minlength=num_batches * width * count * num_places)
-    m = m.reshape(num_batches, width, count, num_places)
+    """:func:`_residue_classes` of one ``count`` by one pass over the selections, each
+    given as its (batch, expert) row ``base``, its place and its code's ``residue``;
+    ``shape``: ``(B, W)``."""
+    m = np.bincount((base * count + residue) * num_places + place,
+                    minlength=shape[0] * shape[1] * count * num_places)
+    m = m.reshape(*shape, count, num_places)
     runs = m.sum(axis=3)
     spent = np.where(runs > 0, np.maximum(weight_us, runs * token_us), 0.0)
     return m.max(axis=3).sum(axis=2), spent.sum(axis=2)
 
 
-def _knapsack_steps(extra: int) -> tuple[np.ndarray, np.ndarray]:
-    """``([j, used], [j, used])``: the budget left before an item taking ``used`` of
-    ``j`` replicas (0 where it cannot), and whether it can."""
-    steps = np.arange(extra + 1)
-    before = steps[:, None] - steps[None, :]
-    allowed = before >= 0
-    return np.where(allowed, before, 0), allowed
+def _combined(items: np.ndarray, best: str) -> np.ndarray:
+    """``[B, c]``: the ``[B, n, c]`` items' vectors (value of an item taking exactly
+    ``u`` replicas) combined into the value of exactly ``j`` replicas over all items,
+    ``best`` ``"max"`` or ``"min"`` of the sums: the knapsack's recurrence, done on pairs
+    of items at once (a tree of merges; a sum of the same terms, so the same optimum)."""
+    size = items.shape[2]
+    empty = -np.inf if best == "max" else np.inf
+    reduce = np.max if best == "max" else np.min
+    # a[j - u] read from ``a`` padded with size - 1 empty values in front: u > j is empty
+    steps = np.arange(size)
+    before = steps[:, None] - steps[None, :] + size - 1  # [j, u]
+    while items.shape[1] > 1:
+        if items.shape[1] % 2:  # an item with no value: zero replicas, nothing else
+            identity = np.full((items.shape[0], 1, size), empty)
+            identity[:, :, 0] = 0.0
+            items = np.concatenate([items, identity], axis=1)
+        first = np.concatenate([np.full((*items.shape[:1], items.shape[1] // 2, size - 1),
+                                        empty), items[:, 0::2]], axis=2)
+        items = reduce(first[:, :, before] + items[:, 1::2][:, :, None, :], axis=3)
+    out: np.ndarray = items[:, 0]
+    return out
 
 
 def _most_gain(gain: np.ndarray, headroom: np.ndarray, chosen: np.ndarray,
                extra: int) -> np.ndarray:
     """``[B]`` the most local selections ``extra`` replicas add: a multiple-choice
-    knapsack over the chosen experts (``gain``: ``[B, W, c]``), the others gaining at
-    most their ``headroom`` (``[B, E]``) each."""
+    knapsack over the chosen experts (``gain``: ``[B, W, c]``, column 0 zero), the others
+    gaining at most their ``headroom`` (``[B, E]``) each."""
     num_batches, num_experts = headroom.shape
-    before, allowed = _knapsack_steps(extra)
-    budget = np.zeros((num_batches, extra + 1))  # best gain with <= j replicas
-    for item in range(chosen.size):
-        options = budget[:, before] + gain[:, item][:, None, :]  # [B, j, used]
-        budget = np.where(allowed[None], options, -np.inf).max(axis=2)
+    # best gain with <= j replicas (integer counts: the merges' sums are exact)
+    budget = np.maximum.accumulate(_combined(gain, "max"), axis=1)
     others = np.ones(num_experts, dtype=bool)
     others[chosen] = False
     rest = -np.sort(-headroom[:, others], axis=1)[:, :extra]
@@ -176,12 +255,5 @@ def _most_gain(gain: np.ndarray, headroom: np.ndarray, chosen: np.ndarray,
 
 def _least_added(added: np.ndarray, extra: int) -> np.ndarray:
     """``[B]`` the least compute exactly ``extra`` replicas add over one per expert
-    (``added``: ``[B, E, c]``, a knapsack over every expert)."""
-    num_batches, num_experts, _ = added.shape
-    before, allowed = _knapsack_steps(extra)
-    least = np.full((num_batches, extra + 1), np.inf)
-    least[:, 0] = 0.0
-    for item in range(num_experts):
-        options = least[:, before] + added[:, item][:, None, :]
-        least = np.where(allowed[None], options, np.inf).min(axis=2)
-    return least[:, extra]
+    (``added``: ``[B, E, c]``, column 0 zero, a knapsack over every expert)."""
+    return _combined(added, "min")[:, extra]
