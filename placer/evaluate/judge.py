@@ -19,6 +19,7 @@ import numpy as np
 
 from placer.errors import PlacerWarning
 from placer.evaluate.core import evaluate
+from placer.evaluate.dispatch import STATIC_POLICIES
 from placer.evaluate.params import EvalParams
 from placer.placement import Placement
 from placer.problem import PlacementProblem
@@ -56,6 +57,52 @@ def layer_times(
     by_id = dict(zip(result.layer_ids.tolist(), result.per_layer["layer_time_p99_us"].tolist(),
                      strict=True))
     return np.array([by_id[int(i)] for i in problem.stats.layer_ids], dtype=np.float64)
+
+
+class LayerJudge:
+    """:func:`layer_times` of many candidate placements of one problem, each distinct
+    layer timed once.
+
+    The planner's judge times the plan, its hint, the reference EPLB and their merge on
+    the same sampled tokens; most of their layers are the very same rows.  A layer's
+    time depends on its row alone (its tokens are drawn per layer, its dispatch stream
+    is seeded per layer) except under the static tables of SGLang and ``local_first``,
+    which draw every layer's choices from one stream: there a whole placement is timed
+    once (a candidate equal to an earlier one costs nothing), elsewhere each (layer,
+    row) once, the layers not timed yet evaluated together.  The times are those
+    :func:`layer_times` gives (tests: equal to the last bit).
+    """
+
+    def __init__(self, problem: PlacementProblem, regime: Regime, seed: int) -> None:
+        self.problem = problem
+        self.regime = regime
+        self.seed = seed
+        self.draws: dict[tuple[int, ...], np.ndarray] = {}
+        self.coupled = regime.dispatch in STATIC_POLICIES
+        self._rows: dict[tuple[int, bytes], float] = {}
+        self._whole: dict[bytes, np.ndarray] = {}
+
+    def __call__(self, placement: Placement) -> np.ndarray:
+        """``[layers]`` estimated p99 layer times of ``placement``, as :func:`layer_times`."""
+        problem = self.problem
+        if self.coupled:
+            key = placement.layer_ids.tobytes() + placement.physical_to_logical.tobytes()
+            if key not in self._whole:
+                self._whole[key] = layer_times(placement, problem, self.regime, self.seed,
+                                               self.draws)
+            return self._whole[key].copy()
+        keys = [(int(i), placement.physical_to_logical[placement.layer_row(int(i))].tobytes())
+                for i in problem.stats.layer_ids]
+        todo = [k for k in dict.fromkeys(keys) if k not in self._rows]
+        if todo:
+            ids = np.array([i for i, _ in todo], dtype=np.int64)
+            rows = [placement.layer_row(int(i)) for i in ids]
+            part = replace(placement, physical_to_logical=placement.physical_to_logical[rows],
+                           layer_ids=ids)
+            sub = replace(problem, stats=problem.stats.select_layers(ids))
+            times = layer_times(part, sub, self.regime, self.seed, self.draws)
+            self._rows.update(zip(todo, times.tolist(), strict=True))
+        return np.array([self._rows[k] for k in keys], dtype=np.float64)
 
 
 def pooled(stats: ExpertStats) -> ExpertStats:

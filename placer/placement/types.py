@@ -285,6 +285,13 @@ class Placement:
                 hint=f"the placement's layers are {format_ranges(self.layer_ids)}")
         return int(hits[0])
 
+    def same_layers(self, other: Placement) -> bool:
+        """Whether ``other`` holds the same experts in the same slots of the same layers
+        (``meta`` aside): what evaluates ``self`` evaluates ``other`` the same."""
+        return (self.num_gpus == other.num_gpus and self.num_experts == other.num_experts
+                and np.array_equal(self.layer_ids, other.layer_ids)
+                and np.array_equal(self.physical_to_logical, other.physical_to_logical))
+
 
 def gpu_loads(placement: Placement, load: np.ndarray) -> np.ndarray:
     """Expected load of each GPU when each expert's load splits evenly over its replicas.

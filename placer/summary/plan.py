@@ -289,12 +289,20 @@ def _with_times(
     messages: list[str] = []
     findings: list[tuple[str, Any]] = []
     order: tuple[int, str] = (0, "trace")
+    said: dict[str, list[Any]] = {}
     try:
         for r in results:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                evaluations[r.solver] = evaluate(r.placement, routing, *problem.cluster(),
-                                                 params, draws=draws)
+            # a plan that is EPLB's placement (the judge kept it) is evaluated once
+            same = next((name for name in evaluations
+                         if _placement_of(results, name).same_layers(r.placement)), None)
+            if same is not None:
+                evaluations[r.solver], caught = evaluations[same], said[same]
+            else:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    evaluations[r.solver] = evaluate(r.placement, routing, *problem.cluster(),
+                                                     params, draws=draws)
+                said[r.solver] = caught
             for w in caught:
                 bias = getattr(w.message, "bias", None)
                 if bias is not None:
@@ -338,6 +346,11 @@ def _with_times(
         verdict=verdict(mine, theirs, times[mine][VERDICT_FIGURE],
                         times[theirs][VERDICT_FIGURE], on=on),
     )
+
+
+def _placement_of(results: list[SolveResult], solver: str) -> Any:
+    """The placement of the result named ``solver``."""
+    return next(r.placement for r in results if r.solver == solver)
 
 
 def _floor(routing: RoutingData, problem: PlacementProblem, params: EvalParams,

@@ -19,6 +19,11 @@ from placer.stats import ExpertStats
 
 # -- the explanation rows: balance and remote copies ------------------------------------------
 
+#: The keys of :func:`remote_figures`.
+REMOTE_KEYS = ("remote_gpus_per_token", "remote_nodes_per_token",
+               "remote_gpus_per_token_bounds", "remote_nodes_per_token_bounds",
+               "remote_copies_from")
+
 
 def basic_metrics(placement: Placement, stats: ExpertStats) -> dict[str, float]:
     """Hot-shard ratio (max / mean GPU load per layer) of the load summed over windows.
@@ -36,7 +41,8 @@ def basic_metrics(placement: Placement, stats: ExpertStats) -> dict[str, float]:
 
 
 def remote_figures(
-    problem: PlacementProblem, placement: Placement, stats: ExpertStats | None = None
+    problem: PlacementProblem, placement: Placement, stats: ExpertStats | None = None,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Remote GPUs and nodes per token (normal mode, uniform source rank, mean over layers),
     the bracket the statistics prove, and how they were obtained.
@@ -55,6 +61,9 @@ def remote_figures(
     - otherwise none: the pairwise closed form is then not an estimate (top-k > 2 counts
       a triple on one GPU as three saved copies; partial pair counts miss pairs), only the
       bracket is shown.
+
+    ``draws`` (a dict the caller keeps, as :func:`placer.evaluate.evaluate` takes it):
+    placements compared on the same statistics are sampled on the same tokens, drawn once.
 
     Returns ``{"remote_gpus_per_token", "remote_nodes_per_token",
     "remote_gpus_per_token_bounds", "remote_nodes_per_token_bounds",
@@ -106,18 +115,18 @@ def remote_figures(
             + ": the pairwise closed form is not an estimate here; with `model` and"
             " `topology` the evaluator samples one)" + windows)
         return out
-    _fill_sampled(out, problem, placement, stats, windows)
+    _fill_sampled(out, problem, placement, stats, windows, draws)
     return out
 
 
 def _fill_sampled(
     out: dict[str, Any], problem: PlacementProblem, placement: Placement, stats: ExpertStats,
-    windows: str,
+    windows: str, draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> None:
     """Put the evaluator's sampled remote GPUs (and nodes) per token into ``out``, each
     brought into its bracket (``out``'s bounds), and say how in ``remote_copies_from``."""
     multi = problem.num_nodes > 1
-    sampled = _sampled_remote(problem, placement, stats)
+    sampled = _sampled_remote(problem, placement, stats, draws)
     how = "evaluator, sampled batches" + windows
     moved = []
     for column, label, value in ((0, "GPUs", sampled[0]), (1, "nodes", sampled[1])):
@@ -135,7 +144,8 @@ def _fill_sampled(
 
 
 def _sampled_remote(
-    problem: PlacementProblem, placement: Placement, stats: ExpertStats
+    problem: PlacementProblem, placement: Placement, stats: ExpertStats,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
 ) -> tuple[float, float]:
     """Remote GPUs and nodes per token from the evaluator's sampled batches, every window
     of ``stats`` summed into one (the loads the bracket is proven for), with the
@@ -154,6 +164,7 @@ def _sampled_remote(
         placement, whole, *problem.cluster(),
         EvalParams(policy="random", num_batches=batches,
                    batch_tokens=min(constants.PLAN_VERSUS_BATCH_TOKENS, total // batches)),
+        draws=draws,
     ).metrics
     return metrics["remote_copies_per_token_gpu"], metrics["remote_copies_per_token_node"]
 
@@ -174,11 +185,15 @@ def _nodes_of(problem: PlacementProblem) -> Any:
 def side_metrics(
     problem: PlacementProblem, result: SolveResult, gap: float | None,
     stats: ExpertStats | None = None,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
+    remote: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One column of the explanation rows: figures of ``result`` on ``problem``'s
-    statistics (remote copies on ``stats``, see :func:`remote_figures`)."""
+    statistics (remote copies on ``stats``, see :func:`remote_figures`, sampled with
+    ``draws``; ``remote``: those figures when known already)."""
     basic = basic_metrics(result.placement, problem.stats)
-    remote = remote_figures(problem, result.placement, stats)
+    if remote is None:
+        remote = remote_figures(problem, result.placement, stats, draws)
     moves = None
     if problem.current is not None:
         moves = float(moves_from(result.placement, problem.current))
@@ -201,12 +216,18 @@ def versus_eplb(
     Hot shard on the fitted windows; remote copies (normal mode, uniform source rank,
     mean over layers) and their bracket from :func:`remote_figures` on ``stats``
     (default ``problem.stats``; ``placer plan`` passes every window of the trace, where
-    loads and pair counts agree), None without co-activation counts.
+    loads and pair counts agree), None without co-activation counts.  Both are sampled
+    on the same tokens, and a plan that is EPLB's placement (the judge kept it) is
+    measured once.
     """
+    draws: dict[tuple[int, ...], np.ndarray] = {}
+    mine = side_metrics(problem, result, result.gap, stats, draws)
+    same = result.placement.same_layers(baseline.placement)
+    remote = {key: mine[key] for key in REMOTE_KEYS} if same else None
     return {
         "columns": [result.solver, baseline.solver],
-        result.solver: side_metrics(problem, result, result.gap, stats),
-        baseline.solver: side_metrics(problem, baseline, None, stats),
+        result.solver: mine,
+        baseline.solver: side_metrics(problem, baseline, None, stats, draws, remote),
     }
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import Param, UsageError
-from placer.evaluate.judge import EQUAL_TIME, can_judge, faster_rows, layer_times
+from placer.evaluate.judge import EQUAL_TIME, LayerJudge, can_judge, faster_rows
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.placement.migration import Frontier, layer_moves
@@ -409,10 +409,8 @@ def _keep_faster(
     of the returned placement and of the reference EPLB (the hint when it is EPLB), and
     the deployed placement's times (candidate ``current``; None without one).
     """
-    draws: dict[tuple[int, ...], np.ndarray] = {}  # all judged on the same sampled tokens
-
-    def timed(candidate: Placement) -> np.ndarray:
-        return layer_times(candidate, problem, params.regime, params.seed, draws)
+    # all judged on the same sampled tokens, each distinct layer once
+    timed = LayerJudge(problem, params.regime, params.seed)
 
     def taken(row: int, name: str, other: Placement) -> LayerOutcome:
         x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
