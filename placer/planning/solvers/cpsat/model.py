@@ -184,46 +184,54 @@ class LayerModel:
             for g in self.gpus.tolist():
                 m.add(sum(self.z[e, g, c] for c in options) == self.x[e, g])
 
-    def _coefficient(self, w: int, e: int, c: int) -> int:
-        return round(float(self._per_replica[c][w, e]) * self.scale)
-
     def _add_load_expressions(self) -> None:
-        """Integer load of every GPU in every window that the model can change."""
+        """Integer load of every GPU in every window that the model can change.
+
+        The integer coefficients (``round(share x scale)``, one table per replica count)
+        and the loads of GPUs outside ``K`` that hold no expert of changing count
+        (constants) are computed as arrays; only the expressions are built one by one."""
         data, x = self.data, self.start
         current_counts = x.sum(axis=1)
         free_set = set(self.free.tolist())
         multi = {e for e in free_set if len(self.counts[e]) > 1}
         needed = {int(c) for c in current_counts} | {c for cs in self.counts.values() for c in cs}
-        self._per_replica = {c: data.effective_share(c) for c in needed if c > 0}
+        coef = {c: np.round(data.effective_share(c) * self.scale).astype(np.int64)
+                for c in needed if c > 0}  # [W, E] per count, as round() gives them
         # no GPU carries more than every expert's whole (one-replica) share
         self.load_top = int(np.ceil(data.effective_share(1).sum(axis=1).max() * self.scale))
+        # each expert's coefficient at its count when it does not change ([W, E])
+        fixed_count = current_counts.copy()
+        for e in free_set - multi:
+            fixed_count[e] = self.counts[e][0]
+        at_count = np.zeros((data.num_windows, data.num_experts), dtype=np.int64)
+        for c in np.unique(fixed_count[fixed_count > 0]).tolist():
+            at_count[:, fixed_count == c] = coef[c][:, fixed_count == c]
+        holds_multi = np.zeros(data.num_experts, dtype=bool)
+        holds_multi[sorted(multi)] = True
+        outside = x & ~holds_multi[:, None]  # [E, G] replicas of unchanging count
+        constant = at_count @ outside.astype(np.int64)  # [W, G]
+        changing = {g: [e for e in np.flatnonzero(x[:, g]).tolist() if e in multi]
+                    for g in range(data.num_gpus) if not self.in_k[g]}
+        free = self.free.tolist()
         for w in range(data.num_windows):
             for g in range(data.num_gpus):
                 terms: list[cp_model.LinearExprT] = []
-                constant = 0
                 if self.in_k[g]:
-                    for e in self.free.tolist():
+                    value = 0
+                    for e in free:
                         if e in multi:
-                            terms += [
-                                self._coefficient(w, e, c) * self.z[e, g, c]
-                                for c in self.counts[e]
-                            ]
+                            terms += [int(coef[c][w, e]) * self.z[e, g, c]
+                                      for c in self.counts[e]]
                         else:
-                            terms.append(self._coefficient(w, e, self.counts[e][0]) * self.x[e, g])
+                            terms.append(int(at_count[w, e]) * self.x[e, g])
                 else:
-                    for e in np.flatnonzero(x[:, g]).tolist():
-                        if e in multi:
-                            terms += [
-                                self._coefficient(w, e, c) * self.y[e, c] for c in self.counts[e]
-                            ]
-                        elif e in free_set:
-                            constant += self._coefficient(w, e, self.counts[e][0])
-                        else:
-                            constant += self._coefficient(w, e, int(current_counts[e]))
+                    value = int(constant[w, g])
+                    for e in changing[g]:
+                        terms += [int(coef[c][w, e]) * self.y[e, c] for c in self.counts[e]]
                 if terms:
-                    self.loads[w, g] = sum(terms) + constant
+                    self.loads[w, g] = sum(terms) + value
                 else:
-                    self.constant_load[w] = max(self.constant_load[w], constant)
+                    self.constant_load[w] = max(self.constant_load[w], value)
 
     def _hot_expression(self) -> cp_model.LinearExprT:
         """The hot-shard objective in integer loads, times the tail ``k``.
@@ -291,6 +299,9 @@ class LayerModel:
             for k in range(data.num_nodes)
         }
         node_vars: dict[tuple[int, int], cp_model.IntVar] = {}
+        # replicas that stay, per expert and node ([E, N]: one product, not a sum per pair)
+        fixed_on = (self.fixed.astype(np.int64)
+                    @ np.eye(data.num_nodes, dtype=np.int64)[data.node_of_gpu]).tolist()
 
         def on_node(e: int, k: int) -> cp_model.IntVar:
             if (e, k) not in node_vars:
@@ -317,8 +328,7 @@ class LayerModel:
             for k, members in node_gpus.items():
                 if not members:
                     continue
-                fixed_i = int(self.fixed[i, data.node_of_gpu == k].sum())
-                fixed_j = int(self.fixed[j, data.node_of_gpu == k].sum())
+                fixed_i, fixed_j = fixed_on[i][k], fixed_on[j][k]
                 # a_i a_j = (fixed_i + X_i)(fixed_j + X_j): the cross terms are linear
                 if fi and fixed_j:
                     coef = round(node_coef * fixed_j)
