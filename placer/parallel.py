@@ -15,6 +15,9 @@ workers die with the process that started them, whatever ends it (an exception, 
 SIGTERM or SIGHUP turned into an exception by the CLI, or SIGKILL: on Linux each worker
 asks the kernel for SIGKILL when its parent dies).
 
+Work that does not depend on the answer being computed can start early in a forked child
+at the lowest priority (:class:`Background`), on the core a search leaves idle at its end.
+
 Ray (``pip install 'placer[ray]'``) is the optional cluster backend: ``ray="local"``
 starts a Ray instance on this machine, any other value is the address of a running
 cluster (``"auto"``, ``"host:6379"``, ``"ray://head:10001"``), whose workers need placer
@@ -475,3 +478,79 @@ def _ray_reason(exc: BaseException) -> str:
     """A Ray lost-worker exception in a few words (its first line)."""
     first = _first_line(exc)
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+# -- work started early on an idle core ---------------------------------------------------
+# A plan keeps every core busy while its layers are searched, then times the plan on one
+# core (the judge) and summarizes it.  Some of the summary does not depend on the plan (the
+# floor: a bound for every placement on the judged tokens), so it can start before the
+# search, in a forked child at the lowest CPU priority: while the search runs the child
+# takes almost nothing from it (the kernel gives a nice-19 process about 1.5% of a core
+# next to busy ones), and once the search is over it runs on the core the judge leaves
+# free.  The answer is the same wherever it was computed: the function is pure, and when
+# the child cannot give it (no fork here, the child died or raised) the caller computes it.
+
+#: Niceness of a :class:`Background` child (the lowest priority).
+NICENESS = 19
+
+
+def _background_child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+                      parent: int) -> None:
+    """In the forked child: lowest priority, die with the parent, send ``fn(*args)``."""
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    with suppress(OSError):  # a platform without priorities: run anyway
+        os.nice(NICENESS)
+    try:
+        message: tuple[bool, Any] = (True, fn(*args))
+    except BaseException:  # the parent computes it again and raises it there
+        message = (False, None)
+    try:
+        conn.send(message)
+    except Exception:  # cannot be pickled: the parent computes it
+        conn.send((False, None))
+    conn.close()
+
+
+class Background:
+    """``fn(*args)`` computed in a forked child at the lowest priority (see the module).
+
+    ``fn`` must be pure: :meth:`result` returns the child's answer, or computes
+    ``fn(*args)`` in this process when the child could not answer.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.fn, self.args = fn, args
+        self.process: Any = None
+        self.conn: Any = None
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_background_child, args=(child, fn, args, os.getpid()),
+                                   daemon=True)
+        self.process.start()
+        child.close()
+
+    def result(self) -> Any:
+        """The answer: the child's, or computed here (the child is reaped either way)."""
+        if self.process is None:
+            return self.fn(*self.args)
+        try:
+            ok, value = self.conn.recv()
+        except (EOFError, OSError):  # the child died without an answer
+            ok, value = False, None
+        finally:
+            self.cancel()
+        return value if ok else self.fn(*self.args)
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs, and reap it."""
+        if self.process is None:
+            return
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()

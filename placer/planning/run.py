@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from placer.errors import Param, UsageError
 from placer.evaluate.judge import can_judge
+from placer.parallel import Background
 from placer.placement import Placement
 from placer.planning.build import build_problem
 from placer.planning.redundancy import RedundancyChoice, auto_redundancy
@@ -28,7 +29,7 @@ from placer.problem import PlacementProblem, SolveParams, SolveResult
 from placer.stats import RoutingData
 from placer.stats.windows import OpenRange
 from placer.summary.figures import BASELINE_SOLVER
-from placer.summary.plan import PlanSummary, summarize_plan
+from placer.summary.plan import PlanSummary, plan_floor, summarize_plan
 from placer.summary.proxies import basic_metrics
 
 if TYPE_CHECKING:
@@ -129,22 +130,34 @@ def plan_routing(
         problem = build(choice.chosen.slots_per_gpu, None)
     else:
         problem = build(slots_per_gpu, redundant)
-    result = _solve(problem, solver, params, progress, step)
-    with step(*SUMMARY_PHASE):
-        # EPLB once, for the side-by-side (the cpsat solver still solves its own hint)
-        baseline = None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER,
-                                                                     params.shared())
-        metrics = basic_metrics(result.placement, problem.stats)
-        windows = routing.stats.num_windows
-        fitted = None
-        if fit is not None:
-            fitted = (fit[0] or 0, windows if fit[1] is None else fit[1])
-        summary = summarize_plan(
-            problem, result, baseline, routing, regime=params.regime,
-            regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
-            no_trace_reason=no_trace_reason,
-        )
+    windows = routing.stats.num_windows
+    fitted = None if fit is None else (fit[0] or 0, windows if fit[1] is None else fit[1])
+    # the floor does not depend on the plan: started now, it runs on the core the judge
+    # leaves idle after the search (placer.parallel.Background)
+    floor = Background(plan_floor, problem, routing, params.regime, fitted, dtype) \
+        if can_judge(problem) else None
+    try:
+        result = _solve(problem, solver, params, progress, step)
+        with step(*SUMMARY_PHASE):
+            baseline = _baseline(problem, solver, params)
+            metrics = basic_metrics(result.placement, problem.stats)
+            summary = summarize_plan(
+                problem, result, baseline, routing, regime=params.regime,
+                regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
+                no_trace_reason=no_trace_reason,
+                floor=None if floor is None else floor.result,
+            )
+    finally:
+        if floor is not None:
+            floor.cancel()
     return PlanRun(problem, result, baseline, metrics, summary, choice)
+
+
+def _baseline(problem: PlacementProblem, solver: str, params: SolveParams) -> SolveResult | None:
+    """EPLB once, for the side-by-side (the cpsat solver still solves its own hint); None
+    when EPLB is the solver."""
+    return None if solver == BASELINE_SOLVER else solve(problem, BASELINE_SOLVER,
+                                                        params.shared())
 
 
 def _solve(problem: PlacementProblem, solver: str, params: SolveParams,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -209,6 +210,7 @@ def summarize_plan(
     output: str = "",
     dtype: str | None = None,
     no_trace_reason: str = "",
+    floor: Callable[[], dict[str, float] | None] | None = None,
 ) -> PlanSummary:
     """Summarize a plan: problem, solver, time figures against the baseline, explanation.
 
@@ -224,6 +226,8 @@ def summarize_plan(
     output: where the placement was written.
     dtype: expert dtype (None: the model's).
     no_trace_reason: why ``routing`` has no per-token data, when the caller knows.
+    floor: gives the floor's figures when the caller started them early
+        (:func:`plan_floor` of the same arguments); None: computed here.
     """
     regime = regime or Regime()
     if isinstance(routing, ExpertStats):
@@ -267,23 +271,18 @@ def summarize_plan(
         missing = " and ".join(o for o, v in (("`model`", problem.model),
                                                ("`topology`", problem.topology)) if v is None)
         return replace(summary, times_note=f"the evaluator needs {missing}")
-    return _with_times(summary, problem, results, routing, fit, dtype, no_trace_reason)
+    return _with_times(summary, problem, results, routing, fit, dtype, no_trace_reason,
+                       floor)
 
 
 def _with_times(
     summary: PlanSummary, problem: PlacementProblem, results: list[SolveResult],
     routing: RoutingData, fit: tuple[int, int] | None, dtype: str | None,
-    no_trace_reason: str,
+    no_trace_reason: str, floor: Callable[[], dict[str, float] | None] | None = None,
 ) -> PlanSummary:
     """``summary`` with the time figures, layers faster and the verdict."""
-    judged = judged_windows(routing.stats.num_windows, fit)
-    why = [judged.why] if judged.why else []
-    sample, sampled_why = replay_or_sample(routing, judged.windows)
-    if sampled_why:
-        why.append(no_trace_reason if routing.trace is None and no_trace_reason else sampled_why)
-    params = regime_params(summary.regime, problem.num_gpus,
-                           num_layers=problem.stats.num_layers, dtype=dtype,
-                           windows=judged.windows, sample=sample)
+    judged, why, params = _judging(summary.regime, problem, routing, fit, dtype,
+                                   no_trace_reason)
     evaluations: dict[str, Evaluation] = {}
     draws: dict[tuple[int, ...], np.ndarray] = {}  # both placements on the same sampled tokens
     messages: list[str] = []
@@ -331,7 +330,8 @@ def _with_times(
     assert topology is not None
     summary = replace(summary, eval_params=params, judged=judged, times=times,
                       evaluations=evaluations,
-                      floor=_floor(routing, problem, params, draws),
+                      floor=floor() if floor is not None
+                      else _floor(routing, problem, params, draws),
                       calibration_note=extrapolation_note(
                           params.mode, summary.regime.tokens, topology.calibration.source))
     if len(results) < 2:
@@ -346,6 +346,37 @@ def _with_times(
         verdict=verdict(mine, theirs, times[mine][VERDICT_FIGURE],
                         times[theirs][VERDICT_FIGURE], on=on),
     )
+
+
+def _judging(
+    regime: Regime, problem: PlacementProblem, routing: RoutingData,
+    fit: tuple[int, int] | None, dtype: str | None, no_trace_reason: str = "",
+) -> tuple[Judged, list[str], EvalParams]:
+    """Where and how the summary judges: the windows, why there (and why sampled, when
+    it is), and the evaluator's parameters."""
+    judged = judged_windows(routing.stats.num_windows, fit)
+    why = [judged.why] if judged.why else []
+    sample, sampled_why = replay_or_sample(routing, judged.windows)
+    if sampled_why:
+        why.append(no_trace_reason if routing.trace is None and no_trace_reason else sampled_why)
+    params = regime_params(regime, problem.num_gpus, num_layers=problem.stats.num_layers,
+                           dtype=dtype, windows=judged.windows, sample=sample)
+    return judged, why, params
+
+
+def plan_floor(
+    problem: PlacementProblem, routing: RoutingData, regime: Regime,
+    fit: tuple[int, int] | None = None, dtype: str | None = None,
+) -> dict[str, float] | None:
+    """The floor :func:`summarize_plan` shows for a plan of ``problem`` (same arguments),
+    computed on its own: it does not depend on the plan, so a caller may start it before
+    the plan exists (``placer plan`` does, on a core the search leaves idle at the end).
+    The judged tokens are drawn again where they are sampled: the same seeds, the same
+    tokens."""
+    if problem.model is None or problem.topology is None:
+        return None
+    _, _, params = _judging(regime, problem, routing, fit, dtype)
+    return _floor(routing, problem, params, {})
 
 
 def _placement_of(results: list[SolveResult], solver: str) -> Any:
