@@ -495,14 +495,15 @@ NICENESS = 19
 
 
 def _background_child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...],
-                      parent: int) -> None:
-    """In the forked child: lowest priority, die with the parent, send ``fn(*args)``."""
+                      parent: int, niceness: int) -> None:
+    """In the forked child: its priority, die with the parent, send ``fn(*args)``."""
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     with suppress(OSError):  # a platform without priorities: run anyway
-        os.nice(NICENESS)
+        if niceness:
+            os.nice(niceness)
     try:
         message: tuple[bool, Any] = (True, fn(*args))
     except BaseException:  # the parent computes it again and raises it there
@@ -518,10 +519,12 @@ class Background:
     """``fn(*args)`` computed in a forked child at the lowest priority (see the module).
 
     ``fn`` must be pure: :meth:`result` returns the child's answer, or computes
-    ``fn(*args)`` in this process when the child could not answer.
+    ``fn(*args)`` in this process when the child could not answer.  ``niceness``: the
+    child's priority (default the lowest; 0 for work this process waits for while it
+    does its own share, as the judge does).
     """
 
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+    def __init__(self, fn: Callable[..., Any], *args: Any, niceness: int = NICENESS) -> None:
         self.fn, self.args = fn, args
         self.process: Any = None
         self.conn: Any = None
@@ -529,8 +532,8 @@ class Background:
             return
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=_background_child, args=(child, fn, args, os.getpid()),
-                                   daemon=True)
+        self.process = ctx.Process(target=_background_child, daemon=True,
+                                   args=(child, fn, args, os.getpid(), niceness))
         self.process.start()
         child.close()
 

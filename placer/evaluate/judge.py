@@ -21,6 +21,7 @@ from placer.errors import PlacerWarning
 from placer.evaluate.core import evaluate
 from placer.evaluate.dispatch import STATIC_POLICIES
 from placer.evaluate.params import EvalParams
+from placer.parallel import Background
 from placer.placement import Placement
 from placer.problem import PlacementProblem
 from placer.regime import Regime
@@ -91,18 +92,57 @@ class LayerJudge:
                 self._whole[key] = layer_times(placement, problem, self.regime, self.seed,
                                                self.draws)
             return self._whole[key].copy()
-        keys = [(int(i), placement.physical_to_logical[placement.layer_row(int(i))].tobytes())
-                for i in problem.stats.layer_ids]
-        todo = [k for k in dict.fromkeys(keys) if k not in self._rows]
-        if todo:
-            ids = np.array([i for i, _ in todo], dtype=np.int64)
-            rows = [placement.layer_row(int(i)) for i in ids]
-            part = replace(placement, physical_to_logical=placement.physical_to_logical[rows],
-                           layer_ids=ids)
+        keys = self._keys(placement)
+        self._rows.update(self._time(self._untimed([placement])))
+        return np.array([self._rows[k] for k in keys], dtype=np.float64)
+
+    def prefetch(self, placements: list[Placement], jobs: int) -> None:
+        """Time every layer of ``placements`` not timed yet, the layers split between
+        this process and a forked child when ``jobs`` allows (each layer's tokens are
+        drawn in one process only; the times are the same wherever they are computed).
+        Nothing under static tables, whose placements are timed whole."""
+        todo = [] if self.coupled else self._untimed(placements)
+        layers = sorted({layer for layer, _ in todo})
+        if jobs < 2 or len(layers) < 2:
+            self._rows.update(self._time(todo))
+            return
+        theirs = set(layers[1::2])
+        child = Background(self._time, [t for t in todo if t[0] in theirs], niceness=0)
+        self._rows.update(self._time([t for t in todo if t[0] not in theirs]))
+        self._rows.update(child.result())
+
+    def _keys(self, placement: Placement) -> list[tuple[int, bytes]]:
+        return [(int(i), placement.physical_to_logical[placement.layer_row(int(i))].tobytes())
+                for i in self.problem.stats.layer_ids]
+
+    def _untimed(self, placements: list[Placement]) -> list[tuple[int, bytes]]:
+        """The distinct (layer, row) of ``placements`` with no time yet."""
+        keys = [k for placement in placements for k in self._keys(placement)]
+        return [k for k in dict.fromkeys(keys) if k not in self._rows]
+
+    def _time(self, todo: list[tuple[int, bytes]]) -> dict[tuple[int, bytes], float]:
+        """Times of the (layer, row) ``todo``: a layer's rows one evaluation each, the
+        layers of an evaluation together (each layer's tokens drawn once)."""
+        out: dict[tuple[int, bytes], float] = {}
+        rounds: list[list[tuple[int, bytes]]] = []
+        for key in todo:  # the n-th row of a layer goes to the n-th evaluation
+            seen = sum(1 for k in out if k[0] == key[0])
+            out[key] = 0.0
+            while len(rounds) <= seen:
+                rounds.append([])
+            rounds[seen].append(key)
+        problem = self.problem
+        width = problem.num_physical
+        for group in rounds:
+            ids = np.array([i for i, _ in group], dtype=np.int64)
+            rows = np.stack([np.frombuffer(row, dtype=np.int64, count=width)
+                             for _, row in group])
+            part = Placement(physical_to_logical=rows, layer_ids=ids,
+                             num_experts=problem.stats.num_experts, num_gpus=problem.num_gpus)
             sub = replace(problem, stats=problem.stats.select_layers(ids))
             times = layer_times(part, sub, self.regime, self.seed, self.draws)
-            self._rows.update(zip(todo, times.tolist(), strict=True))
-        return np.array([self._rows[k] for k in keys], dtype=np.float64)
+            out.update(zip(group, times.tolist(), strict=True))
+        return out
 
 
 def pooled(stats: ExpertStats) -> ExpertStats:

@@ -45,6 +45,7 @@ def test_each_layer_timed_once_equals_every_candidate_timed_whole(workload):
     rows[::2] = valid.physical_to_logical[::2]  # a merge: half its layers from each
     merged = replace(eplb, physical_to_logical=rows)
     judge = LayerJudge(prob, workload, seed=4)
+    judge.prefetch([eplb, valid], jobs=2)  # half the layers timed in a forked child
     for candidate in (eplb, valid, merged, eplb):
         cached = judge(candidate)
         fresh = layer_times(candidate, prob, workload, seed=4)

@@ -409,8 +409,11 @@ def _keep_faster(
     of the returned placement and of the reference EPLB (the hint when it is EPLB), and
     the deployed placement's times (candidate ``current``; None without one).
     """
-    # all judged on the same sampled tokens, each distinct layer once
+    # all judged on the same sampled tokens, each distinct layer once, the layers split
+    # over the cores the search used
     timed = LayerJudge(problem, params.regime, params.seed)
+    timed.prefetch([placement, *(other for _, other in candidates)],
+                   1 if params.ray else params.jobs)
 
     def taken(row: int, name: str, other: Placement) -> LayerOutcome:
         x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
