@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -276,8 +277,10 @@ def plan(
     topo = _load_topology(topology)
     keep, no_trace = (keep_tokens_for(trace) if model_spec is not None and topo is not None
                       else (False, ""))
+    reading = time.perf_counter()
     routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
                          num_experts=num_experts, keep_tokens=keep, keep_warmup=keep_warmup)
+    read_s = time.perf_counter() - reading
     current_placement = read_placement(current) if current is not None else None
     auto = redundant is not None and redundant.strip().lower() == "auto"
     if auto:
@@ -308,6 +311,8 @@ def plan(
             doc["redundant_auto"] = run.auto.to_dict()
         if exported:
             doc["exports"] = [item.to_dict() for item in exported]
+        doc["timings"] = {key: round(value, 3) for key, value in
+                          {"read_s": read_s, **run.timings}.items()}
         print_json(doc)
         return
     lines = summary.rows()

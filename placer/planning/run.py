@@ -13,9 +13,10 @@ judge after its last layer, the summary), so a long plan never goes quiet.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from placer.errors import Param, UsageError
@@ -62,6 +63,10 @@ class PlanRun:
     metrics: :func:`placer.summary.basic_metrics` of the plan on the fitted windows.
     summary: the plan's summary (:class:`placer.summary.PlanSummary`).
     auto: what automatic redundancy chose and why; None when the count was given.
+    timings: wall seconds of ``planning_s`` (from the call until the solver's last layer
+        is planned: the problem, the redundancy search, the hint, the layer search) and
+        ``after_planning_s`` (the rest: the solver's judge, EPLB's side-by-side, the
+        summary with its floor).
     """
 
     problem: PlacementProblem
@@ -70,6 +75,7 @@ class PlanRun:
     metrics: dict[str, float]
     summary: PlanSummary
     auto: RedundancyChoice | None = None
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def plan_routing(
@@ -108,6 +114,7 @@ def plan_routing(
     phase: entered around each other step that may be long (:data:`AUTO_PHASE`; after the
         solver's last layer, :data:`JUDGE_PHASE` while it finishes; :data:`SUMMARY_PHASE`).
     """
+    started = time.perf_counter()
     step: Phase = phase or (lambda name, what: nullcontext())
 
     def build(slots: int | None, spare: int | None) -> PlacementProblem:
@@ -137,7 +144,9 @@ def plan_routing(
     floor = Background(plan_floor, problem, routing, params.regime, fitted, dtype) \
         if can_judge(problem) else None
     try:
-        result = _solve(problem, solver, params, progress, step)
+        searched: list[float] = []  # when the last layer was planned
+        result = _solve(problem, solver, params, progress, step, searched)
+        solved = time.perf_counter()
         with step(*SUMMARY_PHASE):
             baseline = _baseline(problem, solver, params)
             metrics = basic_metrics(result.placement, problem.stats)
@@ -150,7 +159,10 @@ def plan_routing(
     finally:
         if floor is not None:
             floor.cancel()
-    return PlanRun(problem, result, baseline, metrics, summary, choice)
+    ended = time.perf_counter()
+    planned = searched[0] if searched else solved
+    return PlanRun(problem, result, baseline, metrics, summary, choice, timings={
+        "planning_s": planned - started, "after_planning_s": ended - planned})
 
 
 def _baseline(problem: PlacementProblem, solver: str, params: SolveParams) -> SolveResult | None:
@@ -161,9 +173,10 @@ def _baseline(problem: PlacementProblem, solver: str, params: SolveParams) -> So
 
 
 def _solve(problem: PlacementProblem, solver: str, params: SolveParams,
-           progress: Progress | None, step: Phase) -> SolveResult:
+           progress: Progress | None, step: Phase, searched: list[float]) -> SolveResult:
     """``solve`` with ``progress`` around it, and after the last layer it reports, the
-    step the solver takes then (its judge) until it returns."""
+    step the solver takes then (its judge) until it returns; ``searched`` gets the
+    time the last layer was reported (nothing when the solver reports no layers)."""
     entered: list[bool] = []
     # the layers' progress ends before the step after the last layer does (left last)
     with (ExitStack() as after_layers,
@@ -174,6 +187,7 @@ def _solve(problem: PlacementProblem, solver: str, params: SolveParams,
             if done >= total > 0 and not entered:
                 # the solver goes on after its last layer: its judge times them all
                 entered.append(True)
+                searched.append(time.perf_counter())
                 after_layers.enter_context(
                     step(*(JUDGE_PHASE if can_judge(problem) else FINISH_PHASE)))
 

@@ -87,6 +87,9 @@ def test_plan_json_summary(skewed_trace, tmp_path):
     metrics = json.loads(out.read_text())["metrics"]
     assert summary["metrics"] == metrics
     assert metrics["hot_shard_ratio_worst"] >= metrics["hot_shard_ratio_median"] >= 1.0
+    # where the time went: reading, planning (to the last layer), after it (the summary)
+    assert set(summary["timings"]) == {"read_s", "planning_s", "after_planning_s"}
+    assert all(value >= 0 for value in summary["timings"].values())
 
 
 def test_plan_baselines_write_their_layouts(skewed_trace, tmp_path):
