@@ -60,6 +60,9 @@ class CpsatOptions:
         expert groups to nodes to keep that number low; low-latency (decode) kernels
         send one copy per selection, so there the planner balances freely.  ``yes``
         always, ``no`` never.
+    window_packing: a fresh plan's neighbourhood search starts from the hint's replicas
+        packed again window by window when that balances better
+        (:func:`placer.planning.solvers.cpsat.packing.window_packing`).
     """
 
     balance_tolerance: float = 0.005
@@ -82,6 +85,7 @@ class CpsatOptions:
     cvar_fraction: float = constants.CPSAT_CVAR_FRACTION
     noise_z: float = constants.CPSAT_NOISE_Z
     keep_nodes: str = "auto"
+    window_packing: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.balance_tolerance <= 1:

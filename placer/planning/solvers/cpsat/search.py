@@ -26,6 +26,7 @@ from placer import constants
 from placer.planning.solvers.cpsat.layer import LayerData
 from placer.planning.solvers.cpsat.model import BALANCE, COST, LayerModel
 from placer.planning.solvers.cpsat.options import CpsatOptions
+from placer.planning.solvers.cpsat.packing import window_packing
 
 #: Steps without improvement after which a neighbourhood grows by one GPU.
 STALL_GROWTH = 3
@@ -103,6 +104,10 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
     current = data.current if _representable(data, data.current) else None
     if current is not None and data.balance_key(current) < data.balance_key(hint):
         start = current
+    if not full and data.current is None and opts.window_packing and opts.balance_iterations:
+        packed = window_packing(data, hint)  # the steps go on from the better start
+        if packed is not None and data.balance_key(packed) < data.balance_key(start):
+            start = packed
     bound = data.balance_bound()
 
     # Pass 1: balance.
