@@ -15,8 +15,8 @@ workers die with the process that started them, whatever ends it (an exception, 
 SIGTERM or SIGHUP turned into an exception by the CLI, or SIGKILL: on Linux each worker
 asks the kernel for SIGKILL when its parent dies).
 
-Work that does not depend on the answer being computed can start early in a forked child
-at the lowest priority (:class:`Background`), on the core a search leaves idle at its end.
+One piece of work can run beside this process in a forked child (:class:`Background`):
+the parts of a plan's summary that do not wait on each other share the cores.
 
 Ray (``pip install 'placer[ray]'``) is the optional cluster backend: ``ray="local"``
 starts a Ray instance on this machine, any other value is the address of a running
@@ -480,30 +480,23 @@ def _ray_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-# -- work started early on an idle core ---------------------------------------------------
-# A plan keeps every core busy while its layers are searched, then times the plan on one
-# core (the judge) and summarizes it.  Some of the summary does not depend on the plan (the
-# floor: a bound for every placement on the judged tokens), so it can start before the
-# search, in a forked child at the lowest CPU priority: while the search runs the child
-# takes almost nothing from it (the kernel gives a nice-19 process about 1.5% of a core
-# next to busy ones), and once the search is over it runs on the core the judge leaves
-# free.  The answer is the same wherever it was computed: the function is pure, and when
-# the child cannot give it (no fork here, the child died or raised) the caller computes it.
-
-#: Niceness of a :class:`Background` child (the lowest priority).
-NICENESS = 19
-
+# -- one piece of work beside this process ---------------------------------------------
+# After a plan's layer search, this process times the plan (the judge) and summarizes it
+# on one core; work that does not wait on that (half the judge's layers, the floor: a
+# bound for every placement on the judged tokens, the explanation rows) runs beside it in
+# a forked child, on the other core.  The answer is the same wherever it was computed:
+# the function is pure, and when the child cannot give it (no fork here, the child died
+# or raised) the caller computes it.  The child runs at the caller's priority: a child
+# at a lower one starves whenever other jobs keep the cores busy, and the caller would
+# wait on it.
 
 def _background_child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...],
-                      parent: int, niceness: int) -> None:
-    """In the forked child: its priority, die with the parent, send ``fn(*args)``."""
+                      parent: int) -> None:
+    """In the forked child: die with the parent, send ``fn(*args)``."""
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-    with suppress(OSError):  # a platform without priorities: run anyway
-        if niceness:
-            os.nice(niceness)
     try:
         message: tuple[bool, Any] = (True, fn(*args))
     except BaseException:  # the parent computes it again and raises it there
@@ -516,15 +509,13 @@ def _background_child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...],
 
 
 class Background:
-    """``fn(*args)`` computed in a forked child at the lowest priority (see the module).
+    """``fn(*args)`` computed in a forked child, beside this process (see the module).
 
     ``fn`` must be pure: :meth:`result` returns the child's answer, or computes
-    ``fn(*args)`` in this process when the child could not answer.  ``niceness``: the
-    child's priority (default the lowest; 0 for work this process waits for while it
-    does its own share, as the judge does).
+    ``fn(*args)`` in this process when the child could not answer.
     """
 
-    def __init__(self, fn: Callable[..., Any], *args: Any, niceness: int = NICENESS) -> None:
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
         self.fn, self.args = fn, args
         self.process: Any = None
         self.conn: Any = None
@@ -533,7 +524,7 @@ class Background:
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe(duplex=False)
         self.process = ctx.Process(target=_background_child, daemon=True,
-                                   args=(child, fn, args, os.getpid(), niceness))
+                                   args=(child, fn, args, os.getpid()))
         self.process.start()
         child.close()
 

@@ -51,7 +51,7 @@ from placer.cli.regime import (
 from placer.errors import UsageError
 from placer.io.fileio import all_or_nothing, check_not_inputs, is_stream
 from placer.placement.document import read_placement, write_placement
-from placer.planning.run import plan_routing
+from placer.planning.run import PlanRun, plan_routing
 from placer.planning.solvers import solver_names
 from placer.problem import SolveParams
 from placer.stats.windows import parse_window_range
@@ -306,14 +306,7 @@ def plan(
         exported = [export_engine(result.placement, fmt, path, model=model_spec)
                     for fmt, path in exports if model_spec is not None]  # _check_flags
     if json_out:
-        doc = summary.to_dict()
-        if run.auto is not None:
-            doc["redundant_auto"] = run.auto.to_dict()
-        if exported:
-            doc["exports"] = [item.to_dict() for item in exported]
-        doc["timings"] = {key: round(value, 3) for key, value in
-                          {"read_s": read_s, **run.timings}.items()}
-        print_json(doc)
+        print_json(_json_doc(run, exported, read_s))
         return
     lines = summary.rows()
     if sweep_moves:
@@ -324,6 +317,20 @@ def plan(
     for item in exported:
         lines += ["", *item.lines()]
     sys.stdout.write(as_flags("\n".join(lines)) + "\n")  # the summary's words, as flags
+
+
+def _json_doc(run: PlanRun, exported: list[Any], read_s: float) -> dict[str, Any]:
+    """The ``--json`` document: the summary, the automatic redundancy and the engine files
+    when there are, and where the time went (``timings``: reading the trace, planning to
+    the last layer, what follows it)."""
+    doc = run.summary.to_dict()
+    if run.auto is not None:
+        doc["redundant_auto"] = run.auto.to_dict()
+    if exported:
+        doc["exports"] = [item.to_dict() for item in exported]
+    doc["timings"] = {key: round(value, 3) for key, value in
+                      {"read_s": read_s, **run.timings}.items()}
+    return doc
 
 
 def _check_flags(exports: list[tuple[str, Path]], model: str | None, solver: str) -> None:

@@ -107,7 +107,7 @@ class LayerJudge:
             self._rows.update(self._time(todo))
             return
         theirs = set(layers[1::2])
-        child = Background(self._time, [t for t in todo if t[0] in theirs], niceness=0)
+        child = Background(self._time, [t for t in todo if t[0] in theirs])
         self._rows.update(self._time([t for t in todo if t[0] not in theirs]))
         self._rows.update(child.result())
 

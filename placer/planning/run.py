@@ -126,43 +126,66 @@ def plan_routing(
 
     choice = None
     if auto:
-        if model is None or topology is None:
-            raise UsageError("`redundant` auto times candidates with the evaluator, which needs"
-                             " the model and the topology", where=Param("redundant"),
-                             hint="pass `model` and `topology`, or give a number")
         with step(*AUTO_PHASE):
             choice = auto_redundancy(lambda s: build(s, None), routing.stats.num_experts,
-                                     model, topology, params.regime, dtype=dtype,
+                                     *_check_auto(model, topology), params.regime, dtype=dtype,
                                      kv_reserve_gb=kv_reserve_gb, seed=params.seed)
         problem = build(choice.chosen.slots_per_gpu, None)
     else:
         problem = build(slots_per_gpu, redundant)
-    windows = routing.stats.num_windows
-    fitted = None if fit is None else (fit[0] or 0, windows if fit[1] is None else fit[1])
-    # the floor does not depend on the plan: started now, it runs on the core the judge
-    # leaves idle after the search (placer.parallel.Background)
-    floor = Background(plan_floor, problem, routing, params.regime, fitted, dtype) \
-        if can_judge(problem) else None
+    fitted = None if fit is None else (fit[0] or 0, routing.stats.num_windows
+                                       if fit[1] is None else fit[1])
+    return _planned(problem, routing, solver, params, progress, step, choice, started,
+                    fitted=fitted, dtype=dtype, regime_note=regime_note, output=output,
+                    no_trace_reason=no_trace_reason)
+
+
+def _planned(
+    problem: PlacementProblem, routing: RoutingData, solver: str, params: SolveParams,
+    progress: Progress | None, step: Phase, choice: RedundancyChoice | None,
+    started: float, *, fitted: tuple[int, int] | None, dtype: str | None,
+    regime_note: str, output: str, no_trace_reason: str,
+) -> PlanRun:
+    """:func:`plan_routing` once the problem is built: solve, then summarize against EPLB
+    (the floor computed beside the judge), timed from ``started``."""
+    searched: list[float] = []  # when the last layer was planned
+    floor: list[Background] = []
+
+    def after_search() -> None:
+        """The floor does not depend on the plan: it starts beside the judge."""
+        searched.append(time.perf_counter())
+        if can_judge(problem):
+            floor.append(Background(plan_floor, problem, routing, params.regime, fitted,
+                                    dtype))
+
     try:
-        searched: list[float] = []  # when the last layer was planned
-        result = _solve(problem, solver, params, progress, step, searched)
-        solved = time.perf_counter()
+        result = _solve(problem, solver, params, progress, step, after_search)
+        if not searched:
+            after_search()
         with step(*SUMMARY_PHASE):
             baseline = _baseline(problem, solver, params)
             metrics = basic_metrics(result.placement, problem.stats)
             summary = summarize_plan(
                 problem, result, baseline, routing, regime=params.regime,
                 regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
-                no_trace_reason=no_trace_reason,
-                floor=None if floor is None else floor.result,
-            )
+                no_trace_reason=no_trace_reason, floor=floor[0].result if floor else None)
     finally:
-        if floor is not None:
-            floor.cancel()
+        for child in floor:
+            child.cancel()
     ended = time.perf_counter()
-    planned = searched[0] if searched else solved
+    planned = searched[0]
     return PlanRun(problem, result, baseline, metrics, summary, choice, timings={
         "planning_s": planned - started, "after_planning_s": ended - planned})
+
+
+def _check_auto(model: ModelSpec | None,
+                topology: Topology | None) -> tuple[ModelSpec, Topology]:
+    """Automatic redundancy times candidates with the evaluator: both are needed."""
+    if model is None or topology is None:
+        raise UsageError("`redundant` auto times candidates with the evaluator, which needs"
+                         " the model and the topology", where=Param("redundant"),
+                         hint="pass `model` and `topology`, or give a number")
+    return model, topology
 
 
 def _baseline(problem: PlacementProblem, solver: str, params: SolveParams) -> SolveResult | None:
@@ -173,10 +196,11 @@ def _baseline(problem: PlacementProblem, solver: str, params: SolveParams) -> So
 
 
 def _solve(problem: PlacementProblem, solver: str, params: SolveParams,
-           progress: Progress | None, step: Phase, searched: list[float]) -> SolveResult:
+           progress: Progress | None, step: Phase,
+           after_search: Callable[[], None]) -> SolveResult:
     """``solve`` with ``progress`` around it, and after the last layer it reports, the
-    step the solver takes then (its judge) until it returns; ``searched`` gets the
-    time the last layer was reported (nothing when the solver reports no layers)."""
+    step the solver takes then (its judge) until it returns; ``after_search()`` is
+    called as the last layer is reported (not at all when the solver reports none)."""
     entered: list[bool] = []
     # the layers' progress ends before the step after the last layer does (left last)
     with (ExitStack() as after_layers,
@@ -187,7 +211,7 @@ def _solve(problem: PlacementProblem, solver: str, params: SolveParams,
             if done >= total > 0 and not entered:
                 # the solver goes on after its last layer: its judge times them all
                 entered.append(True)
-                searched.append(time.perf_counter())
+                after_search()
                 after_layers.enter_context(
                     step(*(JUDGE_PHASE if can_judge(problem) else FINISH_PHASE)))
 

@@ -14,6 +14,7 @@ from placer.calibrate.deepep import extrapolation_note
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
 from placer.evaluate.params import regime_params, replay_or_sample
+from placer.parallel import Background
 from placer.problem import PlacementProblem, SolveResult
 from placer.regime import Regime
 from placer.stats import ExpertStats, RoutingData, format_ranges
@@ -232,8 +233,37 @@ def summarize_plan(
     regime = regime or Regime()
     if isinstance(routing, ExpertStats):
         routing = RoutingData(routing)
+    results = [result] if baseline is None else [result, baseline]
+    summary = PlanSummary(
+        output=str(output), problem=_problem_doc(problem), solver=_solver_doc(result),
+        metrics=basic_metrics(result.placement, problem.stats), regime=regime,
+        regime_note=regime_note, columns=tuple(r.solver for r in results),
+        replan=replan_doc(problem, result, dtype),
+    )
+    if problem.model is None or problem.topology is None:
+        missing = " and ".join(o for o, v in (("`model`", problem.model),
+                                               ("`topology`", problem.topology)) if v is None)
+        if baseline is not None:
+            summary = replace(summary, versus=versus_eplb(problem, result, baseline,
+                                                          routing.stats))
+        return replace(summary, times_note=f"the evaluator needs {missing}")
+    # the explanation rows (sampled batches, evaluated twice) in a forked child while this
+    # process times the plans on the judged windows: the same rows, on both cores
+    versus = None if baseline is None else Background(
+        versus_eplb, problem, result, baseline, routing.stats)
+    try:
+        summary = _with_times(summary, problem, results, routing, fit, dtype,
+                              no_trace_reason, floor)
+        return summary if versus is None else replace(summary, versus=versus.result())
+    finally:
+        if versus is not None:
+            versus.cancel()
+
+
+def _problem_doc(problem: PlacementProblem) -> dict[str, Any]:
+    """The summary's problem size."""
     stats = problem.stats
-    problem_doc = {
+    return {
         "model": getattr(problem.model, "name", None),
         "topology": getattr(problem.topology, "name", None),
         "num_experts": stats.num_experts,
@@ -246,7 +276,11 @@ def summarize_plan(
         "num_physical_experts": problem.num_physical,
         "num_redundant": problem.num_redundant,
     }
-    solver_doc = {
+
+
+def _solver_doc(result: SolveResult) -> dict[str, Any]:
+    """The summary's solver line."""
+    return {
         "name": result.solver,
         "status": result.status,
         "objective": result.objective,
@@ -257,22 +291,6 @@ def summarize_plan(
         "baseline": result.baseline,
         "seconds": round(result.seconds, 3),
     }
-    results = [result] if baseline is None else [result, baseline]
-    columns = tuple(r.solver for r in results)
-    summary = PlanSummary(
-        output=str(output), problem=problem_doc, solver=solver_doc,
-        metrics=basic_metrics(result.placement, stats), regime=regime,
-        regime_note=regime_note, columns=columns,
-        replan=replan_doc(problem, result, dtype),
-    )
-    if baseline is not None:
-        summary = replace(summary, versus=versus_eplb(problem, result, baseline, routing.stats))
-    if problem.model is None or problem.topology is None:
-        missing = " and ".join(o for o, v in (("`model`", problem.model),
-                                               ("`topology`", problem.topology)) if v is None)
-        return replace(summary, times_note=f"the evaluator needs {missing}")
-    return _with_times(summary, problem, results, routing, fit, dtype, no_trace_reason,
-                       floor)
 
 
 def _with_times(
