@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from placer.errors import Param, UsageError
 from placer.evaluate.judge import can_judge
-from placer.parallel import Background
 from placer.placement import Placement
 from placer.planning.build import build_problem
 from placer.planning.redundancy import RedundancyChoice, auto_redundancy
@@ -30,7 +29,7 @@ from placer.problem import PlacementProblem, SolveParams, SolveResult
 from placer.stats import RoutingData
 from placer.stats.windows import OpenRange
 from placer.summary.figures import BASELINE_SOLVER
-from placer.summary.plan import PlanSummary, plan_floor, summarize_plan
+from placer.summary.plan import PlanSummary, summarize_plan
 from placer.summary.proxies import basic_metrics
 
 if TYPE_CHECKING:
@@ -146,32 +145,23 @@ def _planned(
     started: float, *, fitted: tuple[int, int] | None, dtype: str | None,
     regime_note: str, output: str, no_trace_reason: str,
 ) -> PlanRun:
-    """:func:`plan_routing` once the problem is built: solve, then summarize against EPLB
-    (the floor computed beside the judge), timed from ``started``."""
+    """:func:`plan_routing` once the problem is built: solve, then summarize against EPLB,
+    timed from ``started`` (``planning_s`` to the last layer planned)."""
     searched: list[float] = []  # when the last layer was planned
-    floor: list[Background] = []
 
     def after_search() -> None:
-        """The floor does not depend on the plan: it starts beside the judge."""
         searched.append(time.perf_counter())
-        if can_judge(problem):
-            floor.append(Background(plan_floor, problem, routing, params.regime, fitted,
-                                    dtype))
 
-    try:
-        result = _solve(problem, solver, params, progress, step, after_search)
-        if not searched:
-            after_search()
-        with step(*SUMMARY_PHASE):
-            baseline = _baseline(problem, solver, params)
-            metrics = basic_metrics(result.placement, problem.stats)
-            summary = summarize_plan(
-                problem, result, baseline, routing, regime=params.regime,
-                regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
-                no_trace_reason=no_trace_reason, floor=floor[0].result if floor else None)
-    finally:
-        for child in floor:
-            child.cancel()
+    result = _solve(problem, solver, params, progress, step, after_search)
+    if not searched:
+        after_search()
+    with step(*SUMMARY_PHASE):
+        baseline = _baseline(problem, solver, params)
+        metrics = basic_metrics(result.placement, problem.stats)
+        summary = summarize_plan(
+            problem, result, baseline, routing, regime=params.regime,
+            regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
+            no_trace_reason=no_trace_reason)
     ended = time.perf_counter()
     planned = searched[0]
     return PlanRun(problem, result, baseline, metrics, summary, choice, timings={

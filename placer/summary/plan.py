@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -211,7 +210,6 @@ def summarize_plan(
     output: str = "",
     dtype: str | None = None,
     no_trace_reason: str = "",
-    floor: Callable[[], dict[str, float] | None] | None = None,
 ) -> PlanSummary:
     """Summarize a plan: problem, solver, time figures against the baseline, explanation.
 
@@ -227,8 +225,6 @@ def summarize_plan(
     output: where the placement was written.
     dtype: expert dtype (None: the model's).
     no_trace_reason: why ``routing`` has no per-token data, when the caller knows.
-    floor: gives the floor's figures when the caller started them early
-        (:func:`plan_floor` of the same arguments); None: computed here.
     """
     regime = regime or Regime()
     if isinstance(routing, ExpertStats):
@@ -248,12 +244,13 @@ def summarize_plan(
                                                           routing.stats))
         return replace(summary, times_note=f"the evaluator needs {missing}")
     # the explanation rows (sampled batches, evaluated twice) in a forked child while this
-    # process times the plans on the judged windows: the same rows, on both cores
+    # process times the plans on the judged windows and their floor: the same figures, on
+    # both cores
     versus = None if baseline is None else Background(
         versus_eplb, problem, result, baseline, routing.stats)
     try:
         summary = _with_times(summary, problem, results, routing, fit, dtype,
-                              no_trace_reason, floor)
+                              no_trace_reason)
         return summary if versus is None else replace(summary, versus=versus.result())
     finally:
         if versus is not None:
@@ -296,7 +293,7 @@ def _solver_doc(result: SolveResult) -> dict[str, Any]:
 def _with_times(
     summary: PlanSummary, problem: PlacementProblem, results: list[SolveResult],
     routing: RoutingData, fit: tuple[int, int] | None, dtype: str | None,
-    no_trace_reason: str, floor: Callable[[], dict[str, float] | None] | None = None,
+    no_trace_reason: str,
 ) -> PlanSummary:
     """``summary`` with the time figures, layers faster and the verdict."""
     judged, why, params = _judging(summary.regime, problem, routing, fit, dtype,
@@ -348,8 +345,7 @@ def _with_times(
     assert topology is not None
     summary = replace(summary, eval_params=params, judged=judged, times=times,
                       evaluations=evaluations,
-                      floor=floor() if floor is not None
-                      else _floor(routing, problem, params, draws),
+                      floor=_floor(routing, problem, params, draws),
                       calibration_note=extrapolation_note(
                           params.mode, summary.regime.tokens, topology.calibration.source))
     if len(results) < 2:
@@ -380,21 +376,6 @@ def _judging(
     params = regime_params(regime, problem.num_gpus, num_layers=problem.stats.num_layers,
                            dtype=dtype, windows=judged.windows, sample=sample)
     return judged, why, params
-
-
-def plan_floor(
-    problem: PlacementProblem, routing: RoutingData, regime: Regime,
-    fit: tuple[int, int] | None = None, dtype: str | None = None,
-) -> dict[str, float] | None:
-    """The floor :func:`summarize_plan` shows for a plan of ``problem`` (same arguments),
-    computed on its own: it does not depend on the plan, so a caller may start it before
-    the plan exists (``placer plan`` does, on a core the search leaves idle at the end).
-    The judged tokens are drawn again where they are sampled: the same seeds, the same
-    tokens."""
-    if problem.model is None or problem.topology is None:
-        return None
-    _, _, params = _judging(regime, problem, routing, fit, dtype)
-    return _floor(routing, problem, params, {})
 
 
 def _placement_of(results: list[SolveResult], solver: str) -> Any:
