@@ -482,12 +482,13 @@ def _ray_reason(exc: BaseException) -> str:
 
 # -- one piece of work beside this process ---------------------------------------------
 # After a plan's layer search, this process times the plan (the judge) and summarizes it
-# on one core; work that does not wait on that (half the judge's layers, the summary's
-# explanation rows) runs beside it in a forked child, on the other core.  The answer is
-# the same wherever it was computed: the function is pure, and when the child cannot give
-# it (no fork here, the child died or raised) the caller computes it.  The child runs at
-# the caller's priority: a child at a lower one starves whenever other jobs keep the
-# cores busy, and the caller would wait on it.
+# on one core; work that does not wait on that (half the judge's layers, the floor: a
+# bound for every placement on the judged tokens, the explanation rows) runs beside it in
+# a forked child, on the other core.  The answer is the same wherever it was computed:
+# the function is pure, and when the child cannot give it (no fork here, the child died
+# or raised) the caller computes it.  The child runs at the caller's priority: a child
+# at a lower one starves whenever other jobs keep the cores busy, and the caller would
+# wait on it.
 
 def _background_child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...],
                       parent: int) -> None:
@@ -511,16 +512,14 @@ class Background:
     """``fn(*args)`` computed in a forked child, beside this process (see the module).
 
     ``fn`` must be pure: :meth:`result` returns the child's answer, or computes
-    ``fn(*args)`` in this process when the child could not answer or could not be started
-    (no ``fork`` here, or this process is a daemonic worker, which may not have children).
+    ``fn(*args)`` in this process when the child could not answer.
     """
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
         self.fn, self.args = fn, args
         self.process: Any = None
         self.conn: Any = None
-        if ("fork" not in multiprocessing.get_all_start_methods()
-                or multiprocessing.current_process().daemon):  # a worker has no children
+        if "fork" not in multiprocessing.get_all_start_methods():
             return
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe(duplex=False)
