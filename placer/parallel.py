@@ -482,13 +482,12 @@ def _ray_reason(exc: BaseException) -> str:
 
 # -- one piece of work beside this process ---------------------------------------------
 # After a plan's layer search, this process times the plan (the judge) and summarizes it
-# on one core; work that does not wait on that (half the judge's layers, the floor: a
-# bound for every placement on the judged tokens, the explanation rows) runs beside it in
-# a forked child, on the other core.  The answer is the same wherever it was computed:
-# the function is pure, and when the child cannot give it (no fork here, the child died
-# or raised) the caller computes it.  The child runs at the caller's priority: a child
-# at a lower one starves whenever other jobs keep the cores busy, and the caller would
-# wait on it.
+# on one core; work that does not wait on that (half the judge's layers, the summary's
+# explanation rows) runs beside it in a forked child, on the other core.  The answer is
+# the same wherever it was computed: the function is pure, and when the child cannot give
+# it (no fork here, the child died or raised) the caller computes it.  The child runs at
+# the caller's priority: a child at a lower one starves whenever other jobs keep the
+# cores busy, and the caller would wait on it.
 
 def _background_child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...],
                       parent: int) -> None:
