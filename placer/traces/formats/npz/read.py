@@ -22,7 +22,6 @@ must be what the member holds), the archive against compression bombs
 
 from __future__ import annotations
 
-import itertools
 import os
 import zipfile
 import zlib
@@ -126,15 +125,6 @@ class NpzTokens:
             rank = token_array(zf, names, "rank", t, where)
         order = np.argsort(layer_ids, kind="stable")
         return cls(path, t, k, layer_ids[order], meta, step, rank, order)
-
-    def chunks(self, tokens: int) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first token, ids [n, layers, k])`` for consecutive chunks of ``tokens``
-        tokens (columns in :attr:`layer_ids` order; the array is reused between chunks:
-        copy what must outlive the next one)."""
-        edges = [*range(0, self.num_tokens, max(1, tokens)), self.num_tokens]
-        spans = list(itertools.pairwise(edges))
-        for (lo, _), ids in zip(spans, self.rows(spans), strict=True):
-            yield lo, ids
 
     def rows(self, spans: Iterable[tuple[int, int]], columns: np.ndarray | None = None,
              *, verify: bool = True) -> Iterator[np.ndarray]:
