@@ -511,14 +511,16 @@ class Background:
     """``fn(*args)`` computed in a forked child, beside this process (see the module).
 
     ``fn`` must be pure: :meth:`result` returns the child's answer, or computes
-    ``fn(*args)`` in this process when the child could not answer.
+    ``fn(*args)`` in this process when the child could not answer or could not be started
+    (no ``fork`` here, or this process is a daemonic worker, which may not have children).
     """
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
         self.fn, self.args = fn, args
         self.process: Any = None
         self.conn: Any = None
-        if "fork" not in multiprocessing.get_all_start_methods():
+        if ("fork" not in multiprocessing.get_all_start_methods()
+                or multiprocessing.current_process().daemon):  # a worker has no children
             return
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe(duplex=False)

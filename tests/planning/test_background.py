@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 from placer.model import load_model
-from placer.parallel import Background
+from placer.parallel import Backend, Background
 from placer.planning.build import build_problem
 from placer.planning.solvers import solve
 from placer.regime import Regime
@@ -31,10 +31,16 @@ def _here_only(parent: int) -> int:
     return 7
 
 
+def _square_beside(value: int) -> int:
+    return int(Background(_square, value).result())
+
+
 def test_background_answers_as_the_function_does():
     assert Background(_square, 12).result() == 144
     # the child raised: computed again here, where it succeeds
     assert Background(_here_only, os.getpid()).result() == 7
+    # in a daemonic worker (placer compare's scenarios), which may not fork: in place
+    assert Backend(jobs=2).run(_square_beside, [3, 4]) == [9, 16]
 
 
 def test_the_summarys_explanation_rows_equal_those_computed_in_place():
