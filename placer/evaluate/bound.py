@@ -21,9 +21,13 @@ largest entries of ``v``; ``P``: bytes per copy):
    of its selections are served without a copy: in low-latency modes
    ``out_g >= sum_e n[g, e] - top_S(n[g])``.  Its node holds at most ``S x M_g``
    experts, so ``inter_g >= sum_e n[g, e] - top_{S M_g}(n[g])`` selections leave the node
-   (every copy does, in ``low_latency_rdma``).  Under normal kernels copies are per token:
-   a token whose ``k`` experts all sit on ``g`` uses ``k`` of the ``top_S`` selections, so
-   at most ``top_S(n[g]) / k_min`` of ``g``'s tokens need no copy (likewise per node).
+   (every copy does, in ``low_latency_rdma``).  Over all GPUs (nodes) together, each
+   expert sits at one place at least and only ``G x S - E`` more (place, expert) pairs
+   exist, so at most each expert's busiest place and the heaviest of the remaining
+   entries are served where they arise.  Under normal kernels copies are per token: a
+   token whose ``k`` experts all sit on ``g`` uses ``k`` of the selections served there,
+   so at most ``top_S(n[g]) / k_min`` of ``g``'s tokens need no copy (likewise per node,
+   and over all places with the count above).
 3. **Communication time of one GPU.**  A phase takes at least the busiest link class's
    volume over its injection bandwidth plus its phase cost, and at least the whole
    volume over the two classes' bandwidths together plus the cheaper phase cost, plus
@@ -40,9 +44,9 @@ largest entries of ``v``; ``P``: bytes per copy):
 
 Under the position rules (``round_robin``, ``vllm_hash``, ``trtllm_block``: replica
 ``code mod r``, :func:`placer.evaluate.dispatch.dispatch_codes`) the replica rule is counted
-too: copies that can stay on their node, and the weight reads of redundant replicas (every
-replica whose residue class has a selection runs), see
-:mod:`placer.evaluate.round_robin_bound`.
+too: copies that can stay on their node (under normal kernels, tokens: at most those
+selections over ``k_min``), and the weight reads of redundant replicas (every replica
+whose residue class has a selection runs), see :mod:`placer.evaluate.round_robin_bound`.
 
 What it leaves out (so a plan's gap to it is an upper bound on what any placement could
 gain): per-batch load noise on the hottest GPU, pair-link and receive-side limits, and for
@@ -307,11 +311,7 @@ class _Copies:
         by_node = _per_node(n, fabric)
         node_slots = self.slots_per_gpu * fabric.node_size
         if self.mode not in PER_SELECTION_MODES:
-            out = _uncovered_tokens(n, tokens, k_min,
-                                    np.full(fabric.num_gpus, self.slots_per_gpu)).sum(axis=1)
-            inter = _uncovered_tokens(by_node, _per_node(tokens[:, :, None], fabric)[:, :, 0],
-                                      _node_min(k_min, fabric), node_slots).sum(axis=1)
-            return out, inter, np.zeros(n.shape[0])
+            return self._token_totals(n, by_node, tokens, k_min, at, num_batches, exact)
         selections = n.sum(axis=(1, 2))
         out = selections - np.minimum(
             _top_sums(n, np.full(fabric.num_gpus, self.slots_per_gpu)).sum(axis=1),
@@ -335,6 +335,45 @@ class _Copies:
         if self.mode == "low_latency_rdma":
             inter = out
         return np.maximum(out, 0.0), np.maximum(inter, 0.0), compute
+
+
+    def _token_totals(self, n: np.ndarray, by_node: np.ndarray, tokens: np.ndarray,
+                      k_min: np.ndarray, at: Selections, num_batches: int, exact: int | None,
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`totals` under ``normal`` kernels, where copies are per token: a token
+        needs no copy to another GPU (node) only when every one of its at least
+        ``k_min`` selections is served there, so the tokens that stay are at most the
+        selections a place can serve where they arise over ``k_min``: per place, its
+        ``S`` (``S x M``) busiest experts; over all places together, each expert where
+        it is selected most and the ``extra`` replicas where they add most
+        (:func:`_covering`); under a position rule, what round robin can serve where it
+        arises (:func:`round_robin_local`)."""
+        fabric = self.fabric
+        node_slots = self.slots_per_gpu * fabric.node_size
+        token_sum = tokens.sum(axis=1)
+        fewest = np.maximum(k_min.min(axis=1), 1).astype(np.float64)  # [B]
+
+        def left(served: np.ndarray) -> np.ndarray:  # tokens that need a copy
+            return np.maximum(token_sum - np.floor(served / fewest), 0.0)
+
+        out = np.maximum(_uncovered_tokens(n, tokens, k_min, np.full(
+            fabric.num_gpus, self.slots_per_gpu)).sum(axis=1), left(_covering(n, self.extra)))
+        inter = np.maximum(_uncovered_tokens(
+            by_node, _per_node(tokens[:, :, None], fabric)[:, :, 0], _node_min(k_min, fabric),
+            node_slots).sum(axis=1), left(_covering(by_node, self.extra)))
+        compute = np.zeros(num_batches)
+        if self.policy in CODE_POLICIES:
+            batch, source, experts, code = at
+            places = (source, fabric.num_gpus) if fabric.num_nodes == 1 else (
+                fabric.node_of_gpu[source], fabric.num_nodes)
+            local, compute = round_robin_local(
+                (batch, places[0], experts, code), num_batches, places[1], self.num_experts,
+                self.extra, self.costs.weight_us, self.costs.token_us, EXACT_REPLICAS)
+            if fabric.num_nodes == 1:
+                out = np.maximum(out, left(local))
+            else:
+                inter = np.maximum(inter, left(local))
+        return out, inter, compute
 
 
 def _per_node(values: np.ndarray, fabric: Fabric) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -11,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placer.evaluate import EvalParams, evaluate
-from placer.evaluate.bound import _water_level, time_bound
+from placer.evaluate.bound import _Copies, _Costs, _water_level, time_bound
+from placer.evaluate.traffic import Fabric
 from placer.placement import Placement
 from placer.regime import MODES, POLICIES
 from placer.topology import load_topology
@@ -103,6 +105,57 @@ def test_no_placement_beats_the_floor(seed: int, shape: str, mode: str, policy: 
         finite = np.isfinite(estimate)
         slack = estimate[finite] - floor.layer_time_us[finite]
         assert slack.min() >= -1e-9 * estimate[finite].max(), (slack.min(), placement)
+
+
+def _every_placement(num_experts: int, num_gpus: int, slots: int) -> list[Placement]:
+    """Every placement of one layer, up to the order of slots inside a GPU (which no
+    dispatch rule reads: a replica's index is its rank among the expert's slots)."""
+    shelves = list(itertools.combinations_with_replacement(range(num_experts), slots))
+    rows = [np.concatenate(gpus) for gpus in itertools.product(shelves, repeat=num_gpus)]
+    return [Placement(row[None], np.array([0]), num_experts, num_gpus) for row in rows
+            if np.unique(row).size == num_experts]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_no_placement_beats_the_normal_mode_floor_brute_force(policy: str) -> None:
+    """Prefill's kernels (copies per token and node): 4 experts on 3 GPUs over 2 nodes x
+    2 slots, every placement (one layer)."""
+    model = replace(tiny_model(num_experts=4, top_k=2, layers=(0,)), hidden_size=2048,
+                    moe_intermediate_size=4096)
+    routing = random_routing(96, num_experts=4, top_k=2, layer_ids=(0,), batch=16, seed=4,
+                             ranks=3)
+    topology = cluster((2, 1))
+    params = EvalParams(policy=policy, mode="normal", batch_tokens=16)
+    floor = time_bound(routing, topology, model, params, 2).layer_time_us
+    placements = _every_placement(4, 3, 2)
+    assert len(placements) == 294
+    best = np.full(floor.shape, np.inf)
+    for placement in placements:
+        best = np.fmin(best, evaluate(placement, routing, topology, model,
+                                      params).layer_time_us)
+    assert np.all(floor <= best * (1 + 1e-12))
+    assert np.all(floor >= 0.5 * best), (floor / best).min()
+
+
+@pytest.mark.parametrize("policy", ["sglang", "vllm_hash"])
+def test_normal_mode_counts_one_home_per_expert(policy: str) -> None:
+    """Every token of both nodes selects experts 0 and 1 and no slot is spare: each node
+    alone could hold both and keep its tokens home, but only one node can, so at least
+    half the tokens cross (the count over all nodes together, and round robin's)."""
+    topology = cluster((2, 2))
+    model = tiny_model(num_experts=4, top_k=2, layers=(0,))
+    n = np.zeros((1, 4, 4))
+    n[0, :, :2] = 16  # [batch, GPU, expert]: 16 tokens a GPU, each selecting 0 and 1
+    tokens, k_min = np.full((1, 4), 16.0), np.full((1, 4), 2)
+    source = np.repeat(np.arange(4), 32)
+    experts = np.tile([0, 1], 64)
+    code = np.repeat(np.arange(64), 2) * 2 + np.tile([0, 1], 64)
+    at = (np.zeros(128, dtype=np.int64), source, experts, code)
+    copies = _Copies(1, 4, Fabric.from_topology(topology, "normal"), "normal", policy,
+                     _Costs.of(topology, model, "bf16"))
+    out, inter, _ = copies.totals(n, tokens, k_min, at, 1)
+    assert inter[0] >= 32  # of 64 tokens; each node's own count alone lets all stay
+    assert out[0] >= 48  # likewise per GPU: 32 selections served at home at most
 
 
 def test_floor_is_exact_on_one_gpu() -> None:
