@@ -199,11 +199,45 @@ def compare_engines(
                    "compute": (theirs["compute_us"], mine["compute_us"]),
                    "floor": (summary.floor or {}).get("step_mean_us", math.nan),
                    "mean": (theirs["step_mean_us"], mine["step_mean_us"]),
-                   "gaps": summary.gaps(), "batch_floor": per_batch},
+                   "gaps": summary.gaps(), "batch_floor": per_batch,
+                   "copies": _copies(summary, (baseline.solver, result.solver))},
         ))
         log(f"{label}, {engine}: step p99 eplb {theirs['step_p99_us']:.1f} µs,"
             f" cpsat {mine['step_p99_us']:.1f} µs ({change:+.2%})")
     return rows
+
+
+#: The remote-copy figures the floor counts beside the plans' (where the floor is loose).
+COPY_KEYS = ("remote_copies_per_token_gpu", "remote_copies_per_token_node")
+
+
+def _copies(summary: Any, solvers: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """Copies per token to another GPU and to another node: the floor's, then each of
+    ``solvers``' (NaN where absent)."""
+    floor = summary.floor or {}
+    out = {"floor": tuple(floor.get(k, math.nan) for k in COPY_KEYS)}
+    for name in solvers:
+        ev = summary.evaluations.get(name)
+        out[name] = tuple(ev.metrics[k] if ev is not None else math.nan for k in COPY_KEYS)
+    return out
+
+
+def render_traffic(rows: Sequence[Row]) -> list[str]:
+    """Where the floor is loose in prefill: the remote copies per token its traffic term
+    counts beside EPLB's and cpsat's (the evaluator's figures on the judged tokens)."""
+    prefill = [r for r in rows if r.engine.endswith("prefill") and r.extra.get("copies")]
+    if not prefill:
+        return []
+    lines = ["Prefill: copies per token the floor counts (at least) and the plans send:", "",
+             "| configuration | to another GPU: floor / EPLB / cpsat |"
+             " to another node: floor / EPLB / cpsat | EPLB above floor |",
+             "|---|---|---|---|"]
+    for r in prefill:
+        copies = list(r.extra["copies"].values())
+        cells = [" / ".join(f"{c[i]:.2f}" for c in copies) for i in range(2)]
+        gap = r.extra.get("gaps", {}).get("eplb", math.nan)
+        lines.append(f"| {r.config} | {cells[0]} | {cells[1]} | {gap:.1%} |")
+    return lines
 
 
 def _batch_floors(summary: Any, results: Sequence[Any], routing: Any,
@@ -480,8 +514,8 @@ def _run(folder: Path) -> str:
            " step p99 (equal within 0.1%); pass: cpsat's step p99 not above EPLB's at all"
            " (issue 12's \"never above\"). a2a / compute: the slowest GPU's all-to-all and"
            " expert GEMM time, mean over (batch, layer). Status FALLBACK: cpsat kept its"
-           " EPLB hint. cpsat's search is time-limited (10 s per layer), so on a loaded"
-           " machine a row can differ from run to run. Floor: `placer.evaluate.time_bound`,"
+           " EPLB hint. cpsat's search is time-limited (the default budgets), so on a"
+           " loaded machine a row can differ from run to run. Floor: `placer.evaluate.time_bound`,"
            " the mean step no placement with these slots per GPU can beat on the judged"
            " tokens under the evaluator's model (docs/planner.md, the floor); above floor:"
            " how far each plan's mean step is above it, as a share of its own. Per-batch"
@@ -524,7 +558,8 @@ def _run(folder: Path) -> str:
         notes.append(f"- {config.label}: {config.note}; judged on {judged}")
         log(f"{config.label} done in {time.perf_counter() - started:.1f} s")
     out += render_table(rows)
-    out += ["", *notes, "", closing_line(rows), "", issue26_line(rows)]
+    out += ["", *notes, "", *render_traffic(rows), "", closing_line(rows), "",
+            issue26_line(rows)]
     return "\n".join(out) + "\n"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,16 @@ def test_compare_engines_rows_and_rendering(tiny) -> None:
     assert f"| {metric('step_p99_us').cell(rows[0].eplb_step_p99)} |" in table[2]
     assert len(table) == 2 + len(rows)
     assert all(line.count("|") == table[0].count("|") for line in table)
+
+    copies = rows[1].extra["copies"]  # the floor's traffic under every plan's
+    assert list(copies) == ["floor", "eplb", "cpsat"]
+    for i in range(2):
+        assert 0 <= copies["floor"][i] <= min(copies["eplb"][i], copies["cpsat"][i])
+    assert latency.render_traffic(rows) == []  # decode rows only
+    traffic = latency.render_traffic([replace(rows[1], engine="vllm prefill")])
+    assert traffic[2].startswith("| configuration | to another GPU: floor / EPLB / cpsat |")
+    assert len(traffic) == 5 and traffic[4].startswith(
+        f"| tiny 4x9 | {copies['floor'][0]:.2f} / {copies['eplb'][0]:.2f} /")
 
 
 def test_closing_line_counts_and_targets() -> None:

@@ -95,6 +95,10 @@ class TimeBound:
         (tighter than the cells summed: one placement serves every batch).
     slots_per_gpu: slots per GPU the floor holds for.
     source: ``trace`` (per-token replay) or ``sampled``.
+    remote_copies: ``[L, 2]`` float64 the fewest copies to another GPU and to another
+        node each layer's tokens cost over all batches (argument 2, one placement), in
+        the evaluator's units (selections, or deliveries per token under normal kernels).
+    tokens: ``[L]`` float64 tokens of each layer over all batches.
     """
 
     layer_ids: np.ndarray
@@ -102,6 +106,8 @@ class TimeBound:
     layer_sum_us: np.ndarray
     slots_per_gpu: int
     source: str
+    remote_copies: np.ndarray
+    tokens: np.ndarray
 
     @property
     def layer_p99_us(self) -> np.ndarray:
@@ -125,7 +131,18 @@ class TimeBound:
             "step_p99_us": nan_percentile(step, 99),
             "step_mean_us": (float(np.nansum(self.layer_sum_us)) / int(has.sum())
                              if has.any() else float("nan")),
+            **self.copies_per_token(),
         }
+
+    def copies_per_token(self) -> dict[str, float]:
+        """Floors of the evaluator's ``remote_copies_per_token_gpu`` and ``_node``: what
+        the floor's traffic term counts, to set beside a placement's own figures (where
+        the floor is loose)."""
+        tokens = float(self.tokens.sum())
+        gpu, node = (self.remote_copies.sum(axis=0) / tokens if tokens > 0
+                     else (float("nan"), float("nan")))
+        return {"remote_copies_per_token_gpu": float(gpu),
+                "remote_copies_per_token_node": float(node)}
 
 
 def time_bound(
@@ -159,12 +176,15 @@ def time_bound(
     costs = _Costs.of(topology, model, params.dtype or model.default_dtype)
     cells = np.full((batches.num_batches, layer_ids.size), np.nan)
     sums = np.full(layer_ids.size, np.nan)
+    copies = np.zeros((layer_ids.size, 2))
+    tokens = np.zeros(layer_ids.size)
     for row in range(layer_ids.size):
-        cells[:, row], sums[row] = layer_floor(
+        cells[:, row], sums[row], copies[row], tokens[row] = layer_floor(
             experts_of(row), batches, slots_per_gpu, stats.num_experts, fabric, costs,
             params.mode, params.policy)
     return TimeBound(layer_ids=layer_ids, layer_time_us=cells, layer_sum_us=sums,
-                     slots_per_gpu=slots_per_gpu, source=source)
+                     slots_per_gpu=slots_per_gpu, source=source, remote_copies=copies,
+                     tokens=tokens)
 
 
 @dataclass(frozen=True)
@@ -193,9 +213,10 @@ class _Costs:
 def layer_floor(
     ids: np.ndarray, batches: Batches, slots_per_gpu: int, num_experts: int,
     fabric: Fabric, costs: _Costs, mode: str, policy: str,
-) -> tuple[np.ndarray, float]:
-    """``([batches], total)``: the floor of one layer's time for each batch, and the
-    floor of its time summed over the batches (module docstring).
+) -> tuple[np.ndarray, float, np.ndarray, float]:
+    """``([batches], total, [2], tokens)``: the floor of one layer's time for each batch,
+    the floor of its time summed over the batches (module docstring), the fewest copies
+    to another GPU and to another node over all batches, and the tokens.
 
     The sum's floor counts copies on all batches together: one placement serves every
     batch, so it cannot follow each batch's own noise as the per-batch floors allow.
@@ -231,7 +252,14 @@ def layer_floor(
         n.sum(axis=0, keepdims=True), tokens.sum(axis=0, keepdims=True),
         k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1)
     out_total = np.maximum(out_total, out.sum(axis=1))
-    node_inter = np.maximum(node_inter, inter.sum(axis=1))
+    rdma = mode == "low_latency_rdma"  # every copy goes through the NIC, not only those
+    # to another node: the NIC's count is every copy's
+    copies_all = np.array([max(float(out_all[0]), float(out_total.sum())), max(
+        float(inter_all[0]), float((node_inter if rdma else np.maximum(
+            node_inter, inter.sum(axis=1))).sum()))])
+    node_inter = out_total if rdma else np.maximum(node_inter, inter.sum(axis=1))
+    if rdma:
+        inter_all = out_all
 
     # (1) compute
     load = n.sum(axis=1)  # [B, E]
@@ -257,7 +285,7 @@ def layer_floor(
     empty = np.bincount(batches.batch_of_token[has], minlength=num_batches) == 0
     cells = np.where(empty, np.nan, result)
     total = max(float(np.nansum(cells)), (float(total_compute.sum()) + coupled) / num_gpus)
-    return cells, total
+    return cells, total, copies_all, float(tokens.sum())
 
 
 def _codes(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,
@@ -332,8 +360,6 @@ class _Copies:
                     fabric.num_nodes, self.num_experts, self.extra, self.costs.weight_us,
                     self.costs.token_us, exact)
                 inter = np.maximum(inter, selections - local)
-        if self.mode == "low_latency_rdma":
-            inter = out
         return np.maximum(out, 0.0), np.maximum(inter, 0.0), compute
 
 

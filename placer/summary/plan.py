@@ -182,7 +182,22 @@ class PlanSummary:
                 f"{FLOOR_COLUMN}: no placement with {slots} slots per GPU has a mean step below"
                 f" {floor[FLOOR_FIGURE]:,.1f} µs on these tokens under this model; above it:"
                 f" {within} (docs/planner.md, the floor)")
+            lines += self._traffic_row(names)
         return lines
+
+    def _traffic_row(self, names: list[str]) -> list[str]:
+        """Where the floor is loose: the remote copies per token it counts beside each
+        plan's own (empty when the evaluations or the floor's counts are absent)."""
+        floor = self.floor or {}
+        keys = ("remote_copies_per_token_gpu", "remote_copies_per_token_node")
+        least = [floor.get(k, math.nan) for k in keys]
+        if not all(math.isfinite(v) for v in least) or not self.evaluations:
+            return []
+        plans = [f"{n} {self.evaluations[n].metrics[keys[0]]:.2f} and"
+                 f" {self.evaluations[n].metrics[keys[1]]:.2f}"
+                 for n in names if n in self.evaluations]
+        return [f"{FLOOR_COLUMN}'s traffic: at least {least[0]:.2f} copies per token to another"
+                f" GPU and {least[1]:.2f} to another node; {', '.join(plans)}"]
 
     def gaps(self) -> dict[str, float]:
         """Solver -> how far its mean step is above the floor, as a share of its own

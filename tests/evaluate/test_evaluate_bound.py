@@ -100,7 +100,10 @@ def test_no_placement_beats_the_floor(seed: int, shape: str, mode: str, policy: 
     candidates = [random_placement(rng, num_experts, num_gpus, slots) for _ in range(2)]
     candidates.append(local_placement(routing, num_gpus, slots, batch))
     for placement in candidates:
-        estimate = evaluate(placement, routing, topology, model, params).layer_time_us
+        evaluation = evaluate(placement, routing, topology, model, params)
+        for key, least in floor.copies_per_token().items():
+            assert least <= evaluation.metrics[key] * (1 + 1e-12), (key, mode, shape)
+        estimate = evaluation.layer_time_us
         assert np.array_equal(np.isnan(estimate), np.isnan(floor.layer_time_us))
         finite = np.isfinite(estimate)
         slack = estimate[finite] - floor.layer_time_us[finite]

@@ -121,6 +121,15 @@ def test_text_and_json_carry_the_same_figures(synth):
     assert lines[header + len(TIME_FIGURES) + 3].endswith(
         f"above it: round_robin {gap['round_robin']:.1%}, eplb {gap['eplb']:.1%}"
         " (docs/planner.md, the floor)")
+    traffic = lines[header + len(TIME_FIGURES) + 4]
+    gpu, node = floor["remote_copies_per_token_gpu"], floor["remote_copies_per_token_node"]
+    assert traffic.startswith(f"floor's traffic: at least {gpu:.2f} copies per token to"
+                              f" another GPU and {node:.2f} to another node; round_robin ")
+    for name in ("round_robin", "eplb"):
+        metrics = summary.evaluations[name].metrics
+        assert metrics["remote_copies_per_token_gpu"] >= gpu
+        assert (f"{name} {metrics['remote_copies_per_token_gpu']:.2f} and"
+                f" {metrics['remote_copies_per_token_node']:.2f}") in traffic
     doc = summary.to_dict()
     assert doc["floor"] == floor and doc["gap_to_floor"] == gap
     assert doc["times"] == summary.times
