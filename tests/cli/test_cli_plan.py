@@ -222,6 +222,9 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
     # the floor: below both plans on every figure it bounds, and the gaps say by how much
     floor = doc["floor"]
     for key, value in floor.items():
+        if key.startswith("remote_copies"):  # the traffic it counts, not a time
+            assert value >= 0
+            continue
         for figures in doc["times"].values():
             assert 0 < value <= figures[key] + 1e-9, key
     for name, gap in doc["gap_to_floor"].items():
