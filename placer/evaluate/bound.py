@@ -502,8 +502,8 @@ class _PhaseFloor:
             inter_us = np.where(sends_inter, inter * payload / inj_inter * _US_PER_BYTE_GBPS
                                 + ph_inter, 0.0)
             all_us = np.where(sends, out * payload / both * _US_PER_BYTE_GBPS + cheaper, 0.0)
-        latency = np.maximum(np.where(sends, _nearest(fabric, any_peer=True), 0.0),
-                             np.where(sends_inter, _nearest(fabric, any_peer=False), 0.0))
+        latency = np.maximum(np.where(sends, nearest_latency(fabric, any_peer=True), 0.0),
+                             np.where(sends_inter, nearest_latency(fabric, any_peer=False), 0.0))
         return cls(
             per_gpu=np.maximum(inter_us, all_us) + latency,
             fixed_inter=(np.where(sends_inter, ph_inter, 0.0) + latency).sum(axis=1),
@@ -532,7 +532,7 @@ def _fastest(bandwidth: np.ndarray) -> float:
     return float(finite.max()) if finite.size else np.inf
 
 
-def _nearest(fabric: Fabric, any_peer: bool) -> np.ndarray:
+def nearest_latency(fabric: Fabric, any_peer: bool) -> np.ndarray:
     """``[G]`` latency to the nearest other GPU (``any_peer``) or other-node GPU."""
     peers = ~np.eye(fabric.num_gpus, dtype=bool)
     if not any_peer:

@@ -25,6 +25,11 @@ selections, ``h_i`` of them from its busiest source GPU):
    other nodes (``n_i``: from its busiest source node; in ``low_latency_rdma`` every
    other GPU's come through the NIC), so ``u_i = max(w, m_i t) + (m_i - n_i)(a + c) /
    B_nic``.  In ``normal`` mode copies are per token, so both receive terms are left out.
+   A GPU that receives a copy also pays each phase's fixed cost and a latency once
+   (``F``: twice the least over GPUs of the cheaper class's phase cost plus the nearest
+   peer's latency; ``F_nic`` likewise over the NIC); a piece that receives one carries
+   ``F / S`` of it (``F_nic / S`` in ``u``), so ``S`` pieces sharing a GPU carry at most
+   what that GPU pays.
 2. **Packing.**  A GPU's time is at least the sum of its pieces' ``v`` (and of their
    ``u``), and every GPU
    holds exactly ``S`` pieces.  With ``v`` sorted downward, the hottest GPU is at least
@@ -36,7 +41,7 @@ selections, ``h_i`` of them from its busiest source GPU):
    cell is the larger of the two.
 
 What it leaves out: one placement serves every batch (each batch's floor lets the
-pieces be packed anew), the send side and the fixed costs of each phase, pair links.
+pieces be packed anew), the send side, pair links.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from placer import constants
 from placer.errors import Param, UsageError
 from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
-from placer.evaluate.bound import TimeBound
+from placer.evaluate.bound import TimeBound, nearest_latency
 from placer.evaluate.core import EvalParams, token_source
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
@@ -142,7 +147,7 @@ def counts_floor(
     for row in range(layer_ids.size):
         ids = experts_of(row)
         pieces = _pieces(ids, batches, placement.replica_counts[row], params.policy,
-                         num_gpus, costs)
+                         num_gpus, costs, placement.slots_per_gpu)
         floor = np.maximum(*(_packing_floor(p, num_gpus, placement.slots_per_gpu)
                              for p in pieces))
         empty = np.bincount(batches.batch_of_token[(ids >= 0).any(axis=1)],
@@ -162,13 +167,16 @@ class _PieceCosts:
     GPU's rates; ``copy_us``, ``nic_us``: a received copy's dispatch plus combine time
     over every link class / the NIC alone, at the largest such bandwidth (0 in ``normal``
     mode, argument 1); ``place_of_gpu``: ``[G]`` what a NIC copy leaves (the node, or
-    the GPU in ``low_latency_rdma``)."""
+    the GPU in ``low_latency_rdma``); ``fixed_us``, ``fixed_nic_us``: ``F`` and ``F_nic``
+    of argument 1 (0 in ``normal`` mode)."""
 
     weight_us: float
     token_us: float
     copy_us: float
     nic_us: float
     place_of_gpu: np.ndarray
+    fixed_us: float = 0.0
+    fixed_nic_us: float = 0.0
 
     @classmethod
     def of(cls, topology: Topology, model: ModelSpec, params: EvalParams) -> _PieceCosts:
@@ -190,9 +198,25 @@ class _PieceCosts:
                            for bw in (per_class[0] + per_class[1], per_class[1]))
         place = (np.arange(fabric.num_gpus) if params.mode == "low_latency_rdma"
                  else fabric.node_of_gpu)
+        fixed = _fixed_us(fabric, per_class) if selection else (0.0, 0.0)
         return cls(weight_us=float(model.expert_bytes(dtype)) / hbm * _US_PER_BYTE_GBPS,
                    token_us=flops / tflops * _US_PER_FLOP_TFLOPS, copy_us=copy_us,
-                   nic_us=nic_us, place_of_gpu=np.asarray(place, dtype=np.int64))
+                   nic_us=nic_us, place_of_gpu=np.asarray(place, dtype=np.int64),
+                   fixed_us=fixed[0], fixed_nic_us=fixed[1])
+
+
+def _fixed_us(fabric: Fabric, per_class: list[np.ndarray]) -> tuple[float, float]:
+    """``(F, F_nic)``: the least a GPU that receives a copy (from another node) pays in
+    fixed costs over dispatch and combine, phase costs and one latency each."""
+    phase = (np.zeros((fabric.num_gpus, 3)) if fabric.phase_us is None
+             else np.asarray(fabric.phase_us, dtype=np.float64))
+    ph_intra = np.where(per_class[0] > 0, phase[:, INTRA_NODE], np.inf)
+    ph_inter = np.where(per_class[1] > 0, phase[:, INTER_NODE], np.inf)
+    any_peer = np.minimum(ph_intra, ph_inter) + nearest_latency(fabric, any_peer=True)
+    nic = ph_inter + nearest_latency(fabric, any_peer=False)
+    least = [float(v[np.isfinite(v)].min()) if np.isfinite(v).any() else 0.0
+             for v in (any_peer, nic)]
+    return 2.0 * least[0], 2.0 * least[1]
 
 
 def _us_per_copy(payload: float, bandwidth: np.ndarray) -> float:
@@ -202,10 +226,10 @@ def _us_per_copy(payload: float, bandwidth: np.ndarray) -> float:
 
 
 def _pieces(ids: np.ndarray, batches: Batches, counts: np.ndarray, policy: str, num_gpus: int,
-            costs: _PieceCosts) -> tuple[np.ndarray, np.ndarray]:
+            costs: _PieceCosts, slots: int) -> tuple[np.ndarray, np.ndarray]:
     """``([B, P], [B, P])`` the least time each replica adds to its GPU in each batch,
     ``v`` and ``u`` (argument 1); ``ids``: ``[tokens, k]`` expert ids of the batches'
-    tokens, ``counts``: ``[E]``."""
+    tokens, ``counts``: ``[E]``, ``slots``: slots per GPU."""
     num_batches = batches.num_batches
     valid = ids >= 0
     tok, kpos = np.nonzero(valid)
@@ -228,8 +252,10 @@ def _pieces(ids: np.ndarray, batches: Batches, counts: np.ndarray, policy: str, 
     for place in range(places):
         by_place[:, :, place] = by_source[:, :, costs.place_of_gpu == place].sum(axis=2)
     run = np.where(load > 0, np.maximum(costs.weight_us, load * costs.token_us), 0.0)
-    return (run + (load - by_source.max(axis=2)) * costs.copy_us,
-            run + (load - by_place.max(axis=2)) * costs.nic_us)
+    remote = load - by_source.max(axis=2)
+    across = load - by_place.max(axis=2)
+    return (run + remote * costs.copy_us + np.where(remote > 0, costs.fixed_us / slots, 0.0),
+            run + across * costs.nic_us + np.where(across > 0, costs.fixed_nic_us / slots, 0.0))
 
 
 def _packing_floor(pieces: np.ndarray, num_gpus: int, slots_per_gpu: int) -> np.ndarray:

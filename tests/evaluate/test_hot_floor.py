@@ -19,6 +19,7 @@ from placer.evaluate.dispatch import CODE_POLICIES
 from placer.evaluate.hot_floor import _packing_floor, counts_floor
 from placer.placement import Placement
 from placer.regime import MODES
+from placer.topology import load_topology
 
 
 def _arrangements(counts: list[int]) -> list[tuple[int, ...]]:
@@ -51,14 +52,16 @@ def test_no_placement_with_the_counts_beats_the_floor_brute_force(policy: str, m
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), policy=st.sampled_from(CODE_POLICIES),
-       mode=st.sampled_from(MODES), shape=st.sampled_from([(4,), (2, 2), (1, 1, 1)]),
+       mode=st.sampled_from(MODES),
+       shape=st.sampled_from([(4,), (2, 2), (1, 1, 1), "2x-dgx-h100"]),
        slots=st.integers(2, 3), top_k=st.integers(1, 3), batch=st.sampled_from([4, 16, 64]),
        wide=st.booleans())
 def test_no_placement_with_the_counts_beats_the_floor(seed, policy, mode, shape, slots, top_k,
                                                       batch, wide):
-    """Random counts, random placements with them (two layers), the general floor under."""
+    """Random counts, random placements with them (two layers), the general floor under;
+    the preset's links carry a fixed cost per phase (the pieces' share of it)."""
     rng = np.random.default_rng(seed)
-    topology = cluster(shape)
+    topology = load_topology(shape) if isinstance(shape, str) else cluster(shape)
     num_gpus = topology.num_gpus
     num_slots = num_gpus * slots
     num_experts = max(top_k + 1, num_slots - int(rng.integers(0, num_gpus + 1)))
