@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import numpy as np
 
-from placer.model import ModelSpec
-from placer.stats import ExpertStats
+from placer.model import ModelSpec, load_model
+from placer.planning.build import build_problem
+from placer.problem import PlacementProblem
+from placer.stats import ExpertStats, RoutingData
+from placer.topology import load_topology
+from placer.traces import read_routing
+
+#: The bundled synthetic trace (gpt-oss-20b, top-4, pair counts).
+SYNTH = Path(__file__).resolve().parent.parent / "traces" / "synthetic-small.jsonl.gz"
 
 #: A small group-limited model: 32 experts in 4 groups, top-4 of 2 groups, 2 MoE layers.
 MODEL = ModelSpec(
@@ -30,3 +40,14 @@ def skewed_stats(seed: int = 0, windows: int = 4) -> ExpertStats:
     tokens = (load.sum(axis=(1, 2)) // 8).astype(np.int64)
     return ExpertStats(load=load, tokens=tokens, layer_ids=np.array([0, 1]), top_k=4,
                        coact=pairs)
+
+
+def bundled_problem() -> tuple[RoutingData, PlacementProblem]:
+    """The bundled synthetic trace read with its tokens, planned on a DGX H100 with 8
+    redundant experts, fitted on windows 0:6."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        routing = read_routing(SYNTH, keep_tokens=True)
+    problem = build_problem(routing, model=load_model("gpt-oss-20b"),
+                            topology=load_topology("dgx-h100"), redundant=8, fit=(0, 6))
+    return routing, problem

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 
-from placer.model import load_model
+from planner_fixtures import bundled_problem
+
 from placer.parallel import Backend, Background
-from placer.planning.build import build_problem
 from placer.planning.solvers import solve
 from placer.regime import Regime
 from placer.summary import summarize_plan
 from placer.summary.proxies import versus_eplb
-from placer.topology import load_topology
-from placer.traces import read_routing
-
-SYNTH = Path(__file__).resolve().parents[2] / "traces" / "synthetic-small.jsonl.gz"
 
 
 def _square(value: int) -> int:
@@ -44,11 +39,9 @@ def test_background_answers_as_the_function_does():
 
 
 def test_the_summarys_explanation_rows_equal_those_computed_in_place():
+    routing, problem = bundled_problem()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        routing = read_routing(SYNTH, keep_tokens=True)
-        problem = build_problem(routing, model=load_model("gpt-oss-20b"),
-                                topology=load_topology("dgx-h100"), redundant=8, fit=(0, 6))
         plan, eplb = solve(problem, "round_robin"), solve(problem, "eplb")
         summary = summarize_plan(problem, plan, eplb, routing, regime=Regime(), fit=(0, 6))
     assert summary.versus == versus_eplb(problem, plan, eplb, routing.stats)

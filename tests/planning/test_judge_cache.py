@@ -6,25 +6,19 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
-from planner_fixtures import MODEL, skewed_stats
+from planner_fixtures import MODEL, bundled_problem, skewed_stats
 
 from placer.evaluate import evaluate
 from placer.evaluate.judge import LayerJudge, layer_times
-from placer.model import load_model
-from placer.planning.build import build_problem
 from placer.planning.solvers import solve
 from placer.problem import PlacementProblem, SolveParams
 from placer.regime import Regime
 from placer.summary import summarize_plan
 from placer.summary.proxies import remote_figures, versus_eplb
 from placer.topology import load_topology
-from placer.traces import read_routing
-
-SYNTH = Path(__file__).resolve().parents[2] / "traces" / "synthetic-small.jsonl.gz"
 
 
 def problem() -> PlacementProblem:
@@ -56,12 +50,7 @@ def test_each_layer_timed_once_equals_every_candidate_timed_whole(workload):
 @pytest.fixture(scope="module")
 def bundled():
     """The bundled synthetic trace (gpt-oss-20b, top-4, pair counts) on a DGX H100."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        routing = read_routing(SYNTH, keep_tokens=True)
-    prob = build_problem(routing, model=load_model("gpt-oss-20b"),
-                         topology=load_topology("dgx-h100"), redundant=8, fit=(0, 6))
-    return routing, prob
+    return bundled_problem()
 
 
 def test_remote_figures_on_shared_draws_equal_fresh_ones(bundled):
