@@ -12,6 +12,9 @@ import numpy as np
 from placer.calibrate.deepep import extrapolation_note
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
+from placer.evaluate.bound import TimeBound
+from placer.evaluate.dispatch import CODE_POLICIES
+from placer.evaluate.hot_floor import counts_floor
 from placer.evaluate.params import regime_params, replay_or_sample
 from placer.parallel import Background
 from placer.problem import PlacementProblem, SolveResult
@@ -36,6 +39,8 @@ FLOOR_COLUMN = "floor"
 #: placement to every batch (the per-batch floors of the percentiles let it follow each
 #: batch, so they are looser).
 FLOOR_FIGURE = "step_mean_us"
+#: The figure the per-batch floor line compares (the verdict's).
+BATCH_FLOOR_FIGURE = "step_p99_us"
 
 # -- the summary ------------------------------------------------------------------------------
 
@@ -68,6 +73,10 @@ class PlanSummary:
         only); None when not estimated.
     calibration_note: where the regime lies outside what the link model was calibrated
         on (:func:`placer.calibrate.deepep.extrapolation_note`), else "".
+    batch_floor: solver -> the step p99 no placement with that plan's replica counts can
+        beat on the same batches under a position rule (vLLM's hash, TensorRT-LLM's
+        blocks, round robin: :func:`placer.evaluate.hot_floor.counts_floor`, each batch's
+        hottest GPU, under ``floor``'s cells); None under other dispatch.
     """
 
     output: str
@@ -89,6 +98,7 @@ class PlanSummary:
     floor: dict[str, float] | None = None
     replan: dict[str, Any] | None = None
     calibration_note: str = ""
+    batch_floor: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (exports are added by the command)."""
@@ -109,6 +119,7 @@ class PlanSummary:
             "verdict": None if self.verdict is None else self.verdict.to_dict(),
             "floor": None if self.floor is None else dict(self.floor),
             "gap_to_floor": self.gaps(),
+            "batch_floor": self.batch_floor,
             "replan": self.replan,
             "calibration_note": self.calibration_note,
         }
@@ -183,7 +194,23 @@ class PlanSummary:
                 f" {floor[FLOOR_FIGURE]:,.1f} µs on these tokens under this model; above it:"
                 f" {within} (docs/planner.md, the floor)")
             lines += self._traffic_row(names)
+        lines += self._batch_floor_row(names)
         return lines
+
+    def _batch_floor_row(self, names: list[str]) -> list[str]:
+        """Each plan's step p99 against the per-batch floor of its replica counts."""
+        floors = self.batch_floor or {}
+        shown = [n for n in names if n in floors and math.isfinite(floors[n])
+                 and n in self.times]
+        if not shown:
+            return []
+        policy = self.eval_params.policy if self.eval_params is not None else ""
+        least = ", ".join(f"{n} {floors[n]:,.1f} µs" for n in shown)
+        above = ", ".join(
+            f"{n} {max(0.0, 1 - floors[n] / self.times[n][BATCH_FLOOR_FIGURE]):.1%}"
+            for n in shown)
+        return [f"per-batch floor ({policy}, each plan's replica counts): step p99 at least"
+                f" {least}; above it: {above} (docs/planner.md, the floor)"]
 
     def _traffic_row(self, names: list[str]) -> list[str]:
         """Where the floor is loose: the remote copies per token it counts beside each
@@ -358,9 +385,12 @@ def _with_times(
              for name, ev in evaluations.items()}
     topology = problem.topology
     assert topology is not None
+    bound = _floor(routing, problem, params, draws)
     summary = replace(summary, eval_params=params, judged=judged, times=times,
                       evaluations=evaluations,
-                      floor=_floor(routing, problem, params, draws),
+                      floor=None if bound is None else bound.metrics(),
+                      batch_floor=_batch_floor(routing, problem, results, params, bound,
+                                               draws),
                       calibration_note=extrapolation_note(
                           params.mode, summary.regime.tokens, topology.calibration.source))
     if len(results) < 2:
@@ -399,7 +429,7 @@ def _placement_of(results: list[SolveResult], solver: str) -> Any:
 
 
 def _floor(routing: RoutingData, problem: PlacementProblem, params: EvalParams,
-           draws: dict[tuple[int, ...], np.ndarray]) -> dict[str, float] | None:
+           draws: dict[tuple[int, ...], np.ndarray]) -> TimeBound | None:
     """The time figures' floor on the tokens the placements were judged on."""
     assert problem.topology is not None and problem.model is not None
     try:
@@ -409,4 +439,22 @@ def _floor(routing: RoutingData, problem: PlacementProblem, params: EvalParams,
                                problem.slots_per_gpu, draws=draws)
     except PlacerError:
         return None
-    return bound.metrics()
+    return bound
+
+
+def _batch_floor(routing: RoutingData, problem: PlacementProblem, results: list[SolveResult],
+                 params: EvalParams, bound: TimeBound | None,
+                 draws: dict[tuple[int, ...], np.ndarray]) -> dict[str, float] | None:
+    """Each plan's per-batch floor of step p99 under a position rule (None otherwise)."""
+    if params.policy not in CODE_POLICIES:
+        return None
+    assert problem.topology is not None and problem.model is not None
+    out = {}
+    for r in results:
+        try:
+            floor = counts_floor(r.placement, routing, problem.topology, problem.model, params,
+                                 general=bound, draws=draws)
+        except (PlacerError, KeyError):  # a layer the data lacks: not floored
+            return None
+        out[r.solver] = floor.metrics()[BATCH_FLOOR_FIGURE]
+    return out

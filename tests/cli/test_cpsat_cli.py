@@ -83,7 +83,9 @@ def test_time_rows_layers_faster_and_verdict(clustered_trace, tmp_path):
     assert lines[header + 11].endswith(" on held-out step p99 (vllm decode)")
     assert lines[header + 12].startswith("floor: no placement with 2 slots per GPU")
     assert lines[header + 13].startswith("floor's traffic: at least ")
-    assert lines[header + 15] == f"{'explanation':24}{'cpsat':>12}{'eplb':>12}"
+    assert lines[header + 14].startswith(
+        "per-batch floor (vllm_hash, each plan's replica counts): step p99 at least cpsat ")
+    assert lines[header + 16] == f"{'explanation':24}{'cpsat':>12}{'eplb':>12}"
 
 
 def test_json_summary_carries_both_columns(clustered_trace, tmp_path):

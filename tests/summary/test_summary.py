@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from placer.evaluate import EvalParams, evaluate
+from placer.evaluate.dispatch import CODE_POLICIES
 from placer.evaluate.params import regime_params
 from placer.model import load_model
 from placer.planning.build import build_problem
@@ -79,6 +80,16 @@ def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
     assert won + lost + equal == problem.stats.num_layers
     step = summary.times["round_robin"]["step_p99_us"] / summary.times["eplb"]["step_p99_us"]
     assert np.isclose(summary.verdict.change, step - 1)
+    if workload.dispatch in CODE_POLICIES:  # each plan's per-batch floor, under its step p99
+        for result in (plan, base):
+            floor = summary.batch_floor[result.solver]
+            assert 0 < floor <= summary.times[result.solver]["step_p99_us"] * (1 + 1e-12)
+        assert summary.to_dict()["batch_floor"] == summary.batch_floor
+        line = next(x for x in summary.rows() if x.startswith("per-batch floor ("))
+        assert f"eplb {summary.batch_floor['eplb']:,.1f} µs" in line
+    else:  # SGLang's tables depend on where replicas sit: no such floor
+        assert summary.batch_floor is None
+        assert not any(x.startswith("per-batch floor (") for x in summary.rows())
     assert summary.verdict.text.endswith(
         f"than eplb on held-out step p99 ({workload.engine} {workload.workload})"
     ) or " are equal " in summary.verdict.text
