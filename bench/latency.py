@@ -179,7 +179,8 @@ def compare_engines(
             warnings.simplefilter("always")
             summary = summarize_plan(problem, result, baseline, routing, regime=regime,
                                      fit=fit)
-            per_batch = _batch_floors(summary, (baseline, result), routing, problem)
+            per_batch = (None if summary.batch_floor is None else
+                         (summary.batch_floor[baseline.solver], summary.batch_floor[result.solver]))
         _say_warnings(caught, f"{label} {engine} summary")
         if not summary.times:
             raise RuntimeError(f"{label} {engine}: no estimated times ({summary.times_note})")
@@ -238,25 +239,6 @@ def render_traffic(rows: Sequence[Row]) -> list[str]:
         gap = r.extra.get("gaps", {}).get("eplb", math.nan)
         lines.append(f"| {r.config} | {cells[0]} | {cells[1]} | {gap:.1%} |")
     return lines
-
-
-def _batch_floors(summary: Any, results: Sequence[Any], routing: Any,
-                  problem: Any) -> tuple[float, float] | None:
-    """Step p99 floors of every placement with EPLB's and with cpsat's replica counts
-    (:func:`placer.evaluate.hot_floor.counts_floor`, on the tokens the summary judged),
-    or None where the dispatch is not a position rule."""
-    from placer.evaluate.dispatch import CODE_POLICIES
-    from placer.evaluate.hot_floor import counts_floor
-
-    params = summary.eval_params
-    if params is None or params.policy not in CODE_POLICIES:
-        return None
-    floors = []
-    for result in results:
-        floor = counts_floor(result.placement, routing, problem.topology, problem.model,
-                             params, draws={})
-        floors.append(floor.metrics()["step_p99_us"])
-    return floors[0], floors[1]
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -520,9 +502,10 @@ def _run(folder: Path) -> str:
            " tokens under the evaluator's model (docs/planner.md, the floor); above floor:"
            " how far each plan's mean step is above it, as a share of its own. Per-batch"
            " floor (round-robin engines: vLLM's hash, TensorRT-LLM's blocks):"
-           " `placer.evaluate.hot_floor.counts_floor`, each batch's hottest GPU under every"
-           " placement with EPLB's / cpsat's replica counts, summed over layers, p99 over"
-           " batches; above it: share of the plan's own step p99. Rows `vllm prefill`:"
+           " the plan summary's `batch_floor` (`placer.evaluate.hot_floor.counts_floor`), each"
+           " batch's hottest GPU under every placement with EPLB's / cpsat's replica counts,"
+           " summed over layers, p99 over batches; above it: share of the plan's own step"
+           " p99. Rows `vllm prefill`:"
            " `--workload prefill` (4,096 tokens per GPU, normal all-to-all).", ""]
     configs: list[Config] = []
     notes: list[str] = []
