@@ -67,7 +67,12 @@ from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
 from placer.evaluate.core import EvalParams, token_source
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
-from placer.evaluate.round_robin_bound import EXACT_REPLICAS, Selections, round_robin_local
+from placer.evaluate.round_robin_bound import (
+    EXACT_REPLICAS,
+    Selections,
+    dense_codes,
+    round_robin_local,
+)
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
 from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
 from placer.stats import ExpertStats, RoutingData
@@ -246,11 +251,12 @@ def layer_floor(
     out, inter = copies.per_gpu(n, tokens, k_min)
     # per batch (the cells' floors) counts few replica counts exactly; all batches together
     # (the mean's floor, the figure the gap is measured on) counts every one it can
+    dense = dense_codes(at[3]) if policy in CODE_POLICIES else None  # both counts share it
     out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches,
-                                                           exact=EXACT_REPLICAS)
+                                                           exact=EXACT_REPLICAS, dense=dense)
     out_all, inter_all, _ = copies.totals(
         n.sum(axis=0, keepdims=True), tokens.sum(axis=0, keepdims=True),
-        k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1)
+        k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1, dense=dense)
     out_total = np.maximum(out_total, out.sum(axis=1))
     rdma = mode == "low_latency_rdma"  # every copy goes through the NIC, not only those
     # to another node: the NIC's count is every copy's
@@ -331,15 +337,17 @@ class _Copies:
 
     def totals(self, n: np.ndarray, tokens: np.ndarray, k_min: np.ndarray,
                at: Selections, num_batches: int, exact: int | None = None,
+               dense: tuple[np.ndarray, np.ndarray] | None = None,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``([B], [B], [B])`` copies sent and copies across nodes, over all GPUs, and
         the least compute redundant replicas add (round robin; 0 otherwise).  ``exact``:
-        the replica counts round robin's floor counts exactly (None: its default)."""
+        the replica counts round robin's floor counts exactly (None: its default);
+        ``dense``: the codes' :func:`dense_codes` when the caller has them."""
         fabric = self.fabric
         by_node = _per_node(n, fabric)
         node_slots = self.slots_per_gpu * fabric.node_size
         if self.mode not in PER_SELECTION_MODES:
-            return self._token_totals(n, by_node, tokens, k_min, at, num_batches, exact)
+            return self._token_totals(n, by_node, tokens, k_min, at, num_batches, exact, dense)
         selections = n.sum(axis=(1, 2))
         out = selections - np.minimum(
             _top_sums(n, np.full(fabric.num_gpus, self.slots_per_gpu)).sum(axis=1),
@@ -352,19 +360,20 @@ class _Copies:
             if fabric.num_nodes == 1:
                 local, compute = round_robin_local(
                     at, num_batches, fabric.num_gpus, self.num_experts, self.extra,
-                    self.costs.weight_us, self.costs.token_us, exact)
+                    self.costs.weight_us, self.costs.token_us, exact, dense)
                 out = np.maximum(out, selections - local)
             else:
                 local, compute = round_robin_local(
                     (batch, fabric.node_of_gpu[source], experts, code), num_batches,
                     fabric.num_nodes, self.num_experts, self.extra, self.costs.weight_us,
-                    self.costs.token_us, exact)
+                    self.costs.token_us, exact, dense)
                 inter = np.maximum(inter, selections - local)
         return np.maximum(out, 0.0), np.maximum(inter, 0.0), compute
 
 
     def _token_totals(self, n: np.ndarray, by_node: np.ndarray, tokens: np.ndarray,
                       k_min: np.ndarray, at: Selections, num_batches: int, exact: int | None,
+                      dense: tuple[np.ndarray, np.ndarray] | None = None,
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`totals` under ``normal`` kernels, where copies are per token: a token
         needs no copy to another GPU (node) only when every one of its at least
@@ -394,7 +403,7 @@ class _Copies:
                 fabric.node_of_gpu[source], fabric.num_nodes)
             local, compute = round_robin_local(
                 (batch, places[0], experts, code), num_batches, places[1], self.num_experts,
-                self.extra, self.costs.weight_us, self.costs.token_us, EXACT_REPLICAS)
+                self.extra, self.costs.weight_us, self.costs.token_us, EXACT_REPLICAS, dense)
             if fabric.num_nodes == 1:
                 out = np.maximum(out, left(local))
             else:

@@ -45,6 +45,7 @@ Selections = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 def round_robin_local(
     at: Selections, num_batches: int, num_places: int, num_experts: int, extra: int,
     weight_us: float, token_us: float, exact: int | None = None,
+    dense: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``([B], [B])``: the most selections round-robin dispatch can serve where they
     arise, and the least compute the ``extra`` replicas add, over every placement with
@@ -59,6 +60,7 @@ def round_robin_local(
     ``ceil(D / ceil(K / c))`` replicas (``D`` distinct codes of its selections, ``K`` the
     codes' range).  The least compute is exact when every expert is counted exactly;
     otherwise the others may take replicas at no cost, which only lowers it.
+    ``dense``: :func:`dense_codes` of ``at``'s codes when the caller has them.
     """
     batch, place, expert, code = at
     cell = batch * num_experts + expert
@@ -72,7 +74,7 @@ def round_robin_local(
     chosen = _exactly_counted(per_place, extra)
     totals = per_place.sum(axis=2).astype(np.float64)  # [B, E] selections of each expert
     one = np.where(totals > 0, np.maximum(weight_us, totals * token_us), 0.0)
-    values, index = dense_codes(code)
+    values, index = dense if dense is not None else dense_codes(code)
     span = int(values[-1]) + 1 if values.size else 1
     added = _running_replicas_compute(cell, index, values.size, span, totals, one,
                                       num_batches, num_experts, extra, weight_us,
