@@ -258,14 +258,13 @@ def layer_floor(
         n.sum(axis=0, keepdims=True), tokens.sum(axis=0, keepdims=True),
         k_min.min(axis=0, keepdims=True), (np.zeros_like(at[0]), *at[1:]), 1, dense=dense)
     out_total = np.maximum(out_total, out.sum(axis=1))
-    rdma = mode == "low_latency_rdma"  # every copy goes through the NIC, not only those
-    # to another node: the NIC's count is every copy's
-    copies_all = np.array([max(float(out_all[0]), float(out_total.sum())), max(
-        float(inter_all[0]), float((node_inter if rdma else np.maximum(
-            node_inter, inter.sum(axis=1))).sum()))])
-    node_inter = out_total if rdma else np.maximum(node_inter, inter.sum(axis=1))
-    if rdma:
-        inter_all = out_all
+    rdma = mode == "low_latency_rdma"
+    if not rdma:
+        node_inter = np.maximum(node_inter, inter.sum(axis=1))
+    copies_all = np.array([max(float(out_all[0]), float(out_total.sum())),
+                           max(float(inter_all[0]), float(node_inter.sum()))])
+    if rdma:  # every copy goes through the NIC, not only those to another node
+        node_inter, inter_all = out_total, out_all
 
     # (1) compute
     load = n.sum(axis=1)  # [B, E]
@@ -355,21 +354,26 @@ class _Copies:
         inter = selections - np.minimum(_top_sums(by_node, node_slots).sum(axis=1),
                                         _covering(by_node, self.extra))
         compute = np.zeros(num_batches)
-        if self.policy in CODE_POLICIES:  # on several nodes the inter-node copies matter most
-            batch, source, experts, code = at
+        if self.policy in CODE_POLICIES:
+            local, compute = self._round_robin_home(at, num_batches, exact, dense)
             if fabric.num_nodes == 1:
-                local, compute = round_robin_local(
-                    at, num_batches, fabric.num_gpus, self.num_experts, self.extra,
-                    self.costs.weight_us, self.costs.token_us, exact, dense)
                 out = np.maximum(out, selections - local)
             else:
-                local, compute = round_robin_local(
-                    (batch, fabric.node_of_gpu[source], experts, code), num_batches,
-                    fabric.num_nodes, self.num_experts, self.extra, self.costs.weight_us,
-                    self.costs.token_us, exact, dense)
                 inter = np.maximum(inter, selections - local)
         return np.maximum(out, 0.0), np.maximum(inter, 0.0), compute
 
+    def _round_robin_home(self, at: Selections, num_batches: int, exact: int | None,
+                          dense: tuple[np.ndarray, np.ndarray] | None,
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`round_robin_local` where the copies that matter most arise: at each
+        selection's own GPU on one node, at its node on several (the inter-node copies)."""
+        batch, source, experts, code = at
+        fabric = self.fabric
+        one_node = fabric.num_nodes == 1
+        return round_robin_local(
+            (batch, source if one_node else fabric.node_of_gpu[source], experts, code),
+            num_batches, fabric.num_gpus if one_node else fabric.num_nodes, self.num_experts,
+            self.extra, self.costs.weight_us, self.costs.token_us, exact, dense)
 
     def _token_totals(self, n: np.ndarray, by_node: np.ndarray, tokens: np.ndarray,
                       k_min: np.ndarray, at: Selections, num_batches: int, exact: int | None,
@@ -397,13 +401,9 @@ class _Copies:
             by_node, _per_node(tokens[:, :, None], fabric)[:, :, 0], _node_min(k_min, fabric),
             node_slots).sum(axis=1), left(_covering(by_node, self.extra)))
         compute = np.zeros(num_batches)
-        if self.policy in CODE_POLICIES:
-            batch, source, experts, code = at
-            places = (source, fabric.num_gpus) if fabric.num_nodes == 1 else (
-                fabric.node_of_gpu[source], fabric.num_nodes)
-            local, compute = round_robin_local(
-                (batch, places[0], experts, code), num_batches, places[1], self.num_experts,
-                self.extra, self.costs.weight_us, self.costs.token_us, EXACT_REPLICAS, dense)
+        if self.policy in CODE_POLICIES:  # every count exactly would cost too much here
+            local, compute = self._round_robin_home(
+                at, num_batches, EXACT_REPLICAS if exact is None else exact, dense)
             if fabric.num_nodes == 1:
                 out = np.maximum(out, left(local))
             else:

@@ -449,12 +449,16 @@ def _batch_floor(routing: RoutingData, problem: PlacementProblem, results: list[
     if params.policy not in CODE_POLICIES:
         return None
     assert problem.topology is not None and problem.model is not None
-    out = {}
+    out: dict[str, float] = {}
+    by_counts: dict[bytes, float] = {}  # the floor depends on the replica counts alone
     for r in results:
-        try:
-            floor = counts_floor(r.placement, routing, problem.topology, problem.model, params,
-                                 general=bound, draws=draws)
-        except (PlacerError, KeyError):  # a layer the data lacks: not floored
-            return None
-        out[r.solver] = floor.metrics()[BATCH_FLOOR_FIGURE]
+        key = r.placement.layer_ids.tobytes() + r.placement.replica_counts.tobytes()
+        if key not in by_counts:
+            try:
+                floor = counts_floor(r.placement, routing, problem.topology, problem.model,
+                                     params, general=bound, draws=draws)
+            except (PlacerError, KeyError):  # a layer the data lacks: not floored
+                return None
+            by_counts[key] = floor.metrics()[BATCH_FLOOR_FIGURE]
+        out[r.solver] = by_counts[key]
     return out
