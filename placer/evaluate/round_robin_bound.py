@@ -38,6 +38,12 @@ RESIDUE_CELLS = 1 << 25
 #: faster per replica count).
 RESIDUE_SPARSE = 8
 
+#: The knapsacks' tree of merges holds at most this many cells at once (``[batches,
+#: pairs, replicas, replicas]``); past it (a redundancy of hundreds of replicas) each
+#: expert's counts past a few are valued as their best (:func:`_saturated`), which keeps
+#: the floor valid, looser, and the work ``batches x experts x replicas x few``.
+KNAPSACK_CELLS = 1 << 24
+
 #: ``(batch, place, expert, code)`` of each selection (:func:`round_robin_local`).
 Selections = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -83,6 +89,9 @@ def round_robin_local(
     gain[:, :, 0] = 0.0
     if exact is None:
         exact = extra + 1 if num_places <= EXACT_ALL_PLACES else EXACT_REPLICAS
+    cap = _saturation(num_batches, num_experts, extra)
+    if cap is not None:  # counts past ``cap`` are valued at their best: no need to count them
+        exact = min(exact, cap)
     counts = range(2, min(extra + 1, exact) + 1)
     selected = _restricted((batch, place, expert, index), chosen, num_experts)
     for count, (best, spent) in zip(counts, _residue_classes(
@@ -92,8 +101,18 @@ def round_robin_local(
         added[:, chosen, count - 1] = spent - one[:, chosen]
     gain = np.maximum(gain, 0.0)
     added = np.maximum(added, 0.0)
-    total = _most_gain(gain, headroom, chosen, extra)
-    return alone.sum(axis=1) + total, _least_added(added, extra)
+    total = _most_gain(gain, headroom, chosen, extra, cap)
+    return alone.sum(axis=1) + total, _least_added(added, extra, cap)
+
+
+def _saturation(num_batches: int, num_items: int, extra: int) -> int | None:
+    """The count past which the knapsacks value an item's replicas at their best
+    (:func:`_saturated`), or None when the exact tree of merges fits
+    :data:`KNAPSACK_CELLS`."""
+    size = extra + 1
+    if num_batches * ((num_items + 1) // 2) * size * size <= KNAPSACK_CELLS:
+        return None
+    return int(min(extra, max(2, KNAPSACK_CELLS // max(1, 4 * num_batches * num_items * size))))
 
 
 def dense_codes(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -239,14 +258,57 @@ def _combined(items: np.ndarray, best: str) -> np.ndarray:
     return out
 
 
+def _saturated(items: np.ndarray, best: str, cap: int) -> np.ndarray:
+    """``[B, c]``: :func:`_combined` relaxed for large counts, each item's count ``cap``
+    standing for ``cap`` *or more* replicas at the best of its values there (the most
+    gain, the least compute: a floor built on it stays valid).  A merge of two such items
+    is again one (its ``cap`` the sum of theirs: past it, every pair of shares is one
+    the merge has already counted), so the tree of merges holds
+    ``[B, pairs, c_a + c_b + 1, c_a + c_b + 1]`` cells, merged a few pairs at a time."""
+    num_batches, _, size = items.shape
+    pick = np.max if best == "max" else np.min
+    tail = pick(items[:, :, cap:], axis=2)
+    parts = np.concatenate([items[:, :, :cap], tail[:, :, None]], axis=2)  # [B, n, cap + 1]
+    empty = -np.inf if best == "max" else np.inf
+    while parts.shape[1] > 1:
+        if parts.shape[1] % 2:  # an item with no value: zero replicas, nothing else
+            identity = np.full((num_batches, 1, parts.shape[2]), empty)
+            identity[:, :, 0] = 0.0
+            parts = np.concatenate([parts, identity], axis=1)
+        support = parts.shape[2] - 1  # every item of a level has the same cap
+        top = min(2 * support, size - 1)
+        j = np.arange(top + 1)[:, None]
+        u = np.arange(top + 1)[None, :]
+        first_at = np.minimum(j - u, support)  # [j, u]; u > j is no share
+        second_at = np.minimum(u, support)
+        valid = u <= j
+        pairs = parts.shape[1] // 2
+        merged = np.empty((num_batches, pairs, top + 1))
+        step = max(1, KNAPSACK_CELLS // max(1, num_batches * (top + 1) ** 2))
+        for start in range(0, pairs, step):
+            a = parts[:, 2 * start:2 * (start + step):2]
+            b = parts[:, 2 * start + 1:2 * (start + step):2]
+            sums = a[:, :, np.where(valid, first_at, 0)] + b[:, :, second_at]
+            sums = np.where(valid, sums, empty)
+            merged[:, start:start + a.shape[1]] = pick(sums, axis=3)
+        parts = merged
+    out = parts[:, 0]
+    if out.shape[1] < size:  # past the last cap every count is the cap's value
+        out = np.concatenate([out, np.repeat(out[:, -1:], size - out.shape[1], axis=1)],
+                             axis=1)
+    result: np.ndarray = out
+    return result
+
+
 def _most_gain(gain: np.ndarray, headroom: np.ndarray, chosen: np.ndarray,
-               extra: int) -> np.ndarray:
+               extra: int, cap: int | None = None) -> np.ndarray:
     """``[B]`` the most local selections ``extra`` replicas add: a multiple-choice
     knapsack over the chosen experts (``gain``: ``[B, W, c]``, column 0 zero), the others
     gaining at most their ``headroom`` (``[B, E]``) each."""
     num_batches, num_experts = headroom.shape
     # best gain with <= j replicas (integer counts: the merges' sums are exact)
-    budget = np.maximum.accumulate(_combined(gain, "max"), axis=1)
+    combined = _combined(gain, "max") if cap is None else _saturated(gain, "max", cap)
+    budget = np.maximum.accumulate(combined, axis=1)
     others = np.ones(num_experts, dtype=bool)
     others[chosen] = False
     rest = -np.sort(-headroom[:, others], axis=1)[:, :extra]
@@ -255,7 +317,9 @@ def _most_gain(gain: np.ndarray, headroom: np.ndarray, chosen: np.ndarray,
     return (budget[:, extra - spent] + prefix).max(axis=1)
 
 
-def _least_added(added: np.ndarray, extra: int) -> np.ndarray:
+def _least_added(added: np.ndarray, extra: int, cap: int | None = None) -> np.ndarray:
     """``[B]`` the least compute exactly ``extra`` replicas add over one per expert
-    (``added``: ``[B, E, c]``, column 0 zero, a knapsack over every expert)."""
-    return _combined(added, "min")[:, extra]
+    (``added``: ``[B, E, c]``, column 0 zero, a knapsack over every expert; past ``cap``
+    replicas an expert's least added compute stands for every larger count)."""
+    combined = _combined(added, "min") if cap is None else _saturated(added, "min", cap)
+    return combined[:, extra]

@@ -66,3 +66,41 @@ def test_knapsack_merged_in_a_tree_equals_item_by_item(count: int) -> None:
     added[:, :, 0] = 0.0
     assert np.array_equal(rr._combined(gain, "max"), _sequential(gain, "max"))
     assert np.allclose(rr._combined(added, "min"), _sequential(added, "min"), rtol=1e-12)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 8])
+def test_saturated_knapsack_is_exact_without_saturation_and_a_relaxation_with_it(
+        count: int) -> None:
+    rng = np.random.default_rng(10 + count)
+    gain = rng.integers(0, 9, (2, count, 7)).astype(np.float64)
+    gain[:, :, 0] = 0.0
+    added = rng.random((2, count, 7))
+    added[:, :, 0] = 0.0
+    exact_max, exact_min = _sequential(gain, "max"), _sequential(added, "min")
+    # a cap at the last count relaxes nothing
+    assert np.array_equal(rr._saturated(gain, "max", 6), exact_max)
+    assert np.allclose(rr._saturated(added, "min", 6), exact_min, rtol=1e-12)
+    for cap in (1, 2, 4):
+        # counts past the cap valued at their best: never less gain, never more compute
+        relaxed_max, relaxed_min = rr._saturated(gain, "max", cap), rr._saturated(added, "min", cap)
+        assert np.all(relaxed_max >= exact_max) and np.all(relaxed_min <= exact_min + 1e-12)
+        # and exact where no item takes more than the cap: the item-by-item knapsack of
+        # items whose values past the cap are their best there
+        flat_g = gain.copy()
+        flat_g[:, :, cap:] = gain[:, :, cap:].max(axis=2, keepdims=True)
+        flat_a = added.copy()
+        flat_a[:, :, cap:] = added[:, :, cap:].min(axis=2, keepdims=True)
+        assert np.array_equal(relaxed_max, _sequential(flat_g, "max"))
+        assert np.allclose(relaxed_min, _sequential(flat_a, "min"), rtol=1e-12)
+
+
+def test_huge_redundancy_stays_within_memory_and_below_the_exact_floor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hundreds of replicas for a few experts: the knapsacks saturate (a bounded tree)
+    and the floor's local selections and least compute move only the safe way."""
+    at = _selections(3, 2, 2, 12, False)
+    exact = rr.round_robin_local(at, 2, 2, 12, 40, 1.0, 0.1)
+    monkeypatch.setattr(rr, "KNAPSACK_CELLS", 2000)  # forces the saturated path
+    assert rr._saturation(2, 12, 40) is not None
+    relaxed = rr.round_robin_local(at, 2, 2, 12, 40, 1.0, 0.1)
+    assert np.all(relaxed[0] >= exact[0]) and np.all(relaxed[1] <= exact[1] + 1e-9)
