@@ -7,6 +7,7 @@ repository's top-level ``topologies/`` is a link to that folder), named by file 
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -51,10 +52,27 @@ def preset_text(name: str) -> str:
     return str(_preset_dir().joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
 
 
+def closest_preset(name: str, names: list[str]) -> str | None:
+    """The preset ``name`` most likely meant: the one sharing most of its words
+    (``4x-h100`` -> ``4x-dgx-h100``, not ``dgx-h100``), closest in spelling among those;
+    None when nothing is near."""
+    words = set(re.split(r"[-_ ]+", name.lower())) - {""}
+    close = set(difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.5))
+
+    def shared(preset: str) -> int:
+        return len(words & set(preset.split("-")))
+
+    candidates = [n for n in names if n in close or shared(n) == len(words) > 0]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda n: (shared(n), difflib.SequenceMatcher(
+        None, name.lower(), n).ratio()))
+
+
 def _unknown(name: str) -> TopologyError:
     names = preset_names()
-    close = difflib.get_close_matches(name.lower(), names, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
+    close = closest_preset(name, names)
+    hint = f"did you mean '{close}'? " if close else ""
     return TopologyError(
         f"unknown topology '{name}': not a preset and no such file",
         where="topology",

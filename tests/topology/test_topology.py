@@ -518,3 +518,19 @@ network: {kind: infiniband}
     assert (
         str(error) == "t.yaml:6: nodes[1].gpus: duplicate key nodes[1].gpus (first given on line 6)"
     )
+
+
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("4x-h100", "4x-dgx-h100"), ("2x-h100", "2x-dgx-h100"), ("dgx-h10", "dgx-h100"),
+    ("gb200", "gb200-nvl72"), ("2x-nvl72", "2x-gb200-nvl72"), ("mi300x", "8x-mi300x"),
+])
+def test_an_unknown_topology_suggests_the_preset_that_shares_its_words(
+        typed: str, meant: str) -> None:
+    with pytest.raises(TopologyError) as caught:
+        load_topology(typed)
+    assert f"did you mean '{meant}'?" in (caught.value.hint or "")
+
+
+def test_no_suggestion_for_a_name_near_no_preset() -> None:
+    from placer.topology.presets import closest_preset
+    assert closest_preset("tpu-v5p-pod", preset_names()) is None
