@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow lint bench demo shell clean
+.PHONY: install test test-slow test-setup lint bench demo shell clean
 
 # the ray extra too: the Ray backend's tests run (and must pass) on every `make test`
 $(STAMP): pyproject.toml Makefile
@@ -21,6 +21,12 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -n auto -m slow
+
+# what the slow tier drives besides Python: headless Chromium for the report pages' tests
+# (Debian's package; root on a Debian machine, as CI is)
+test-setup:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+		|| (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
 
 lint: $(STAMP)
 	$(BIN)/ruff check placer tests bench
