@@ -1,10 +1,12 @@
-"""Readers against random and damaged files: a PlacerError or a result, nothing else.
+"""Readers against random and damaged files: a PlacerError or a sound result, nothing else.
 
 Random bytes, and valid files with bytes flipped, inserted, cut or repeated, go through
 the JSONL, NPZ, load (JSON, CSV, NPY) and SGLang ``.pt`` readers and the YAML parser.  Any
 exception that is not a :class:`~placer.errors.PlacerError` (an ``IndexError`` deep in
 numpy, a ``UnicodeDecodeError``, a ``RecursionError``) is a bug: the CLI would show it as
-an internal error.
+an internal error.  A damaged file that still reads must yield what a trace is (expert ids
+in range, each layer's load equal to the trace's selections of that layer:
+:func:`check_routing`).
 """
 
 from __future__ import annotations
@@ -27,24 +29,49 @@ from hypothesis import strategies as st
 from placer.errors import PlacerError, TopologyError
 from placer.io.ptfile import load_pt, save_pt
 from placer.io.yaml_schema import parse_yaml
+from placer.stats.routing import RoutingData
 from placer.traces import read_routing, write_jsonl_trace, write_npz_trace
 
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def reads_cleanly(call: Callable[[], Any]) -> None:
-    """``call()`` returns, or raises a PlacerError; warnings are fine."""
+def reads_cleanly(call: Callable[[], Any]) -> Any:
+    """``call()``'s result, or None when it raised a PlacerError; warnings are fine."""
     with warnings.catch_warnings(), contextlib.suppress(PlacerError):
         warnings.simplefilter("ignore")
-        call()
+        return call()
+    return None
+
+
+def check_routing(data: RoutingData) -> None:
+    """What a damaged file that still reads must yield: counts that are counts, expert
+    ids in range, and statistics that are the trace's own (each layer's load the
+    trace's selections of that layer)."""
+    stats = data.stats
+    load = stats.load
+    assert load.ndim == 3 and np.issubdtype(load.dtype, np.integer)
+    assert (load >= 0).all() and (stats.tokens >= 0).all()
+    assert stats.top_k >= 1 and stats.layer_ids.shape == (load.shape[1],)
+    trace = data.trace
+    if trace is None:
+        return
+    ids = trace.topk_ids
+    assert ids.shape[1:] == (load.shape[1], stats.top_k)
+    assert ((ids >= -1) & (ids < load.shape[2])).all()
+    assert np.array_equal(trace.layer_ids, stats.layer_ids)
+    per_layer = (ids >= 0).sum(axis=(0, 2))
+    assert np.array_equal(load.sum(axis=(0, 2)), per_layer), (load.sum(axis=(0, 2)), per_layer)
+    assert int(stats.tokens.sum()) <= trace.num_tokens
 
 
 def read_bytes(data: bytes, name: str, fmt: str | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / name
         path.write_bytes(data)
-        reads_cleanly(lambda: read_routing(path, fmt, keep_tokens=True))
+        result = reads_cleanly(lambda: read_routing(path, fmt, keep_tokens=True))
+    if result is not None:
+        check_routing(result)
 
 
 def _valid_jsonl() -> bytes:
@@ -229,3 +256,4 @@ def test_the_seeds_are_valid(valid, tmp_path):
         warnings.simplefilter("ignore")
         data = read_routing(path, fmt, top_k=1 if suffix in ("l.csv", "d.pt") else None)
     assert data.stats.load.sum() > 0
+    check_routing(data)
