@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
 from rich import box
 from rich.console import Console
@@ -87,6 +88,7 @@ def stats(
 ) -> None:
     """Summarize expert load skew, hot experts, co-activated pairs and drift of a trace."""
     from placer.stats.analysis import summarize
+    from placer.stats.skew import skew_report
     if top < 1:
         raise UsageError(f"expected --top >= 1, got {top}", where="--top",
                          hint="give a value >= 1; the nearest valid one is 1")
@@ -115,6 +117,9 @@ def stats(
             )
         layers = list(dict.fromkeys(layer))
     summary = summarize(routing.stats, top=top, layers=layers)
+    rows = (np.flatnonzero(np.isin(routing.stats.layer_ids, layers)) if layers
+            else np.arange(routing.stats.num_layers))
+    summary["skew"] = skew_report(routing.stats.load[:, rows], routing.stats.layer_ids[rows])
     # The reader's warnings and the summary's overlap: say each once.
     for message in dict.fromkeys(messages + summary["warnings"]):
         sys.stderr.write(f"warning: {as_flags(message)}\n")
@@ -141,8 +146,44 @@ def render_summary(summary: dict[str, Any]) -> None:
     out.print()
     _print_table(_layer_table(summary["layers"]))
     _print_table(_overall_table(summary["overall"]))
+    if "skew" in summary:
+        _print_skew(summary["skew"])
     if summary["overall"]["affinity"]:
         _print_table(_affinity_table(summary["overall"]["affinity"]))
+
+
+#: What each skew class tells a user of placer's figures.
+_SKEW_MEANING = {
+    "mild": "milder than measured routing: expect less from a static plan than the"
+            " real-skew rows of docs/performance.md",
+    "real": "within measured routing's range: the real-skew rows of docs/performance.md"
+            " apply",
+    "heavy": "heavier than measured routing: the heavy-skew rows of docs/performance.md"
+             " apply, not the real-skew ones",
+}
+
+
+def _print_skew(skew: dict[str, Any]) -> None:
+    """The trace's skew against measured routing (:func:`placer.stats.skew.skew_report`)."""
+    m = skew["median"]
+    names = ", ".join(r["name"] for r in skew["measured"] if r["comparable"])
+    low, high = skew["real_gini_medians"]
+    out.print(
+        f"skew, median layer: Gini {_num(m['gini'], 3)}, CV {_num(m['cv'])}, max/mean"
+        f" {_num(m['max_over_mean'])}, top-1% share {_pct(m['top_share'])}:"
+        f" {skew['class']} ({_SKEW_MEANING[skew['class']]}; measured median-layer Gini"
+        f" {low:.3f}-{high:.3f}: {names})")
+    tab = _table("measured routing (placer/data/real_skew.json), median layer")
+    for name in ("dataset", "experts", "tokens", "Gini", "CV", "max/mean", "top-1% share",
+                 "what"):
+        tab.add_column(name, justify="left" if name in ("dataset", "what") else "right")
+    for r in skew["measured"]:
+        f = r["median"]
+        note = "" if r["comparable"] else " (too few experts to compare)"
+        tab.add_row(r["name"], str(r["num_experts"]), f"{r['tokens']:,}",
+                    _num(f["gini"], 3), _num(f["cv"]), _num(f["max_over_mean"]),
+                    _pct(f["top_share"]), r["what"] + note)
+    _print_table(tab)
 
 
 def _print_table(table: Table) -> None:
@@ -195,6 +236,8 @@ def _overall_table(overall: dict[str, Any]) -> Table:
         tab.add_column(name, justify="left" if name == "figure" else "right")
     rows = [("max/mean load", overall["max_over_mean"], 2),
             ("Gini", overall["gini"], 3),
+            ("CV (std/mean load)", overall["cv"], 2),
+            ("top-1% experts' share", overall["top_share"], 3),
             ("normalized entropy", overall["entropy"], 3)]
     drift = overall["drift"]
     if drift:

@@ -9,6 +9,8 @@ Definitions (``x = load[l]`` of one layer, ``E`` experts, ``k = top_k``):
 - *selections* ``S = sum(x)``: (token, expert) selections in the layer;
   *tokens of the layer* ``T = S / k`` (exact when every token selects ``k`` experts).
 - *max/mean* ``= max(x) / mean(x)``; 1 for a uniform load.
+- *CV* ``= std(x) / mean(x)``, the coefficient of variation; 0 for a uniform load.
+- *top-1% share*: the share of ``S`` of the ``ceil(E / 100)`` most loaded experts.
 - *Gini* ``= sum_ij |x_i - x_j| / (2 E^2 mean(x))``, in ``[0, 1 - 1/E]``: 0 uniform,
   ``1 - 1/E`` when one expert takes all the load.
 - *normalized entropy* ``= -sum_i p_i ln p_i / ln E`` with ``p = x / S``, in ``[0, 1]``:
@@ -43,6 +45,7 @@ from placer.stats import ExpertStats, PairCounts
 
 __all__ = [
     "affinity_lift",
+    "coefficient_of_variation",
     "gini",
     "hot_set",
     "jaccard",
@@ -51,6 +54,7 @@ __all__ = [
     "pair_lift",
     "summarize",
     "top_pairs",
+    "top_share",
     "total_variation",
 ]
 
@@ -81,6 +85,24 @@ def gini(load: np.ndarray) -> float:
     ranks = np.arange(1, n + 1, dtype=np.float64)
     g = 2.0 * float((ranks * x).sum()) / (n * total) - (n + 1) / n
     return min(max(g, 0.0), 1.0)
+
+
+def coefficient_of_variation(load: np.ndarray) -> float:
+    """``std / mean`` of ``load: [experts]``; NaN when the load is all zero."""
+    x = np.asarray(load, dtype=np.float64).ravel()
+    mean = x.mean() if x.size else 0.0
+    return float(x.std() / mean) if mean > 0 else math.nan
+
+
+def top_share(load: np.ndarray, fraction: float = 0.01) -> float:
+    """Share of the load of the ``ceil(fraction x E)`` most loaded experts (at least one);
+    NaN when the load is all zero."""
+    x = np.asarray(load, dtype=np.float64).ravel()
+    total = x.sum()
+    if total <= 0:
+        return math.nan
+    n = max(1, math.ceil(fraction * x.size))
+    return float(np.sort(x)[::-1][:n].sum() / total)
 
 
 def normalized_entropy(load: np.ndarray) -> float:
@@ -332,6 +354,8 @@ def _layer_entry(
         "mean_load": selections / x.size if x.size else 0.0,
         "max_over_mean": _nan_to_none(max_over_mean(x)),
         "gini": gini(x),
+        "cv": _nan_to_none(coefficient_of_variation(x)),
+        "top_share": _nan_to_none(top_share(x)),
         "entropy": _nan_to_none(normalized_entropy(x)),
         "hottest": hottest,
         "pairs": pairs,
@@ -456,6 +480,8 @@ def _overall(
     return {
         "max_over_mean": _stat([x["max_over_mean"] for x in per_layer], ids),
         "gini": _stat([x["gini"] for x in per_layer], ids),
+        "cv": _stat([x["cv"] for x in per_layer], ids),
+        "top_share": _stat([x["top_share"] for x in per_layer], ids),
         "entropy": _stat([x["entropy"] for x in per_layer], ids),
         "hottest": hottest,
         "drift": drift,
