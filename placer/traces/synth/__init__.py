@@ -6,10 +6,14 @@ probability proportional to its weight among those not yet picked (the law of
 "Gumbel-top-k" sampling, :mod:`.sampling`).  The weights of layer ``l`` for a token at
 step ``s`` whose request has topic ``t`` and co-activation cluster ``c`` are::
 
-    w_e = (1 + r_e(s)) ** -zipf[l]  *  (cluster_boost if cluster_of[l, e] == c else 1)
+    w_e = pop(r_e(s))  *  (cluster_boost if cluster_of[l, e] == c else 1)
     r_e(s) = (rank[t, l, e] + drift * s) mod E
 
-- *skew*: ``zipf`` is the Zipf exponent of the popularity ranks (0 = uniform);
+- *skew*: ``pop(r) = (1 + r) ** -zipf[l]`` (``popularity`` ``zipf``: ``zipf`` the Zipf
+  exponent) or ``exp(zipf[l] x (z(r) - z(0)))`` (``lognormal``: ``z(r)`` the normal
+  quantile of ``1 - (r + 0.5) / E``, ``zipf`` the log weights' deviation); 0 = uniform.
+  :mod:`.skew` sets per-layer values from a preset (mild, real, heavy) so that the
+  loads' Gini follows measured routing's;
 - *co-activation clusters*: each layer's experts are split at random into ``clusters``
   equal clusters; every token belongs to one cluster index (the same in all layers),
   which multiplies its cluster's weights by ``cluster_boost``: experts of one cluster

@@ -7,6 +7,8 @@ of each index, and :func:`placer.traces.synth.sampling.route` its experts.
 
 from __future__ import annotations
 
+import functools
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -161,7 +163,11 @@ def _weights(
     else:
         base = layout.topic_rank[:, row, :]  # [T, E]
     r = np.mod(base[None, :, :] + phases[:, None, None], e).reshape(-1, e)  # [P * T, E]
-    log_w = -zipf * np.log1p(np.minimum(r, e - 1))
+    if params.popularity == "lognormal":  # 0 at rank 0, falling with the normal quantiles
+        z = _normal_quantiles(e)
+        log_w = zipf * (np.interp(np.minimum(r, e - 1), np.arange(e), z) - z[0])
+    else:
+        log_w = -zipf * np.log1p(np.minimum(r, e - 1))
     # Between rank E-1 and E the coldest expert ramps up to the hottest's weight.
     ramp = np.clip(r - (e - 1), 0.0, 1.0)
     log_w = log_w * (1.0 - ramp)
@@ -174,3 +180,11 @@ def _weights(
         )  # [C, E]
         w = (w[:, None, :] * boost[None, :, :]).reshape(-1, e)
     return w
+
+
+@functools.lru_cache(maxsize=16)
+def _normal_quantiles(experts: int) -> np.ndarray:
+    """``[E]`` standard normal quantiles of ``1 - (r + 0.5) / E`` for ranks ``r``,
+    decreasing (the lognormal popularity's log weights per unit of sigma)."""
+    normal = statistics.NormalDist()
+    return np.array([normal.inv_cdf(1.0 - (r + 0.5) / experts) for r in range(experts)])

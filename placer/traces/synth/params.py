@@ -34,6 +34,10 @@ def _bad(message: str, option: str, hint: str | None = None) -> UsageError:
     return UsageError(message, where=Param(option), hint=hint)
 
 
+#: How weight falls with popularity rank (:attr:`SynthParams.popularity`).
+POPULARITY_SHAPES = ("zipf", "lognormal")
+
+
 def _per_layer(value: float | tuple[float, ...], num_layers: int) -> np.ndarray:
     if isinstance(value, tuple):
         return np.asarray(value, dtype=np.float64)
@@ -53,7 +57,13 @@ class SynthParams:
     num_groups: expert groups ``G`` for group-limited routing (1 = ungrouped); must
         divide ``E``.
     top_groups: groups a token may use (``<= G``); ``top_groups * E / G >= top_k``.
-    zipf: Zipf exponent of expert popularity, one for all layers or one per layer.
+    zipf: the skew of expert popularity, one for all layers or one per layer: the Zipf
+        exponent (``popularity`` ``"zipf"``) or the standard deviation of the log
+        weights (``"lognormal"``); 0 = uniform.
+    popularity: how weight falls with popularity rank ``r``: ``"zipf"``,
+        ``(1 + r) ** -zipf``; ``"lognormal"``, ``exp(zipf x z(r))`` with ``z(r)`` the
+        standard normal quantile of ``1 - (r + 0.5) / E`` (measured routing's shape: many
+        warm experts, no single dominant one; :mod:`placer.traces.synth.skew`).
     clusters: co-activation clusters per layer (0 = none).
     cluster_boost: weight multiplier of a token's own cluster (> 0; 1 = no effect).
     drift: popularity ranks rotated per step (0 = stationary).
@@ -82,6 +92,7 @@ class SynthParams:
     num_groups: int = 1
     top_groups: int = 1
     zipf: float | tuple[float, ...] = 1.0
+    popularity: str = "zipf"
     clusters: int = 0
     cluster_boost: float = 4.0
     drift: float = 0.0
@@ -143,6 +154,9 @@ class SynthParams:
                        f"got {zipf.size}", "zipf")
         if not np.isfinite(zipf).all() or (zipf < 0).any():
             raise _bad(f"Zipf exponents must be finite and >= 0, got {zipf.tolist()}", "zipf")
+        if self.popularity not in POPULARITY_SHAPES:
+            raise _bad(f"unknown popularity shape {self.popularity!r}", "popularity",
+                       hint=f"use one of {', '.join(POPULARITY_SHAPES)}")
         if self.clusters < 0 or self.clusters > self.num_experts:
             raise _bad(f"expected 0 to {self.num_experts} clusters, got {self.clusters}",
                        "clusters")
@@ -228,6 +242,8 @@ class SynthParams:
             "generator": "placer.traces.synth",
         }
         skip = {"layer_ids", "model", "num_experts", "top_k", "chunk_tokens", *TOPIC_FIELDS}
+        if self.popularity == "zipf":  # the original shape: headers as they always were
+            skip.add("popularity")
         for key, value in asdict(self).items():
             if key not in skip:
                 head[f"synth_{key}"] = list(value) if isinstance(value, tuple) else value

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import UsageError
+from placer.stats.skew import skew_report
 from placer.traces.formats.jsonl.write import write_jsonl_trace
 from placer.traces.formats.npz import write_npz_trace
 from placer.traces.synth.generate import SynthChunk, synthesize
@@ -35,13 +36,19 @@ def write_synth(
 
     Returns
     -------
-    ``{"path", "format", "tokens", "layers", "experts", "top_k", "seconds"}``.
+    ``{"path", "format", "tokens", "layers", "experts", "top_k", "seconds", "skew"}``;
+    ``skew``: the written loads' skew against measured routing
+    (:func:`placer.stats.skew.skew_report`, without the measured datasets' list).
     """
     fmt = format or _format_of(path)
     t0 = time.perf_counter()
+    load = np.zeros((params.num_layers, params.num_experts), dtype=np.int64)
 
     def chunks() -> Iterator[SynthChunk]:
         for chunk in synthesize(params):
+            for row in range(params.num_layers):
+                ids = chunk.topk_ids[:, row, :].ravel().astype(np.int64)
+                load[row] += np.bincount(ids, minlength=params.num_experts)
             yield chunk
             if progress is not None:
                 progress(chunk.start + chunk.topk_ids.shape[0], params.num_tokens)
@@ -64,6 +71,8 @@ def write_synth(
         "experts": params.num_experts,
         "top_k": params.top_k,
         "seconds": time.perf_counter() - t0,
+        "skew": {k: v for k, v in skew_report(load, np.asarray(params.layer_ids)).items()
+                 if k != "measured"},
     }
 
 
