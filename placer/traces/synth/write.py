@@ -13,10 +13,12 @@ from placer.errors import UsageError
 from placer.stats.skew import skew_report
 from placer.traces.formats.jsonl.write import write_jsonl_trace
 from placer.traces.formats.npz import write_npz_trace
+from placer.traces.synth.fitted import FittedLaw, synthesize_from
+from placer.traces.synth.fitted import header as fitted_header
 from placer.traces.synth.generate import SynthChunk, synthesize
 from placer.traces.synth.params import SynthParams
 
-__all__ = ["write_synth"]
+__all__ = ["write_fitted", "write_synth"]
 
 
 def write_synth(
@@ -40,18 +42,55 @@ def write_synth(
     ``skew``: the written loads' skew against measured routing
     (:func:`placer.stats.skew.skew_report`, without the measured datasets' list).
     """
+    load = np.zeros((params.num_layers, params.num_experts), dtype=np.int64)
+    return _write(path, format, synthesize(params), np.asarray(params.layer_ids, dtype=np.int64),
+                  params.header(), params.num_tokens, params.top_k, load, progress)
+
+
+def write_fitted(
+    path: str | Path,
+    law: FittedLaw,
+    *,
+    source: str,
+    model: str | None,
+    num_tokens: int,
+    tokens_per_step: int,
+    num_ranks: int = 0,
+    drift: float = 0.0,
+    seed: int = 0,
+    format: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Generate tokens of a fitted law (:mod:`placer.traces.synth.fitted`) and write them
+    as :func:`write_synth` does; the result also holds ``fit_error`` (the largest share of
+    an expert's selections the fit missed by, on its own tokens)."""
+    chunks = synthesize_from(law, num_tokens=num_tokens, tokens_per_step=tokens_per_step,
+                             num_ranks=num_ranks, drift=drift, seed=seed)
+    meta = fitted_header(law, source, model=model, num_tokens=num_tokens,
+                         tokens_per_step=tokens_per_step, num_ranks=num_ranks, drift=drift,
+                         seed=seed)
+    load = np.zeros((law.layer_ids.size, law.num_experts), dtype=np.int64)
+    result = _write(path, format, chunks, law.layer_ids, meta, num_tokens, law.top_k, load,
+                    progress)
+    return {**result, "fit_error": law.fit_error()}
+
+
+def _write(path: str | Path, format: str | None, generated: Iterator[SynthChunk],
+           layer_ids: np.ndarray, meta: dict[str, Any], num_tokens: int, top_k: int,
+           load: np.ndarray, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    """Write ``generated`` with placer's trace writers, counting ``load`` on the way."""
     fmt = format or _format_of(path)
     t0 = time.perf_counter()
-    load = np.zeros((params.num_layers, params.num_experts), dtype=np.int64)
+    num_layers, num_experts = load.shape
 
     def chunks() -> Iterator[SynthChunk]:
-        for chunk in synthesize(params):
-            for row in range(params.num_layers):
+        for chunk in generated:
+            for row in range(num_layers):
                 ids = chunk.topk_ids[:, row, :].ravel().astype(np.int64)
-                load[row] += np.bincount(ids, minlength=params.num_experts)
+                load[row] += np.bincount(ids, minlength=num_experts)
             yield chunk
             if progress is not None:
-                progress(chunk.start + chunk.topk_ids.shape[0], params.num_tokens)
+                progress(chunk.start + chunk.topk_ids.shape[0], num_tokens)
 
     writer = write_npz_trace if fmt == "npz" else write_jsonl_trace
     writer(
@@ -60,19 +99,18 @@ def write_synth(
             {"topk_ids": c.topk_ids, "step": c.step, "rank": c.rank, "topk_weights": c.topk_weights}
             for c in chunks()
         ),
-        layer_ids=np.asarray(params.layer_ids, dtype=np.int64),
-        meta=params.header(),
+        layer_ids=layer_ids,
+        meta=meta,
     )
     return {
         "path": str(path),
         "format": fmt,
-        "tokens": params.num_tokens,
-        "layers": params.num_layers,
-        "experts": params.num_experts,
-        "top_k": params.top_k,
+        "tokens": num_tokens,
+        "layers": num_layers,
+        "experts": num_experts,
+        "top_k": top_k,
         "seconds": time.perf_counter() - t0,
-        "skew": {k: v for k, v in skew_report(load, np.asarray(params.layer_ids)).items()
-                 if k != "measured"},
+        "skew": {k: v for k, v in skew_report(load, layer_ids).items() if k != "measured"},
     }
 
 
