@@ -124,12 +124,8 @@ def synthesize_from(law: FittedLaw, *, num_tokens: int, tokens_per_step: int,
             log_w = _drifted(log_sorted[row], order[row], step, drift)
             a = None if law.affinity is None else law.affinity[row]
 
-            def noise(_pick: int, n: int = stop - start) -> np.ndarray:
-                u = rng.random((n, law.num_experts), dtype=np.float32)
-                gumbel: np.ndarray = -np.log(-np.log(np.maximum(u, 1e-30)))
-                return gumbel
-
-            ids[:, row] = _draw(log_w, a, noise, stop - start, law.top_k)
+            ids[:, row] = _draw(log_w, a, _gumbel(rng, stop - start, law.num_experts),
+                                stop - start, law.top_k)
         yield SynthChunk(start=start, topk_ids=ids, step=step,
                          rank=slot % num_ranks if num_ranks else None)
 
@@ -186,6 +182,15 @@ def _draw(log_w: np.ndarray, affinity: np.ndarray | None,
         if log_a is not None:
             pulled += log_a[best]
     return chosen
+
+
+def _gumbel(rng: np.random.Generator, n: int, e: int) -> Callable[[int], np.ndarray]:
+    """Fresh ``[n, e]`` float32 Gumbel draws for each pick."""
+    def draw(_pick: int) -> np.ndarray:
+        u = rng.random((n, e), dtype=np.float32)
+        gumbel: np.ndarray = -np.log(-np.log(np.maximum(u, np.float32(1e-30))))
+        return gumbel
+    return draw
 
 
 def _shares(chosen: np.ndarray, num_experts: int) -> np.ndarray:
