@@ -1,4 +1,4 @@
-"""Serving over time (issue 25): ``placer replay`` against the engines' online EPLB.
+"""Serving over time: ``placer replay`` against the engines' online EPLB.
 
 1. **Quality.**  Drifting synthetic traces made by ``placer synth`` (request topics whose
    dominant topic switches in bursts, every 150 steps on average; 1,000 decode steps of
