@@ -65,7 +65,7 @@ ORACLE = "oracle:interval=50"
 
 def run() -> str:
     only = os.environ.get("PLACER_BENCH_REPLAY_ONLY", "")  # "quality" or "speed"
-    out = ["## replay: serving over time against the engines' online EPLB (issue 25)", ""]
+    out = ["## replay: serving over time against the engines' online EPLB", ""]
     if only in ("", "quality"):
         out += _quality()
     if only in ("", "speed"):
