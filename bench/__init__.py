@@ -1,1 +1,1 @@
-"""placer's benchmarks (``make bench``): figures quoted in the README, not timed tests."""
+"""placer's benchmarks (``make bench``): the figures of docs/performance.md, not timed tests."""

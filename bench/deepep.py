@@ -15,7 +15,7 @@ count for that row (taken on the same routing) over the bandwidth
 (``placer.calibrate.deepep.published_time_us``).  Columns: the published figure, the
 time behind it, placer's prediction at nominal link speeds (before calibration) and with
 the calibration in force (placer's defaults, or ``--topology``'s), and their ratios.
-The issue's target: every calibrated ratio within 0.85-1.15.
+The target: every calibrated ratio within 0.85-1.15.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Latency benchmark: the default plan against EPLB on estimated MoE-layer time (issue 12).
+"""Latency benchmark: the default plan against EPLB on estimated MoE-layer time.
 
-The "Done when" table of issue 12: on every benchmark configuration, for the sglang and
+The target table: on every benchmark configuration, for the sglang and
 vllm policies (``--engine``, default ``--workload decode``), the default plan's estimated
 step p99 on held-out windows must never be above EPLB's; on the multi-node
 configurations it must be at least 10% lower (DeepSeek-V3 shape, EP32) and 5% lower
@@ -58,11 +58,11 @@ OUT = Path(__file__).resolve().parent / "out"
 #: Engines whose dispatch policy each configuration is planned and judged under.
 ENGINES = ("sglang", "vllm", "trtllm")
 #: Configurations also planned and judged for prefill (vLLM, 4,096 tokens per GPU, normal
-#: all-to-all): issue 26's "prefill rows never above EPLB".
+#: all-to-all): the target "prefill rows never above EPLB".
 PREFILL_KEYS = ("gpt-oss-8x5", "qwen3-2n", "deepseek-v3")
 #: Tokens per window of the Mixtral logs (as bench/planning.py reads them).
 MIXTRAL_WINDOW_TOKENS = 16
-#: Multi-node targets of issue 12: configuration key -> the least relative reduction of
+#: Multi-node targets: configuration key -> the least relative reduction of
 #: step p99 against EPLB.
 TARGETS = {"deepseek-v3": 0.10, "qwen3-2n": 0.05}
 
@@ -316,8 +316,8 @@ def closing_line(rows: Sequence[Row], targets: dict[str, float] = TARGETS) -> st
     return "; ".join(parts) + "."
 
 
-def issue26_line(rows: Sequence[Row]) -> str:
-    """Issue 26's conditions: round-robin rows of the DeepSeek-V3 shape and Qwen3 on 2
+def round_robin_targets_line(rows: Sequence[Row]) -> str:
+    """The round-robin targets: round-robin rows of the DeepSeek-V3 shape and Qwen3 on 2
     nodes >= 3% below EPLB or EPLB within 3% of its per-batch floor; SGLang DeepSeek-V3
     >= 10% below; prefill rows never above EPLB."""
     parts = []
@@ -337,7 +337,8 @@ def issue26_line(rows: Sequence[Row]) -> str:
     if prefill:
         good = sum(r.not_above for r in prefill)
         parts.append(f"prefill rows not above EPLB: {good} of {len(prefill)}")
-    return "Issue 26: " + "; ".join(parts) + "." if parts else "Issue 26: no rows."
+    return ("Round-robin targets: " + "; ".join(parts) + "." if parts
+            else "Round-robin targets: no rows.")
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -486,7 +487,7 @@ def _run(folder: Path) -> str:
 
     only = {k.strip() for k in os.environ.get("PLACER_BENCH_LATENCY_ONLY", "").split(",")
             if k.strip()}
-    out = ["## latency: estimated MoE-layer time, cpsat vs EPLB (issue 12)", "",
+    out = ["## latency: estimated MoE-layer time, cpsat vs EPLB", "",
            "Each row runs `placer plan`'s path: `read_routing`, `build_problem`, cpsat with"
            f" default settings (`jobs` = {os.cpu_count()} cores, `--engine` as shown,"
            " `--workload decode`, 128 tokens per GPU), EPLB = `--solver eplb`, and"
@@ -494,7 +495,7 @@ def _run(folder: Path) -> str:
            " data is per-token). Step = one batch through every MoE layer; layer p99 ="
            " each layer's p99 over batches, median layer. Verdict: `summarize_plan`'s, on"
            " step p99 (equal within 0.1%); pass: cpsat's step p99 not above EPLB's at all"
-           " (issue 12's \"never above\"). a2a / compute: the slowest GPU's all-to-all and"
+           " (the target: \"never above\"). a2a / compute: the slowest GPU's all-to-all and"
            " expert GEMM time, mean over (batch, layer). Status FALLBACK: cpsat kept its"
            " EPLB hint. cpsat's search is time-limited (the default budgets), so on a"
            " loaded machine a row can differ from run to run. Floor: `placer.evaluate.time_bound`,"
@@ -542,7 +543,7 @@ def _run(folder: Path) -> str:
         log(f"{config.label} done in {time.perf_counter() - started:.1f} s")
     out += render_table(rows)
     out += ["", *notes, "", *render_traffic(rows), "", closing_line(rows), "",
-            issue26_line(rows)]
+            round_robin_targets_line(rows)]
     return "\n".join(out) + "\n"
 
 

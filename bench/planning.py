@@ -1,6 +1,6 @@
 """Planning benchmark: the CP-SAT planner against DeepSeek EPLB on real routing data.
 
-Targets of issue 5, each measured in one run, side by side with EPLB, with pass/fail and
+The planning targets, each measured in one run, side by side with EPLB, with pass/fail and
 the margin.  Reads ``../shared/data/real`` (gpt-oss-20b loads and co-activation,
 Qwen3-30B-A3B loads and thresholded co-activation, Mixtral-8x7B per-token logs) the way
 ``placer plan`` does: through ``placer.traces.read_routing`` (``top_k`` from the model,

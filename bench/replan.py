@@ -1,4 +1,4 @@
-"""Re-planning and scale benchmark (issue 13).
+"""Re-planning and scale benchmark.
 
 1. **Re-planning under drift**, DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant),
    the synthetic group-limited trace of ``bench/latency.py`` (16 windows of 4,096
@@ -13,7 +13,7 @@
    (58 x 256, EP32) and the Kimi-K2 shape (60 x 384 on GB200 NVL72), the command run as
    a user runs it (``--json``), timed and its peak memory read (``/usr/bin/time``-like,
    from ``resource``), the wall split into start, planning and what follows the last
-   layer by the command's own ``timings``.  Targets (issue 26): the whole command, summary
+   layer by the command's own ``timings``.  Targets: the whole command, summary
    included, under 30 s (DeepSeek-V3) and 45 s (Kimi-K2) on 2 cores, under 2 GB each.
 
 Every plan goes through ``build_problem`` and ``solve`` as ``placer plan`` does.
@@ -38,7 +38,7 @@ BUDGET_SHARE = 0.10
 
 def run() -> str:
     only = os.environ.get("PLACER_BENCH_REPLAN_ONLY", "")  # "drift" or "scale" while developing
-    out = ["## replan: re-planning under drift, and plans at scale (issue 13)", ""]
+    out = ["## replan: re-planning under drift, and plans at scale", ""]
     if only in ("", "drift"):
         out += _replan()
     if only in ("", "scale"):
@@ -147,7 +147,7 @@ def _replan() -> list[str]:
     return lines
 
 
-#: Wall-clock targets of the scale rows (issue 26): the whole command, summary included.
+#: Wall-clock targets of the scale rows: the whole command, summary included.
 SCALE_TARGETS = {"deepseek-v3": 30.0, "kimi-k2": 45.0}
 #: Peak memory target of the scale rows, MB.
 SCALE_MEMORY_MB = 2048

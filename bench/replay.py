@@ -1,4 +1,4 @@
-"""Serving over time (issue 25): ``placer replay`` against the engines' online EPLB.
+"""Serving over time: ``placer replay`` against the engines' online EPLB.
 
 1. **Quality.**  Drifting synthetic traces made by ``placer synth`` (request topics whose
    dominant topic switches in bursts, every 150 steps on average; 1,000 decode steps of
@@ -65,7 +65,7 @@ ORACLE = "oracle:interval=50"
 
 def run() -> str:
     only = os.environ.get("PLACER_BENCH_REPLAY_ONLY", "")  # "quality" or "speed"
-    out = ["## replay: serving over time against the engines' online EPLB (issue 25)", ""]
+    out = ["## replay: serving over time against the engines' online EPLB", ""]
     if only in ("", "quality"):
         out += _quality()
     if only in ("", "speed"):

@@ -1,6 +1,6 @@
 """placer: expert-placement optimizer for serving Mixture-of-Experts models.
 
-Vocabulary (see README "Glossary"): a *logical expert* is an expert of the model
+Vocabulary (see docs/glossary.md): a *logical expert* is an expert of the model
 (``0..E-1`` per layer); a *physical expert* or *slot* is one copy of its weights
 on one GPU (``0..P-1`` per layer, GPU ``g`` holds slots ``g*S .. g*S+S-1``);
 ``R = P - E`` *redundant experts* hold extra *replicas* of hot experts.

@@ -285,6 +285,6 @@ FRONTIER_SHARES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 
 #: Wall seconds for a whole plan by default (``--time-limit``, ``SolveParams.total_time_limit_s``):
 #: 70% goes to the layer search, split over the layers (each at most ``--layer-time-limit``),
-#: so a DeepSeek-V3-size plan, summary included, finishes within 30 s on 2 cores (README,
-#: "Plans at scale"); small plans stop earlier.
+#: so a DeepSeek-V3-size plan, summary included, finishes within 30 s on 2 cores
+#: (docs/performance.md, "Plans at scale"); small plans stop earlier.
 DEFAULT_PLAN_SECONDS = 18.0

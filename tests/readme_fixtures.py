@@ -41,11 +41,13 @@ SHOWN_WORKDIR = "/work"
 class Example:
     """One ``$ ...`` command of a fenced block (continuation lines joined) and the output
     lines shown under it (blank lines and ``...``, which marks lines left out, dropped);
-    ``line`` is its line in the file."""
+    ``line`` is its line in the file; ``lines`` the shown lines with the ``...`` marks
+    (``shown_output.differences`` reads where lines were left out)."""
 
     command: str
     shown: tuple[str, ...]
     line: int
+    lines: tuple[str, ...] = ()
 
     @property
     def fails(self) -> bool:
@@ -63,7 +65,9 @@ def doc_examples(text: str) -> list[Example]:
 
     def close() -> None:
         if current is not None:
-            examples.append(Example(current[0], tuple(current[2]), current[1]))
+            lines = tuple(current[2])
+            examples.append(Example(current[0], tuple(s for s in lines if s.strip() != "..."),
+                                    current[1], lines))
 
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("```"):
@@ -82,7 +86,7 @@ def doc_examples(text: str) -> list[Example]:
                 continue
             close()
             current, pending = (pending, start, []), None
-        elif current is not None and line.strip() and line.strip() != "...":
+        elif current is not None and line.strip():
             current[2].append(line)
     close()
     return examples
@@ -139,14 +143,17 @@ class Walkthrough:
         self.examples, self.workdir, self.name, self.slow = examples, workdir, name, slow
         self.ran = 0
 
-    def check(self, example: Example) -> int:
+    def run(self, example: Example) -> Ran:
+        """Run the examples before ``example`` not run yet, then ``example``: what it did."""
         index = self.examples.index(example)
         for earlier in self.examples[self.ran:index]:
             if not is_slow(earlier, self.slow):
                 console.run(earlier.command, self.workdir, quick=True)
         self.ran = max(self.ran, index + 1)
-        ran = console.run(example.command, self.workdir, quick=True)
-        return check_example(example, ran, self.workdir, name=self.name)
+        return console.run(example.command, self.workdir, quick=True)
+
+    def check(self, example: Example) -> int:
+        return check_example(example, self.run(example), self.workdir, name=self.name)
 
 
 def example_params(examples: list[Example], name: str,

@@ -29,7 +29,7 @@ def run(*args: object, env: dict[str, str] | None = None):
 
 
 def test_topology_records_one_source_rank_per_gpu(tmp_path: Path):
-    """The stumble of issue 24: a trace for 4 x DGX H100 comes from its 32 GPUs."""
+    """A trace for 4 x DGX H100 comes from its 32 GPUs."""
     path = tmp_path / "ds.npz"
     result = run("synth", path, *SMALL, "--topology", "4x-dgx-h100")
     assert result.exit_code == 0, result.stderr

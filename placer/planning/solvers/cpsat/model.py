@@ -385,7 +385,7 @@ class LayerModel:
         ``lns``: a neighbourhood step; the LP relaxation and presolve's probing are
         switched off there, as these small models are solved faster by search alone
         (probing took a third of a step's solve; without it the steps reach balances as
-        good or better within the same wall time, README "Plans at scale").
+        good or better within the same wall time, docs/performance.md "Plans at scale").
         """
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
