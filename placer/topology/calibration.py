@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -166,12 +166,6 @@ class Calibration:
         links.update(other.links)
         return Calibration(links, other.compute, other.source or self.source,
                            other.rebalance if other.rebalance is not None else self.rebalance)
-
-    def with_links(self, **links: LinkCalibration) -> Calibration:
-        """A copy with some link technologies replaced."""
-        merged = dict(self.links)
-        merged.update(links)
-        return replace(self, links=merged)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``calibration:`` section of a topology file for this calibration."""

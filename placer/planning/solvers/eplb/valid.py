@@ -17,6 +17,7 @@ from placer.placement import Placement
 from placer.planning.solvers.eplb.reference import (
     checked_weight,
     f32,
+    pack_rows,
     policy,
     rebalance_experts_hierarchical,
 )
@@ -59,24 +60,12 @@ def balanced_packing_apart(
     avoids packs already holding an item with its label when a pack with room does not
     (labels: the replicas' experts, so two replicas of one expert stay off one GPU).
     Without such conflicts it packs as the reference does."""
-    weight = np.asarray(weight, dtype=np.float32)
-    num_rows, num_items = weight.shape
-    if num_packs <= 0 or num_items % num_packs:
-        raise UsageError(f"{num_items} items do not split evenly into {num_packs} packs")
-    per_pack = num_items // num_packs
-    if per_pack == 1:
-        index = np.broadcast_to(np.arange(num_items, dtype=np.int64), weight.shape).copy()
-        return index, np.zeros_like(index)
-    pack_index = np.full(weight.shape, -1, dtype=np.int64)
-    rank_in_pack = np.full(weight.shape, -1, dtype=np.int64)
-    order = np.argsort(-weight, axis=1, kind="stable")
-    for row in range(num_rows):
-        _pack_row_labelled(
-            weight[row].astype(np.float64).tolist(), order[row].tolist(),
-            [int(x) for x in labels[row]], num_packs, per_pack, pack_index[row],
-            rank_in_pack[row],
-        )
-    return pack_index, rank_in_pack
+    def pack_row(row: int, values: list[float], items: list[int], num_packs: int,
+                 per_pack: int, pack_out: np.ndarray, rank_out: np.ndarray) -> None:
+        _pack_row_labelled(values, items, [int(x) for x in labels[row]], num_packs,
+                           per_pack, pack_out, rank_out)
+
+    return pack_rows(weight, num_packs, pack_row)
 
 
 def _pack_row_labelled(
