@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from placer.calibrate.deepep import extrapolation_note
 from placer.compare.rows import METRIC_FIELDS, STATUS_OK, CompareRow, with_verdicts
 from placer.compare.scenarios import CompareSettings, Scenario
 from placer.errors import InfeasibleError, PlacerError, PlacerWarning, UsageError
@@ -24,6 +23,7 @@ from placer.planning.build import build_problem
 from placer.planning.solvers import solve
 from placer.stats import ExpertStats, RoutingData
 from placer.stats.windows import default_split
+from placer.topology.calibration import extrapolation_note
 
 if TYPE_CHECKING:
     from placer.evaluate import Evaluation

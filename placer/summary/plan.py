@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from placer.calibrate.deepep import extrapolation_note
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
 from placer.evaluate.bound import TimeBound
@@ -32,6 +31,7 @@ from placer.summary.figures import (
 )
 from placer.summary.proxies import basic_metrics, render_versus, versus_eplb
 from placer.summary.replan import replan_doc, replan_rows
+from placer.topology.calibration import extrapolation_note
 
 #: Column header of the floor (:func:`placer.evaluate.time_bound`) in the time rows.
 FLOOR_COLUMN = "floor"
@@ -72,7 +72,7 @@ class PlanSummary:
         on the same tokens (:func:`placer.evaluate.time_bound`; the figures it bounds
         only); None when not estimated.
     calibration_note: where the regime lies outside what the link model was calibrated
-        on (:func:`placer.calibrate.deepep.extrapolation_note`), else "".
+        on (:func:`placer.topology.calibration.extrapolation_note`), else "".
     batch_floor: solver -> the step p99 no placement with that plan's replica counts can
         beat on the same batches under a position rule (vLLM's hash, TensorRT-LLM's
         blocks, round robin: :func:`placer.evaluate.hot_floor.counts_floor`, each batch's
