@@ -19,7 +19,7 @@ from placer.evaluate import evaluate
 from placer.evaluate.params import replay_or_sample
 from placer.parallel import Backend
 from placer.placement import Placement
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.solvers import solve
 from placer.stats import ExpertStats, RoutingData
 from placer.stats.windows import default_split
@@ -134,11 +134,10 @@ def run_scenario(
         "num_nodes": int(topology.num_nodes),
     }
     try:
-        problem = build_problem(
-            split.routing, fit=split.fit, model=model, topology=topology,
-            redundant=scenario.redundant, dtype=settings.dtype,
-            kv_reserve_gb=settings.kv_reserve_gb,
-        )
+        problem = build_problem(split.routing, ProblemSpec(
+            fit=split.fit, model=model, topology=topology, redundant=scenario.redundant,
+            dtype=settings.dtype, kv_reserve_gb=settings.kv_reserve_gb,
+        ))
         base["slots_per_gpu"] = int(problem.slots_per_gpu)
         started = time.perf_counter()
         result = solve(problem, scenario.solver, settings.solve_params())

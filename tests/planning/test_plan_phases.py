@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from placer.cli.main import app
 from placer.model import load_model
+from placer.planning.build import ProblemSpec
 from placer.planning.run import AUTO_PHASE, JUDGE_PHASE, SUMMARY_PHASE, plan_routing
 from placer.problem import SolveParams
 from placer.topology import load_topology
@@ -59,8 +60,8 @@ def test_after_the_last_layer_the_judge_then_the_summary_are_said(synth) -> None
     log, progress, phase = _recorder()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan_routing(routing, "cpsat", SolveParams(jobs=1, total_time_limit_s=2), model=model,
-                     topology=topology, redundant=8, progress=progress, phase=phase)
+        plan_routing(routing, ProblemSpec(model=model, topology=topology, redundant=8), "cpsat",
+                     SolveParams(jobs=1, total_time_limit_s=2), progress=progress, phase=phase)
     last = log.index("layer 4/4")  # the solver may report a start (0/4) first
     assert all(entry.startswith("layer ") for entry in log[:last])
     assert log[last + 1:] == ["judge start", "layers end", "judge end", "summary start",
@@ -73,8 +74,8 @@ def test_the_redundancy_search_is_said(synth) -> None:
     log, progress, phase = _recorder()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan_routing(routing, "eplb", SolveParams(jobs=1), model=model, topology=topology,
-                     auto=True, progress=progress, phase=phase)
+        plan_routing(routing, ProblemSpec(model=model, topology=topology), "eplb",
+                     SolveParams(jobs=1), auto=True, progress=progress, phase=phase)
     assert log == [f"{AUTO_PHASE[0]} start", f"{AUTO_PHASE[0]} end", "layers end",
                    "summary start", "summary end"]
 
