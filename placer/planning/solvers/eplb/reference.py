@@ -142,7 +142,7 @@ def _pack_row(
 
 
 def replicate_experts(
-    weight: np.ndarray, num_physical: int
+    weight: np.ndarray, num_physical: int, max_replicas: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Give ``num_physical - n`` redundant slots to the experts with the most load per replica.
 
@@ -153,6 +153,8 @@ def replicate_experts(
     ----------
     weight: ``[rows, n]`` float, load of each logical expert.
     num_physical: slots per row, ``>= n``.
+    max_replicas: an expert with this many replicas is passed over (``eplb-valid``'s
+        cap); None, as the reference: no cap.
 
     Returns
     -------
@@ -171,6 +173,8 @@ def replicate_experts(
     rows = np.arange(num_rows)
     for slot in range(num_logical, num_physical):
         per_replica = weight / replica_counts.astype(np.float32)  # float32, as torch
+        if max_replicas is not None:
+            per_replica = np.where(replica_counts < max_replicas, per_replica, -np.inf)
         chosen = np.argmax(per_replica, axis=1)  # first maximum on ties
         physical_to_logical[:, slot] = chosen
         replica_rank[:, slot] = replica_counts[rows, chosen]

@@ -20,6 +20,7 @@ from placer.planning.solvers.eplb.reference import (
     pack_rows,
     policy,
     rebalance_experts_hierarchical,
+    replicate_experts,
 )
 
 __all__ = ["balanced_packing_apart", "eplb_valid_placement", "replicate_experts_capped"]
@@ -30,27 +31,13 @@ def replicate_experts_capped(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The reference's replication (:func:`~.reference.replicate_experts`) with a cap:
     an expert with ``max_replicas`` replicas is passed over.  Same arrays returned."""
-    weight = np.asarray(weight, dtype=np.float32)
-    num_rows, num_logical = weight.shape
-    if num_physical < num_logical:
-        raise UsageError(f"{num_physical} slots cannot hold {num_logical} experts")
+    num_logical = np.shape(weight)[1]
     if max_replicas * num_logical < num_physical:
         raise UsageError(
             f"{num_physical} slots need more than {max_replicas} replicas of some of"
             f" {num_logical} experts"
         )
-    physical_to_logical = np.tile(np.arange(num_physical, dtype=np.int64), (num_rows, 1))
-    replica_rank = np.zeros((num_rows, num_physical), dtype=np.int64)
-    replica_counts = np.ones((num_rows, num_logical), dtype=np.int64)
-    rows = np.arange(num_rows)
-    for slot in range(num_logical, num_physical):
-        per_replica = weight / replica_counts.astype(np.float32)  # float32, as torch
-        per_replica = np.where(replica_counts < max_replicas, per_replica, -np.inf)
-        chosen = np.argmax(per_replica, axis=1)  # first maximum on ties
-        physical_to_logical[:, slot] = chosen
-        replica_rank[:, slot] = replica_counts[rows, chosen]
-        replica_counts[rows, chosen] += 1
-    return physical_to_logical, replica_rank, replica_counts
+    return replicate_experts(weight, num_physical, max_replicas)
 
 
 def balanced_packing_apart(
