@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from placer.summary import TIME_FIGURES, PlanSummary
-from placer.summary.figures import EQUAL_TOLERANCE
+from placer.summary.figures import EQUAL_TOLERANCE, Judged
 from placer.summary.plan import BATCH_FLOOR_FIGURE, FLOOR_FIGURE
 
 #: Column header of the floor (:func:`placer.evaluate.time_bound`) in the time rows.
@@ -48,7 +48,7 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
         f"judged as    {judged_as}",
     ]
     if summary.judged is not None and summary.times:
-        lines.append(f"judged on    {summary.judged.describe()}")
+        lines.append(f"judged on    {judged_text(summary.judged)}")
     if summary.calibration_note:
         lines.append(f"calibration  {summary.calibration_note}")
     lines += replan_rows(summary.replan)
@@ -59,6 +59,21 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
     if frontier:
         lines += frontier_rows(summary.replan)
     return lines
+
+def judged_text(judged: Judged) -> str:
+    """Where and how a plan was judged, in words: ``held-out windows 6:32 (fitted 0:6),
+    per-token replay: 7 batches of up to 1024 tokens, 6656 tokens``."""
+    start, stop = judged.windows
+    if judged.part == "held-out":
+        where = (f"held-out windows {start}:{stop}"
+                 f" (fitted {judged.fitted[0]}:{judged.fitted[1]})")
+    else:
+        where = f"the fitted windows {start}:{stop}"
+    how = "per-token replay" if judged.source == "trace" else "sampled batches"
+    text = (f"{where}, {how}: {judged.num_batches} batch{'es' if judged.num_batches != 1 else ''}"
+            f" of up to {judged.batch_tokens} tokens, {judged.num_tokens} tokens")
+    return f"{text} ({judged.reasons})" if judged.reasons else text
+
 
 def time_rows(summary: PlanSummary) -> list[str]:
     """The estimated times, layers faster and the verdict (or why there are none)."""

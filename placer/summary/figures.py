@@ -79,19 +79,6 @@ class Judged:
         """Why the part and the source are what they are, in one string."""
         return "; ".join(text for text in (self.why, self.source_why) if text)
 
-    def describe(self) -> str:
-        """``held-out windows 6:32 (fitted 0:6), per-token replay: 7 batches, 6656 tokens``."""
-        start, stop = self.windows
-        if self.part == "held-out":
-            where = (f"held-out windows {start}:{stop}"
-                     f" (fitted {self.fitted[0]}:{self.fitted[1]})")
-        else:
-            where = f"the fitted windows {start}:{stop}"
-        how = "per-token replay" if self.source == "trace" else "sampled batches"
-        text = (f"{where}, {how}: {self.num_batches} batch{'es' if self.num_batches != 1 else ''}"
-                f" of up to {self.batch_tokens} tokens, {self.num_tokens} tokens")
-        return f"{text} ({self.reasons})" if self.reasons else text
-
     def to_dict(self) -> dict[str, Any]:
         return {"part": self.part, "windows": list(self.windows), "fitted": list(self.fitted),
                 "source": self.source, "why": self.reasons, "num_batches": self.num_batches,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placer.cli.summary import summary_rows, time_rows
+from placer.cli.summary import judged_text, summary_rows, time_rows
 from placer.evaluate import EvalParams, evaluate
 from placer.evaluate.dispatch import CODE_POLICIES
 from placer.evaluate.params import regime_params
@@ -67,7 +67,7 @@ def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
     assert (params.policy, params.mode) == (workload.dispatch, workload.all_to_all)
     assert params.batch_tokens == workload.tokens * 8 and not params.sample
     assert summary.judged.part == "held-out" and summary.judged.source == "trace"
-    assert summary.judged.describe().startswith(
+    assert judged_text(summary.judged).startswith(
         "held-out windows 6:32 (fitted 0:6), per-token replay: ")
     layers = {}
     with warnings.catch_warnings():
@@ -102,7 +102,7 @@ def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
 def test_no_held_out_windows_judges_the_fitted_ones_and_says_so(synth):
     _, _, _, summary = _summarize(synth, Regime(), fit=None)
     assert summary.judged.part == "fitted" and summary.eval_params.windows == (0, 32)
-    assert "no window held out" in summary.judged.describe()
+    assert "no window held out" in judged_text(summary.judged)
     assert summary.verdict.text.endswith("on fitted step p99 (vllm decode)")
 
 
