@@ -140,3 +140,14 @@ def test_current_placement_must_match(eight_expert_trace):
     assert str(e) == (
         "current: the current placement has 8 experts on 2 GPUs; the problem has 8 on 4"
     )
+
+
+def test_spec_names_its_fitted_windows_and_takes_a_slot_count(eight_expert_trace):
+    assert ProblemSpec().fitted(4) is None
+    assert ProblemSpec(fit="1:").fitted(4) == (1, 4)
+    assert ProblemSpec(fit=(None, 3)).fitted(4) == (0, 3)
+    spec = ProblemSpec(num_gpus=4, redundant=4, fit="1:3")
+    sized = spec.with_slots(4)
+    assert (sized.slots_per_gpu, sized.redundant, sized.fit) == (4, None, "1:3")
+    problem = build_problem(eight_expert_trace, sized)
+    assert (problem.slots_per_gpu, problem.num_redundant, problem.stats.num_windows) == (4, 8, 2)
