@@ -30,16 +30,23 @@ from placer.summary.proxies import basic_metrics
 
 #: Context manager giving a ``report(done, total)`` callback while the layers are solved.
 Progress = AbstractContextManager[Callable[[int, int], None] | None]
-#: ``phase(name, what)``: a context manager around one step of the plan (``name`` a word,
-#: ``what`` what it does), entered as the step starts and left when it ends.
-Phase = Callable[[str, str], AbstractContextManager[None]]
+#: ``phase(name)``: a context manager around one step of the plan, named by one of the
+#: names below, entered as the step starts and left when it ends (the caller has the words).
+Phase = Callable[[str], AbstractContextManager[None]]
 
-#: The steps :func:`plan_routing` says, as ``(name, what)``.
-AUTO_PHASE = ("redundancy", "each candidate slot count placed with EPLB and timed")
-JUDGE_PHASE = ("judge", "each layer's plan, its hint and EPLB timed by the evaluator")
-#: After the last layer when there is no judge (no model or topology to time with).
-FINISH_PHASE = ("solve", "the placement put together from its layers")
-SUMMARY_PHASE = ("summary", "the plan and EPLB timed on the judged windows, and the floor")
+#: The steps :func:`plan_routing` says: the redundancy search (each candidate slot count
+#: placed with EPLB and timed) ...
+AUTO_PHASE = "redundancy"
+#: ... after the last layer, the solver's judge (each layer's plan, its hint and EPLB timed
+#: by the evaluator) ...
+JUDGE_PHASE = "judge"
+#: ... or, when there is no judge (no model or topology to time with), the placement put
+#: together from its layers ...
+FINISH_PHASE = "solve"
+#: ... and the summary (the plan and EPLB timed on the judged windows, and the floor).
+SUMMARY_PHASE = "summary"
+#: Every step, in the order they may come.
+PHASES = (AUTO_PHASE, JUDGE_PHASE, FINISH_PHASE, SUMMARY_PHASE)
 
 
 @dataclass(frozen=True)
@@ -94,10 +101,10 @@ def plan_routing(
         solver's last layer, :data:`JUDGE_PHASE` while it finishes; :data:`SUMMARY_PHASE`).
     """
     started = time.perf_counter()
-    step: Phase = phase or (lambda name, what: nullcontext())
+    step: Phase = phase or (lambda name: nullcontext())
     choice = None
     if auto:
-        with step(*AUTO_PHASE):
+        with step(AUTO_PHASE):
             choice = auto_redundancy(routing, spec, params.regime, seed=params.seed)
         spec = spec.with_slots(choice.chosen.slots_per_gpu)
     problem = build_problem(routing, spec)
@@ -109,7 +116,7 @@ def plan_routing(
     result = _solve(problem, solver, params, progress, step, after_search)
     if not searched:
         after_search()
-    with step(*SUMMARY_PHASE):
+    with step(SUMMARY_PHASE):
         baseline = _baseline(problem, solver, params)
         metrics = basic_metrics(result.placement, problem.stats)
         summary = summarize_plan(problem, result, baseline, routing, regime=params.regime,
@@ -145,6 +152,6 @@ def _solve(problem: PlacementProblem, solver: str, params: SolveParams,
                 entered.append(True)
                 after_search()
                 after_layers.enter_context(
-                    step(*(JUDGE_PHASE if can_judge(problem) else FINISH_PHASE)))
+                    step(JUDGE_PHASE if can_judge(problem) else FINISH_PHASE))
 
         return solve(problem, solver, replace(params, progress=layers))
