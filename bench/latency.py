@@ -150,14 +150,15 @@ def compare_engines(
     ``topology`` are specs; ``fit`` the fitted windows.  ``jobs`` defaults to every core
     (as ``placer plan``); ``time_limit_s`` None keeps the default (tests pass less).
     """
-    from placer.planning.build import build_problem
+    from placer.planning.build import ProblemSpec, build_problem
     from placer.planning.solvers import solve
     from placer.problem import SolveParams
     from placer.regime import Regime
     from placer.summary import BASELINE_SOLVER, summarize_plan
 
-    problem = build_problem(routing, model=model, topology=topology, slots_per_gpu=slots_per_gpu,
-                            redundant=redundant, fit=fit)
+    problem = build_problem(routing, ProblemSpec(
+        model=model, topology=topology, slots_per_gpu=slots_per_gpu, redundant=redundant,
+        fit=fit))
     extra: dict[str, Any] = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
     jobs = jobs or os.cpu_count() or 1
     with warnings.catch_warnings(record=True) as caught:

@@ -47,7 +47,7 @@ from placer.evaluate import expected_remote_copies, remote_copy_bounds
 from placer.model import load_model
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.placement.migration import moves_from
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.solvers import solve
 from placer.problem import PlacementProblem, SolveParams, SolveResult
 from placer.stats import RoutingData
@@ -134,9 +134,10 @@ def problem_for(routing: RoutingData, model: str, num_gpus: int, slots: int,
                 fit: tuple[int, int] | None = None) -> PlacementProblem:
     """``build_problem`` as ``placer plan TRACE --model M (-g G | --topology T)
     --slots-per-gpu S [--current C] [--fit A:B]`` calls it."""
-    return build_problem(routing, model=load_model(model), topology=topology,
-                         num_gpus=None if topology is not None else num_gpus,
-                         slots_per_gpu=slots, current=current, fit=fit)
+    return build_problem(routing, ProblemSpec(
+        model=load_model(model), topology=topology,
+        num_gpus=None if topology is not None else num_gpus, slots_per_gpu=slots,
+        current=current, fit=fit))
 
 
 def run_plan(problem: PlacementProblem, solver: str, **params: Any) -> Plan:

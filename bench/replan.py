@@ -50,7 +50,7 @@ def _replan() -> list[str]:
     from placer.evaluate import EvalParams, evaluate
     from placer.model import load_model
     from placer.placement.migration import move_cost
-    from placer.planning.build import build_problem
+    from placer.planning.build import ProblemSpec, build_problem
     from placer.planning.solvers import solve
     from placer.problem import SolveParams
     from placer.regime import Regime
@@ -65,8 +65,8 @@ def _replan() -> list[str]:
     jobs = os.cpu_count() or 1
 
     def problem(fit: tuple[int, int], current: Any = None) -> Any:
-        return build_problem(routing, model=model, topology=topology, redundant=32, fit=fit,
-                             current=current)
+        return build_problem(routing, ProblemSpec(model=model, topology=topology, redundant=32,
+                                                  fit=fit, current=current))
 
     def plan(fit: tuple[int, int], current: Any = None, **extra: Any) -> tuple[Any, float]:
         started = time.perf_counter()

@@ -99,11 +99,11 @@ def capped_hot_shard(stats: ExpertStats, num_gpus: int) -> float:
 
 def eplb(routing: RoutingData) -> Placement:
     """EPLB with 16 redundant experts on the benchmark's model and topology."""
-    from placer.planning.build import build_problem
+    from placer.planning.build import ProblemSpec, build_problem
     from placer.planning.solvers import solve
 
-    problem = build_problem(routing, model=load_model(MODEL), topology=load_topology(TOPOLOGY),
-                            redundant=16)
+    problem = build_problem(routing, ProblemSpec(
+        model=load_model(MODEL), topology=load_topology(TOPOLOGY), redundant=16))
     return solve(problem, "eplb").placement
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from placer.model import ModelSpec, load_model
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.problem import PlacementProblem
 from placer.stats import ExpertStats, RoutingData
 from placer.topology import load_topology
@@ -48,6 +48,6 @@ def bundled_problem() -> tuple[RoutingData, PlacementProblem]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         routing = read_routing(SYNTH, keep_tokens=True)
-    problem = build_problem(routing, model=load_model("gpt-oss-20b"),
-                            topology=load_topology("dgx-h100"), redundant=8, fit=(0, 6))
+    problem = build_problem(routing, ProblemSpec(model=load_model("gpt-oss-20b"),
+                            topology=load_topology("dgx-h100"), redundant=8, fit=(0, 6)))
     return routing, problem

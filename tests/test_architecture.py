@@ -191,6 +191,38 @@ def test_nothing_imports_the_command_line_but_itself():
     assert wrong == []
 
 
+#: Libraries that draw on the terminal: the command line's alone (the library returns
+#: data and takes callbacks; the CLI renders them).
+TERMINAL_LIBRARIES = ("typer", "rich", "click")
+
+
+def _outside_imports(text: str) -> list[tuple[str, int]]:
+    """``(top-level package, line)`` of every import of a package outside placer,
+    wherever it stands."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name.partition(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module.partition(".")[0], node.lineno))
+    return found
+
+
+def test_only_the_command_line_draws_on_the_terminal():
+    """Below ``cli/`` no module imports typer, click or rich, not even inside a function."""
+    wrong = sorted(f"{name}:{line} imports {lib}" for name, path in _modules().items()
+                   if _unit(name) != "cli"
+                   for lib, line in _outside_imports(path.read_text("utf-8"))
+                   if lib in TERMINAL_LIBRARIES)
+    assert wrong == []
+
+
+def test_the_terminal_check_sees_deferred_imports():
+    """A test of the test: a late ``from rich.progress import ...`` counts."""
+    text = "def bar():\n    from rich.progress import Progress\n    import typer.main\n"
+    assert _outside_imports(text) == [("rich", 2), ("typer", 3)]
+
+
 def _dotted_names() -> list[str]:
     names = set()
     for match in re.finditer(r"`(placer(?:\.[A-Za-z_][A-Za-z0-9_]*)+)", DOC.read_text("utf-8")):

@@ -36,7 +36,7 @@ from placer.parallel import (
     check_reachable,
     connect_ray,
 )
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.solvers import solve
 from placer.problem import SolveParams
 from placer.traces import read_routing
@@ -116,8 +116,8 @@ def test_plan_on_ray_equals_the_local_plan(ray_instance, routing) -> None:
     from placer.model import load_model
     from placer.topology import load_topology
 
-    problem = build_problem(routing, model=load_model("gpt-oss-20b"),
-                            topology=load_topology("2x-dgx-h100"), redundant=16)
+    problem = build_problem(routing, ProblemSpec(model=load_model("gpt-oss-20b"),
+                            topology=load_topology("2x-dgx-h100"), redundant=16))
     # a generous wall limit: the deterministic limits decide, wherever the layers run; few
     # search steps keep the test short (the answer is compared, not its quality)
     short = {"balance_iterations": 3, "cost_iterations": 3}

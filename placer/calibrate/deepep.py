@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from placer.calibrate.cases import AllToAllCase
-from placer.topology import DEFAULT_CALIBRATION
 
 #: DeepEP's FP8 token: hidden bytes plus one float32 scale per 128 values.
 _FP8_FACTOR = 1 + 4 / 128
@@ -127,40 +126,13 @@ def published_time_us(row: PublishedRow, topk_ids: np.ndarray | None = None) -> 
     return counted_bytes(row.case, row.phase, topk_ids) / (row.figure * 1e9) * 1e6
 
 
-#: How far (a factor) from the tokens per GPU of its published rows a mode's figures are
-#: still taken as calibrated.
-CALIBRATED_FACTOR = 2.0
-
-
 def calibrated_tokens(mode: str) -> tuple[int, int] | None:
     """``(least, most)`` tokens per GPU of DeepEP's published rows in all-to-all ``mode``
-    (the range placer's default link efficiencies were fitted on), or None without any.
+    (the range placer's default link efficiencies were fitted on:
+    :data:`placer.topology.calibration.DEFAULT_CALIBRATED_TOKENS`), or None without any.
 
     >>> calibrated_tokens("normal"), calibrated_tokens("low_latency")
     ((4096, 4096), (128, 128))
     """
     tokens = [r.case.tokens_per_gpu for r in PUBLISHED + PUBLISHED_RDMA if r.case.mode == mode]
     return (min(tokens), max(tokens)) if tokens else None
-
-
-def extrapolation_note(mode: str, tokens_per_gpu: int, calibration_source: str) -> str:
-    """A sentence when the default calibration is used for ``tokens_per_gpu`` far
-    (:data:`CALIBRATED_FACTOR`) from what ``mode`` was calibrated on; "" otherwise (or
-    when the topology carries its own calibration, e.g. from ``placer calibrate``).
-
-    >>> from placer.topology import DEFAULT_CALIBRATION as d
-    >>> extrapolation_note("normal", 128, d.source)[:58]
-    'normal-mode all-to-all is calibrated at 4,096 tokens per G'
-    >>> extrapolation_note("low_latency", 128, d.source)
-    ''
-    """
-    span = calibrated_tokens(mode)
-    if span is None or calibration_source != DEFAULT_CALIBRATION.source:
-        return ""
-    lo, hi = span
-    if lo / CALIBRATED_FACTOR <= tokens_per_gpu <= hi * CALIBRATED_FACTOR:
-        return ""
-    at = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
-    return (f"{mode.replace('_', '-')}-mode all-to-all is calibrated at {at} tokens per GPU"
-            f" (DeepEP's published rows); at {tokens_per_gpu:,} the model extrapolates"
-            " (docs/evaluate.md, 'Where the model is calibrated')")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,14 +49,16 @@ from placer.cli.regime import (
     tokens_per_gpu_option,
     workload_option,
 )
+from placer.cli.summary import summary_rows
 from placer.errors import UsageError
 from placer.io.fileio import all_or_nothing, check_not_inputs, is_stream
 from placer.placement.document import read_placement, write_placement
+from placer.planning.build import ProblemSpec
 from placer.planning.run import PlanRun, plan_routing
 from placer.planning.solvers import solver_names
 from placer.problem import SolveParams
 from placer.stats.windows import parse_window_range
-from placer.summary.replan import replan_rows
+from placer.summary import PlanSummary
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
@@ -285,16 +288,18 @@ def plan(
     auto = redundant is not None and redundant.strip().lower() == "auto"
     if auto:
         _check_auto(model_spec, topo, slots_per_gpu)
+    spec = ProblemSpec(
+        model=model_spec, topology=topo, num_gpus=num_gpus, slots_per_gpu=slots_per_gpu,
+        redundant=None if auto else _redundant_count(redundant), dtype=dtype,
+        kv_reserve_gb=kv_reserve_gb, fit=fit_range,
+        current=current_placement,
+    )
     run = plan_routing(
-        routing, solver, params, model=model_spec, topology=topo, num_gpus=num_gpus,
-        slots_per_gpu=slots_per_gpu, redundant=None if auto else _redundant_count(redundant),
-        auto=auto, dtype=dtype, kv_reserve_gb=kv_reserve_gb, fit=fit_range,
-        current=current_placement, regime_note=target_note, output=str(output),
-        no_trace_reason=no_trace,
+        routing, spec, solver, params, auto=auto,
         progress=progress("layers planned", enabled=not (quiet or json_out)),
         phase=phases(enabled=not (quiet or json_out)),
     )
-    result, summary = run.result, run.summary
+    result, summary = run.result, _said_sampled(run.summary, no_trace)
     with all_or_nothing():  # the placement and the engine files land together, or none
         write_placement(
             output, result.placement,
@@ -306,11 +311,10 @@ def plan(
         exported = [export_engine(result.placement, fmt, path, model=model_spec)
                     for fmt, path in exports if model_spec is not None]  # _check_flags
     if json_out:
-        print_json(_json_doc(run, exported, read_s))
+        print_json(_json_doc(run, summary, str(output), target_note, exported, read_s))
         return
-    lines = summary.rows()
-    if sweep_moves:
-        lines += replan_rows(summary.replan, frontier=True)[len(replan_rows(summary.replan)):]
+    lines = summary_rows(summary, output=str(output), regime_note=target_note,
+                         frontier=sweep_moves)
     if run.auto is not None:
         lines += ["", run.auto.reason, "candidates (redundant: EPLB's µs per step, as above): "
                   + ", ".join(f"{o.redundant}: {o.step_us:.1f}" for o in run.auto.options)]
@@ -319,11 +323,23 @@ def plan(
     sys.stdout.write(as_flags("\n".join(lines)) + "\n")  # the summary's words, as flags
 
 
-def _json_doc(run: PlanRun, exported: list[Any], read_s: float) -> dict[str, Any]:
-    """The ``--json`` document: the summary, the automatic redundancy and the engine files
-    when there are, and where the time went (``timings``: reading the trace, planning to
-    the last layer, what follows it)."""
-    doc = run.summary.to_dict()
+def _said_sampled(summary: PlanSummary, no_trace: str) -> PlanSummary:
+    """``summary`` with the command's own reason for sampled tokens when it did not keep
+    the per-token routing (``no_trace``, from :func:`keep_tokens_for`)."""
+    judged = summary.judged
+    if not no_trace or judged is None or not judged.source_why:
+        return summary
+    return replace(summary, judged=replace(judged, source_why=no_trace))
+
+
+def _json_doc(run: PlanRun, summary: PlanSummary, output: str, regime_note: str,
+              exported: list[Any], read_s: float) -> dict[str, Any]:
+    """The ``--json`` document: where the placement was written, the summary (with where
+    its regime came from), the automatic redundancy and the engine files when there are,
+    and where the time went (``timings``: reading the trace, planning to the last layer,
+    what follows it)."""
+    doc = {"output": output, **summary.to_dict()}
+    doc["regime"]["note"] = regime_note
     if run.auto is not None:
         doc["redundant_auto"] = run.auto.to_dict()
     if exported:

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from placer.cli.common import err
+from placer.planning.run import AUTO_PHASE, FINISH_PHASE, JUDGE_PHASE, SUMMARY_PHASE
 
 #: Without a terminal, a line every this share of the work (and at the end).
 PLAIN_STEP = 0.1
@@ -49,12 +50,21 @@ def progress(what: str, enabled: bool = True) -> Iterator[Callable[[int, int], N
     yield plain
 
 
-def phases(enabled: bool = True) -> Callable[[str, str], AbstractContextManager[None]]:
-    """``phase(name, what)`` for :func:`placer.planning.run.plan_routing`: a line
-    ``name: what ...`` on stderr as the step starts and ``name: done in N s`` when it
-    ends (nothing when quiet)."""
-    def phase(name: str, what: str) -> AbstractContextManager[None]:
-        return _phase(name, what) if enabled else nullcontext()
+#: What each step of :func:`placer.planning.run.plan_routing` does, in words.
+PLAN_STEPS = {
+    AUTO_PHASE: "each candidate slot count placed with EPLB and timed",
+    JUDGE_PHASE: "each layer's plan, its hint and EPLB timed by the evaluator",
+    FINISH_PHASE: "the placement put together from its layers",
+    SUMMARY_PHASE: "the plan and EPLB timed on the judged windows, and the floor",
+}
+
+
+def phases(enabled: bool = True) -> Callable[[str], AbstractContextManager[None]]:
+    """``phase(name)`` for :func:`placer.planning.run.plan_routing`: a line
+    ``name: what ...`` (:data:`PLAN_STEPS`) on stderr as the step starts and
+    ``name: done in N s`` when it ends (nothing when quiet)."""
+    def phase(name: str) -> AbstractContextManager[None]:
+        return _phase(name, PLAN_STEPS[name]) if enabled else nullcontext()
 
     return phase
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from placer.calibrate.deepep import extrapolation_note
 from placer.compare.rows import METRIC_FIELDS, STATUS_OK, CompareRow, with_verdicts
 from placer.compare.scenarios import CompareSettings, Scenario
 from placer.errors import InfeasibleError, PlacerError, PlacerWarning, UsageError
@@ -20,10 +19,11 @@ from placer.evaluate import evaluate
 from placer.evaluate.params import replay_or_sample
 from placer.parallel import Backend
 from placer.placement import Placement
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.solvers import solve
 from placer.stats import ExpertStats, RoutingData
 from placer.stats.windows import default_split
+from placer.topology.calibration import extrapolation_note
 
 if TYPE_CHECKING:
     from placer.evaluate import Evaluation
@@ -134,11 +134,10 @@ def run_scenario(
         "num_nodes": int(topology.num_nodes),
     }
     try:
-        problem = build_problem(
-            split.routing, fit=split.fit, model=model, topology=topology,
-            redundant=scenario.redundant, dtype=settings.dtype,
-            kv_reserve_gb=settings.kv_reserve_gb,
-        )
+        problem = build_problem(split.routing, ProblemSpec(
+            fit=split.fit, model=model, topology=topology, redundant=scenario.redundant,
+            dtype=settings.dtype, kv_reserve_gb=settings.kv_reserve_gb,
+        ))
         base["slots_per_gpu"] = int(problem.slots_per_gpu)
         started = time.perf_counter()
         result = solve(problem, scenario.solver, settings.solve_params())

@@ -339,22 +339,9 @@ def _check_constants(doc: Any, text: str, where: str, error: type[PlacerError]) 
 
 def _constant_line(text: str, name: str) -> int | None:
     """The line of the first ``name`` (``NaN``, ``Infinity``) outside strings, 1-based."""
-    in_string = escaped = False
-    line = 1
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            line += 1
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == name[0] and text.startswith(name, i):
-            return line
+    for i, ch in _outside_strings(text):
+        if ch == name[0] and text.startswith(name, i):
+            return text.count("\n", 0, i) + 1
     return None
 
 
@@ -363,8 +350,23 @@ def _json_depth(text: str) -> int:
     if text.count("[") + text.count("{") <= constants.MAX_NESTING:
         return 0
     depth = best = 0
+    for _, ch in _outside_strings(text):
+        if ch in "[{":
+            depth += 1
+            if depth > best:
+                best = depth
+                if best > constants.MAX_NESTING:
+                    return best
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
+def _outside_strings(text: str) -> Iterator[tuple[int, str]]:
+    """``(index, character)`` of each character of JSON ``text`` outside its strings
+    (quotes and escapes read as JSON reads them)."""
     in_string = escaped = False
-    for ch in text:
+    for i, ch in enumerate(text):
         if in_string:
             if escaped:
                 escaped = False
@@ -374,15 +376,8 @@ def _json_depth(text: str) -> int:
                 in_string = False
         elif ch == '"':
             in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > best:
-                best = depth
-                if best > constants.MAX_NESTING:
-                    return best
-        elif ch in "]}":
-            depth -= 1
-    return best
+        else:
+            yield i, ch
 
 
 def read_yaml(path: Path, error: type[PlacerError]) -> YamlDoc:

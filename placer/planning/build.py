@@ -13,6 +13,7 @@ GPU, so the ``G * S - E`` leftover slots hold replicas).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,27 +30,15 @@ if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.topology import Topology
 
-__all__ = ["build_problem"]
+__all__ = ["ProblemSpec", "build_problem"]
 
-def build_problem(
-    routing: RoutingData | ExpertStats,
-    *,
-    model: ModelSpec | None = None,
-    topology: Topology | None = None,
-    num_gpus: int | None = None,
-    slots_per_gpu: int | None = None,
-    redundant: int | None = None,
-    dtype: str | None = None,
-    kv_reserve_gb: float | None = None,
-    kv_reserve_fraction: float | None = None,
-    current: Placement | None = None,
-    fit: OpenRange | str | None = None,
-) -> PlacementProblem:
-    """Build the planning problem.
 
-    Parameters
+@dataclass(frozen=True)
+class ProblemSpec:
+    """What a planning problem is built from, besides the routing data.
+
+    Attributes
     ----------
-    routing: what a trace reader returned (or its ``ExpertStats``).
     model: ``placer.model.ModelSpec`` or None.  When given, the trace must have the
         model's number of experts, and its layer ids must be MoE layers of the model
         (its multi-token-prediction layers included: statistics recorded with MTP on
@@ -64,6 +53,37 @@ def build_problem(
     current: the deployed placement (migration-aware solvers read it).
     fit: window range ``(start, stop)`` or ``"start:stop"`` of the statistics to fit;
         None fits every window.
+    """
+
+    model: ModelSpec | None = None
+    topology: Topology | None = None
+    num_gpus: int | None = None
+    slots_per_gpu: int | None = None
+    redundant: int | None = None
+    dtype: str | None = None
+    kv_reserve_gb: float | None = None
+    kv_reserve_fraction: float | None = None
+    current: Placement | None = None
+    fit: OpenRange | str | None = None
+
+    def with_slots(self, slots_per_gpu: int | None) -> ProblemSpec:
+        """The same problem with ``slots_per_gpu`` slots per GPU (no redundancy count)."""
+        return replace(self, slots_per_gpu=slots_per_gpu, redundant=None)
+
+    def fitted(self, num_windows: int) -> tuple[int, int] | None:
+        """``(start, stop)`` of the fitted windows out of ``num_windows`` (None: every
+        window)."""
+        if self.fit is None:
+            return None
+        start, stop = parse_window_range(self.fit) if isinstance(self.fit, str) else self.fit
+        return (start or 0, num_windows if stop is None else stop)
+
+
+def build_problem(routing: RoutingData | ExpertStats,
+                  spec: ProblemSpec | None = None) -> PlacementProblem:
+    """Build the planning problem of ``routing`` (what a trace reader returned, or its
+    ``ExpertStats``) as ``spec`` describes it (None: every default, which leaves the
+    number of GPUs unknown: a usage error).
 
     Raises
     ------
@@ -71,18 +91,21 @@ def build_problem(
     TraceError: the trace does not match the model.
     InfeasibleError: the memory budget cannot hold ``S`` slots per GPU.
     """
+    spec = spec or ProblemSpec()
+    model, topology, redundant = spec.model, spec.topology, spec.redundant
     stats = routing.stats if isinstance(routing, RoutingData) else routing
-    stats = _select_fit(stats, fit)
+    stats = _select_fit(stats, spec.fit)
     if model is not None:
         _check_trace_against_model(stats, model)
 
-    gpus, node_of_gpu = _gpus(topology, num_gpus)
-    slots = _slots_per_gpu(stats.num_experts, gpus, slots_per_gpu, redundant)
+    gpus, node_of_gpu = _gpus(topology, spec.num_gpus)
+    slots = _slots_per_gpu(stats.num_experts, gpus, spec.slots_per_gpu, redundant)
     if model is not None and topology is not None:
         option = Param("redundant") if redundant is not None else Param("slots_per_gpu")
-        _check_memory(model, topology, slots, option, dtype, kv_reserve_gb, kv_reserve_fraction)
-    if current is not None:
-        _check_current(current, stats, gpus)
+        _check_memory(model, topology, slots, option, spec.dtype, spec.kv_reserve_gb,
+                      spec.kv_reserve_fraction)
+    if spec.current is not None:
+        _check_current(spec.current, stats, gpus)
 
     return PlacementProblem(
         stats=stats,
@@ -92,7 +115,7 @@ def build_problem(
         num_groups=int(getattr(model, "num_groups", 1) or 1) if model is not None else 1,
         topology=topology,
         model=model,
-        current=current,
+        current=spec.current,
     )
 
 

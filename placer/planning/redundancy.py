@@ -14,22 +14,20 @@ cache.  The planner then plans that redundancy with its own solver.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from placer.errors import InfeasibleError, Param, UsageError
 from placer.evaluate.judge import layer_times
 from placer.model.slots import fewest_slots_per_gpu
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.solvers import solve
 from placer.problem import PlacementProblem, SolveParams
 from placer.regime import Regime
-
-if TYPE_CHECKING:
-    from placer.model import ModelSpec
-    from placer.topology import Topology
+from placer.stats import ExpertStats, RoutingData
 
 #: Candidates within this share of the fastest count as equally fast (fewer slots win).
 DEFAULT_TOLERANCE = 0.005
@@ -164,32 +162,40 @@ def choose_redundancy(
 
 
 def auto_problems(
-    build: Any, num_experts: int, num_gpus: int, max_slots: int
+    routing: RoutingData | ExpertStats, spec: ProblemSpec, max_slots: int
 ) -> dict[int, PlacementProblem]:
-    """``{S: build(S)}`` for every candidate slot count that fits in memory
-    (``build(S)`` raises InfeasibleError for one that does not)."""
+    """``{S: problem with S slots per GPU}`` (``spec`` at each count) for every
+    candidate slot count up to ``max_slots`` that fits in memory (building one that
+    does not raises InfeasibleError, and ends the list)."""
+    stats = routing.stats if isinstance(routing, RoutingData) else routing
+    gpus = spec.topology.num_gpus if spec.topology is not None else spec.num_gpus or 0
     out: dict[int, PlacementProblem] = {}
-    for slots in slot_candidates(num_experts, num_gpus, max_slots):
+    for slots in slot_candidates(stats.num_experts, gpus, max_slots):
         try:
-            out[slots] = build(slots)
+            out[slots] = build_problem(routing, spec.with_slots(slots))
         except InfeasibleError:
             break
     return out
 
 
 def auto_redundancy(
-    build: Callable[[int], PlacementProblem], num_experts: int, model: ModelSpec,
-    topology: Topology, regime: Regime, *, dtype: str | None = None,
-    kv_reserve_gb: float | None = None, seed: int = 0,
+    routing: RoutingData | ExpertStats, spec: ProblemSpec, regime: Regime, *, seed: int = 0,
 ) -> RedundancyChoice:
-    """Time every slot count the memory allows and choose one (``--redundant auto``).
+    """Time every slot count the memory allows and choose one (``--redundant auto``);
+    ``spec``'s own slot and redundancy counts are not used.
 
-    ``build(S)``: the planning problem with ``S`` slots per GPU.  The memory bound and
-    the KV cache left at each count come from :func:`placer.model.capacity.plan_capacity`.
+    The memory bound and the KV cache left at each count come from
+    :func:`placer.model.capacity.plan_capacity`; the evaluator that times the candidates
+    needs ``spec``'s model and topology.
     """
     from placer.model.capacity import plan_capacity
 
-    capacity = plan_capacity(model, topology, dtype, kv_reserve_gb=kv_reserve_gb)
-    problems = auto_problems(build, num_experts, topology.num_gpus, capacity.slots_per_gpu)
+    if spec.model is None or spec.topology is None:
+        raise UsageError("`redundant` auto times candidates with the evaluator, which needs"
+                         " the model and the topology", where=Param("redundant"),
+                         hint="pass `model` and `topology`, or give a number")
+    capacity = plan_capacity(spec.model, spec.topology, spec.dtype,
+                             kv_reserve_gb=spec.kv_reserve_gb)
+    problems = auto_problems(routing, spec, capacity.slots_per_gpu)
     kv = {s: float(capacity.kv_left_gb_at(s)) for s in problems}
     return choose_redundancy(problems, regime, kv_left_gb=kv, seed=seed)

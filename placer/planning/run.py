@@ -17,37 +17,36 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
-from placer.errors import Param, UsageError
 from placer.evaluate.judge import can_judge
-from placer.placement import Placement
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.redundancy import RedundancyChoice, auto_redundancy
 from placer.planning.solvers import solve
 from placer.problem import PlacementProblem, SolveParams, SolveResult
 from placer.stats import RoutingData
-from placer.stats.windows import OpenRange
 from placer.summary.figures import BASELINE_SOLVER
 from placer.summary.plan import PlanSummary, summarize_plan
 from placer.summary.proxies import basic_metrics
 
-if TYPE_CHECKING:
-    from placer.model import ModelSpec
-    from placer.topology import Topology
-
 #: Context manager giving a ``report(done, total)`` callback while the layers are solved.
 Progress = AbstractContextManager[Callable[[int, int], None] | None]
-#: ``phase(name, what)``: a context manager around one step of the plan (``name`` a word,
-#: ``what`` what it does), entered as the step starts and left when it ends.
-Phase = Callable[[str, str], AbstractContextManager[None]]
+#: ``phase(name)``: a context manager around one step of the plan, named by one of the
+#: names below, entered as the step starts and left when it ends (the caller has the words).
+Phase = Callable[[str], AbstractContextManager[None]]
 
-#: The steps :func:`plan_routing` says, as ``(name, what)``.
-AUTO_PHASE = ("redundancy", "each candidate slot count placed with EPLB and timed")
-JUDGE_PHASE = ("judge", "each layer's plan, its hint and EPLB timed by the evaluator")
-#: After the last layer when there is no judge (no model or topology to time with).
-FINISH_PHASE = ("solve", "the placement put together from its layers")
-SUMMARY_PHASE = ("summary", "the plan and EPLB timed on the judged windows, and the floor")
+#: The steps :func:`plan_routing` says: the redundancy search (each candidate slot count
+#: placed with EPLB and timed) ...
+AUTO_PHASE = "redundancy"
+#: ... after the last layer, the solver's judge (each layer's plan, its hint and EPLB timed
+#: by the evaluator) ...
+JUDGE_PHASE = "judge"
+#: ... or, when there is no judge (no model or topology to time with), the placement put
+#: together from its layers ...
+FINISH_PHASE = "solve"
+#: ... and the summary (the plan and EPLB timed on the judged windows, and the floor).
+SUMMARY_PHASE = "summary"
+#: Every step, in the order they may come.
+PHASES = (AUTO_PHASE, JUDGE_PHASE, FINISH_PHASE, SUMMARY_PHASE)
 
 
 @dataclass(frozen=True)
@@ -79,74 +78,36 @@ class PlanRun:
 
 def plan_routing(
     routing: RoutingData,
+    spec: ProblemSpec,
     solver: str,
     params: SolveParams,
     *,
-    model: ModelSpec | None = None,
-    topology: Topology | None = None,
-    num_gpus: int | None = None,
-    slots_per_gpu: int | None = None,
-    redundant: int | None = None,
     auto: bool = False,
-    dtype: str | None = None,
-    kv_reserve_gb: float | None = None,
-    fit: OpenRange | None = None,
-    current: Placement | None = None,
-    regime_note: str = "",
-    output: str = "",
-    no_trace_reason: str = "",
     progress: Progress | None = None,
     phase: Phase | None = None,
 ) -> PlanRun:
-    """Plan ``routing`` with ``solver`` under ``params`` (its regime is the one judged)
-    and summarize the plan against the reference EPLB.
+    """Plan ``routing`` as ``spec`` describes the problem, with ``solver`` under
+    ``params`` (its regime is the one the plan is made for and judged under), and
+    summarize the plan against the reference EPLB.
 
     Parameters
     ----------
     routing: the trace's statistics (and per-token routing when kept for the replay).
-    model, topology, num_gpus, slots_per_gpu, redundant, dtype, kv_reserve_gb, fit,
-        current: as :func:`placer.planning.build.build_problem` takes them.
-    auto: choose the slots per GPU with :func:`placer.planning.redundancy.auto_redundancy` (needs
-        ``model`` and ``topology``; ``slots_per_gpu`` and ``redundant`` are then unused).
-    regime_note, output, no_trace_reason: passed to :func:`summarize_plan`.
+    spec: the problem (:class:`placer.planning.build.ProblemSpec`).
+    auto: choose the slots per GPU with :func:`placer.planning.redundancy.auto_redundancy`
+        (needs the spec's model and topology; its slot and redundancy counts are unused).
     progress: entered around the solve; its callback is ``params.progress``.
     phase: entered around each other step that may be long (:data:`AUTO_PHASE`; after the
         solver's last layer, :data:`JUDGE_PHASE` while it finishes; :data:`SUMMARY_PHASE`).
     """
     started = time.perf_counter()
-    step: Phase = phase or (lambda name, what: nullcontext())
-
-    def build(slots: int | None, spare: int | None) -> PlacementProblem:
-        return build_problem(
-            routing, model=model, topology=topology, num_gpus=num_gpus,
-            slots_per_gpu=slots, redundant=spare, dtype=dtype,
-            kv_reserve_gb=kv_reserve_gb, fit=fit, current=current,
-        )
-
+    step: Phase = phase or (lambda name: nullcontext())
     choice = None
     if auto:
-        with step(*AUTO_PHASE):
-            choice = auto_redundancy(lambda s: build(s, None), routing.stats.num_experts,
-                                     *_check_auto(model, topology), params.regime, dtype=dtype,
-                                     kv_reserve_gb=kv_reserve_gb, seed=params.seed)
-        problem = build(choice.chosen.slots_per_gpu, None)
-    else:
-        problem = build(slots_per_gpu, redundant)
-    fitted = None if fit is None else (fit[0] or 0, routing.stats.num_windows
-                                       if fit[1] is None else fit[1])
-    return _planned(problem, routing, solver, params, progress, step, choice, started,
-                    fitted=fitted, dtype=dtype, regime_note=regime_note, output=output,
-                    no_trace_reason=no_trace_reason)
-
-
-def _planned(
-    problem: PlacementProblem, routing: RoutingData, solver: str, params: SolveParams,
-    progress: Progress | None, step: Phase, choice: RedundancyChoice | None,
-    started: float, *, fitted: tuple[int, int] | None, dtype: str | None,
-    regime_note: str, output: str, no_trace_reason: str,
-) -> PlanRun:
-    """:func:`plan_routing` once the problem is built: solve, then summarize against EPLB,
-    timed from ``started`` (``planning_s`` to the last layer planned)."""
+        with step(AUTO_PHASE):
+            choice = auto_redundancy(routing, spec, params.regime, seed=params.seed)
+        spec = spec.with_slots(choice.chosen.slots_per_gpu)
+    problem = build_problem(routing, spec)
     searched: list[float] = []  # when the last layer was planned
 
     def after_search() -> None:
@@ -155,27 +116,15 @@ def _planned(
     result = _solve(problem, solver, params, progress, step, after_search)
     if not searched:
         after_search()
-    with step(*SUMMARY_PHASE):
+    with step(SUMMARY_PHASE):
         baseline = _baseline(problem, solver, params)
         metrics = basic_metrics(result.placement, problem.stats)
-        summary = summarize_plan(
-            problem, result, baseline, routing, regime=params.regime,
-            regime_note=regime_note, fit=fitted, output=output, dtype=dtype,
-            no_trace_reason=no_trace_reason)
+        summary = summarize_plan(problem, result, baseline, routing, regime=params.regime,
+                                 fit=spec.fitted(routing.stats.num_windows), dtype=spec.dtype)
     ended = time.perf_counter()
     planned = searched[0]
     return PlanRun(problem, result, baseline, metrics, summary, choice, timings={
         "planning_s": planned - started, "after_planning_s": ended - planned})
-
-
-def _check_auto(model: ModelSpec | None,
-                topology: Topology | None) -> tuple[ModelSpec, Topology]:
-    """Automatic redundancy times candidates with the evaluator: both are needed."""
-    if model is None or topology is None:
-        raise UsageError("`redundant` auto times candidates with the evaluator, which needs"
-                         " the model and the topology", where=Param("redundant"),
-                         hint="pass `model` and `topology`, or give a number")
-    return model, topology
 
 
 def _baseline(problem: PlacementProblem, solver: str, params: SolveParams) -> SolveResult | None:
@@ -203,6 +152,6 @@ def _solve(problem: PlacementProblem, solver: str, params: SolveParams,
                 entered.append(True)
                 after_search()
                 after_layers.enter_context(
-                    step(*(JUDGE_PHASE if can_judge(problem) else FINISH_PHASE)))
+                    step(JUDGE_PHASE if can_judge(problem) else FINISH_PHASE))
 
         return solve(problem, solver, replace(params, progress=layers))

@@ -19,8 +19,9 @@ Below the time rows, the *explanation* rows (:func:`versus_eplb`): hot shard on 
 fitted windows, remote copies per token and their proven bracket
 (:func:`remote_figures`), weight moves, solve time and gap.
 
-Pure apart from what the evaluator needs (no files, no printing); warnings of the
-evaluations are said once (:class:`placer.errors.PlacerWarning`).
+Pure apart from what the evaluator needs (no files, no printing: ``placer plan`` renders
+the figures as text, :mod:`placer.cli.summary`); warnings of the evaluations are said
+once (:class:`placer.errors.PlacerWarning`).
 """
 
 
@@ -40,7 +41,7 @@ from placer.summary.figures import (
     verdict,
 )
 from placer.summary.plan import PlanSummary, summarize_plan
-from placer.summary.proxies import basic_metrics, remote_figures, render_versus, versus_eplb
+from placer.summary.proxies import basic_metrics, remote_figures, versus_eplb
 
 __all__ = [
     "BASELINE_SOLVER",
@@ -57,7 +58,6 @@ __all__ = [
     "judged_windows",
     "layers_faster",
     "remote_figures",
-    "render_versus",
     "summarize_plan",
     "time_figure",
     "verdict",

@@ -59,7 +59,8 @@ class Judged:
     fitted: ``(start, stop)`` fitted windows.
     source: ``"trace"`` (per-token replay) or ``"sampled"`` (batches drawn from the
         statistics); set by the evaluation.
-    why: why the part or the source is what it is (empty when there is nothing to say).
+    why: why the part is what it is (empty when there is nothing to say).
+    source_why: why the tokens are sampled, when they are (else empty).
     num_batches, batch_tokens, num_tokens: what the evaluator judged (0 before).
     """
 
@@ -68,26 +69,19 @@ class Judged:
     fitted: tuple[int, int]
     source: str = "sampled"
     why: str = ""
+    source_why: str = ""
     num_batches: int = 0
     batch_tokens: int = 0
     num_tokens: int = 0
 
-    def describe(self) -> str:
-        """``held-out windows 6:32 (fitted 0:6), per-token replay: 7 batches, 6656 tokens``."""
-        start, stop = self.windows
-        if self.part == "held-out":
-            where = (f"held-out windows {start}:{stop}"
-                     f" (fitted {self.fitted[0]}:{self.fitted[1]})")
-        else:
-            where = f"the fitted windows {start}:{stop}"
-        how = "per-token replay" if self.source == "trace" else "sampled batches"
-        text = (f"{where}, {how}: {self.num_batches} batch{'es' if self.num_batches != 1 else ''}"
-                f" of up to {self.batch_tokens} tokens, {self.num_tokens} tokens")
-        return f"{text} ({self.why})" if self.why else text
+    @property
+    def reasons(self) -> str:
+        """Why the part and the source are what they are, in one string."""
+        return "; ".join(text for text in (self.why, self.source_why) if text)
 
     def to_dict(self) -> dict[str, Any]:
         return {"part": self.part, "windows": list(self.windows), "fitted": list(self.fitted),
-                "source": self.source, "why": self.why, "num_batches": self.num_batches,
+                "source": self.source, "why": self.reasons, "num_batches": self.num_batches,
                 "batch_tokens": self.batch_tokens, "num_tokens": self.num_tokens}
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from placer.calibrate.deepep import extrapolation_note
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
 from placer.evaluate.bound import TimeBound
@@ -21,7 +20,6 @@ from placer.problem import PlacementProblem, SolveResult
 from placer.regime import Regime
 from placer.stats import ExpertStats, RoutingData, format_ranges
 from placer.summary.figures import (
-    EQUAL_TOLERANCE,
     TIME_FIGURES,
     VERDICT_FIGURE,
     Judged,
@@ -30,11 +28,10 @@ from placer.summary.figures import (
     layers_faster,
     verdict,
 )
-from placer.summary.proxies import basic_metrics, render_versus, versus_eplb
-from placer.summary.replan import replan_doc, replan_rows
+from placer.summary.proxies import basic_metrics, versus_eplb
+from placer.summary.replan import replan_doc
+from placer.topology.calibration import extrapolation_note
 
-#: Column header of the floor (:func:`placer.evaluate.time_bound`) in the time rows.
-FLOOR_COLUMN = "floor"
 #: The figure the gap to the floor is measured on: the mean step, whose floor holds one
 #: placement to every batch (the per-batch floors of the percentiles let it follow each
 #: batch, so they are looser).
@@ -51,11 +48,10 @@ class PlanSummary:
 
     Attributes
     ----------
-    output: where the placement was written.
     problem: problem size (model, topology, experts, layers, windows, GPUs, slots).
     solver: the solver's name, status, objective, bound, gap and seconds.
     metrics: :func:`basic_metrics` of the plan on the fitted windows (written with it).
-    regime: what the plan is judged under; ``regime_note`` says where it came from.
+    regime: what the plan is judged under.
     eval_params: the evaluator's parameters of the time figures (None when not estimated).
     judged: where and how the time figures were obtained (None when not estimated).
     columns: the plan's solver, then the baseline's when there is one.
@@ -72,19 +68,17 @@ class PlanSummary:
         on the same tokens (:func:`placer.evaluate.time_bound`; the figures it bounds
         only); None when not estimated.
     calibration_note: where the regime lies outside what the link model was calibrated
-        on (:func:`placer.calibrate.deepep.extrapolation_note`), else "".
+        on (:func:`placer.topology.calibration.extrapolation_note`), else "".
     batch_floor: solver -> the step p99 no placement with that plan's replica counts can
         beat on the same batches under a position rule (vLLM's hash, TensorRT-LLM's
         blocks, round robin: :func:`placer.evaluate.hot_floor.counts_floor`, each batch's
         hottest GPU, under ``floor``'s cells); None under other dispatch.
     """
 
-    output: str
     problem: dict[str, Any]
     solver: dict[str, Any]
     metrics: dict[str, float]
     regime: Regime
-    regime_note: str = ""
     eval_params: EvalParams | None = None
     judged: Judged | None = None
     columns: tuple[str, ...] = ()
@@ -101,16 +95,15 @@ class PlanSummary:
     batch_floor: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document (exports are added by the command)."""
+        """The ``--json`` document (where the placement was written, where the regime came
+        from and the exports are the command's to add)."""
         w = self.regime
         num_gpus = int(self.problem["num_gpus"])
         doc: dict[str, Any] = {
-            "output": self.output,
             "problem": self.problem,
             "solver": self.solver,
             "metrics": self.metrics,
-            "regime": {**w.to_dict(), "batch_tokens": w.batch_tokens(num_gpus),
-                       "note": self.regime_note},
+            "regime": {**w.to_dict(), "batch_tokens": w.batch_tokens(num_gpus)},
             "judged": None if self.judged is None else self.judged.to_dict(),
             "times": {name: dict(self.times[name]) for name in self.columns
                       if name in self.times},
@@ -126,105 +119,6 @@ class PlanSummary:
         if self.versus is not None:
             doc["versus"] = self.versus
         return doc
-
-    def rows(self) -> list[str]:
-        """Text lines (no colour, fit for a terminal or a log)."""
-        p, s, m = self.problem, self.solver, self.metrics
-        model = p["model"] or "model"
-        where = f"{p['topology']}: " if p["topology"] else ""
-        solver = f"{s['name']} ({s['status']}, {s['seconds']:.2f} s"
-        if s["bound"] is not None and s["gap"] is not None:
-            solver += f", bound {s['bound']:.6g}, gap {100 * s['gap']:.2f}%"
-        solver += ")"
-        judged_as = self.regime.describe()
-        if self.regime_note:
-            judged_as += f"; {self.regime_note}"
-        lines = [
-            f"placement    {self.output}",
-            f"model        {model}: {p['num_experts']} experts, layers {p['layers']},"
-            f" {p['num_windows']} window{'s' if p['num_windows'] != 1 else ''} fitted",
-            f"cluster      {where}{p['num_gpus']} GPUs on {p['num_nodes']}"
-            f" node{'s' if p['num_nodes'] > 1 else ''},"
-            f" {p['slots_per_gpu']} slots per GPU ({p['num_physical_experts']} physical,"
-            f" {p['num_redundant']} redundant)",
-            f"solver       {solver}",
-            f"hot shard    max/mean GPU load: median {m['hot_shard_ratio_median']:.4f},"
-            f" worst {m['hot_shard_ratio_worst']:.4f}"
-            f" (hottest GPU {m['hottest_gpu_load']:.6g} tokens)",
-            f"judged as    {judged_as}",
-        ]
-        if self.judged is not None and self.times:
-            lines.append(f"judged on    {self.judged.describe()}")
-        if self.calibration_note:
-            lines.append(f"calibration  {self.calibration_note}")
-        lines += replan_rows(self.replan)
-        lines.append("")
-        lines += self.time_rows()
-        if self.versus is not None:
-            lines += ["", *render_versus(self.versus)]
-        return lines
-
-    def time_rows(self) -> list[str]:
-        """The estimated times, layers faster and the verdict (or why there are none)."""
-        if not self.times:
-            return [f"estimated time: not shown ({self.times_note})"]
-        names = [n for n in self.columns if n in self.times]
-        floor = self.floor or {}
-        lines = [f"{'estimated time, µs':24}" + "".join(f"{n:>12}" for n in names)
-                 + (f"{FLOOR_COLUMN:>12}" if self.floor is not None else "")]
-        for fig in TIME_FIGURES:
-            cells = "".join(f"{fig.cell(self.times[n].get(fig.key)):>12}" for n in names)
-            if self.floor is not None:
-                cells += f"{fig.cell(floor.get(fig.key)):>12}"
-            lines.append(f"{fig.label:24}{cells}")
-        if self.layers is not None and len(names) == 2:
-            mine, theirs = names
-            lines.append(
-                f"layers faster: {mine} {self.layers[mine]}, {theirs} {self.layers[theirs]},"
-                f" equal {self.layers['equal']} (each layer's p99, equal within"
-                f" {EQUAL_TOLERANCE:.1%})")
-        if self.verdict is not None:
-            lines.append(self.verdict.text)
-        gaps = self.gaps()
-        if gaps:
-            slots = self.problem["slots_per_gpu"]
-            within = ", ".join(f"{name} {gap:.1%}" for name, gap in gaps.items())
-            lines.append(
-                f"{FLOOR_COLUMN}: no placement with {slots} slots per GPU has a mean step below"
-                f" {floor[FLOOR_FIGURE]:,.1f} µs on these tokens under this model; above it:"
-                f" {within} (docs/planner.md, the floor)")
-            lines += self._traffic_row(names)
-        lines += self._batch_floor_row(names)
-        return lines
-
-    def _batch_floor_row(self, names: list[str]) -> list[str]:
-        """Each plan's step p99 against the per-batch floor of its replica counts."""
-        floors = self.batch_floor or {}
-        shown = [n for n in names if n in floors and math.isfinite(floors[n])
-                 and n in self.times]
-        if not shown:
-            return []
-        policy = self.eval_params.policy if self.eval_params is not None else ""
-        least = ", ".join(f"{n} {floors[n]:,.1f} µs" for n in shown)
-        above = ", ".join(
-            f"{n} {max(0.0, 1 - floors[n] / self.times[n][BATCH_FLOOR_FIGURE]):.1%}"
-            for n in shown)
-        return [f"per-batch floor ({policy}, each plan's replica counts): step p99 at least"
-                f" {least}; above it: {above} (docs/planner.md, the floor)"]
-
-    def _traffic_row(self, names: list[str]) -> list[str]:
-        """Where the floor is loose: the remote copies per token it counts beside each
-        plan's own (empty when the evaluations or the floor's counts are absent)."""
-        floor = self.floor or {}
-        keys = ("remote_copies_per_token_gpu", "remote_copies_per_token_node")
-        least = [floor.get(k, math.nan) for k in keys]
-        if not all(math.isfinite(v) for v in least) or not self.evaluations:
-            return []
-        plans = [f"{n} {self.evaluations[n].metrics[keys[0]]:.2f} and"
-                 f" {self.evaluations[n].metrics[keys[1]]:.2f}"
-                 for n in names if n in self.evaluations]
-        return [f"{FLOOR_COLUMN}'s traffic: at least {least[0]:.2f} copies per token to another"
-                f" GPU and {least[1]:.2f} to another node; {', '.join(plans)}"]
 
     def gaps(self) -> dict[str, float]:
         """Solver -> how far its mean step is above the floor, as a share of its own
@@ -247,11 +141,8 @@ def summarize_plan(
     routing: RoutingData | ExpertStats,
     *,
     regime: Regime | None = None,
-    regime_note: str = "",
     fit: tuple[int, int] | None = None,
-    output: str = "",
     dtype: str | None = None,
-    no_trace_reason: str = "",
 ) -> PlanSummary:
     """Summarize a plan: problem, solver, time figures against the baseline, explanation.
 
@@ -262,20 +153,17 @@ def summarize_plan(
     baseline: EPLB's plan of the same problem, or None (no side-by-side).
     routing: the whole routing data (every window; per-token when kept).
     regime: what to judge under (default :class:`~placer.regime.Regime`).
-    regime_note: where the regime came from, in words.
     fit: ``(start, stop)`` fitted windows of ``routing`` (None: every window).
-    output: where the placement was written.
     dtype: expert dtype (None: the model's).
-    no_trace_reason: why ``routing`` has no per-token data, when the caller knows.
     """
     regime = regime or Regime()
     if isinstance(routing, ExpertStats):
         routing = RoutingData(routing)
     results = [result] if baseline is None else [result, baseline]
     summary = PlanSummary(
-        output=str(output), problem=_problem_doc(problem), solver=_solver_doc(result),
+        problem=_problem_doc(problem), solver=_solver_doc(result),
         metrics=basic_metrics(result.placement, problem.stats), regime=regime,
-        regime_note=regime_note, columns=tuple(r.solver for r in results),
+        columns=tuple(r.solver for r in results),
         replan=replan_doc(problem, result, dtype),
     )
     if problem.model is None or problem.topology is None:
@@ -291,8 +179,7 @@ def summarize_plan(
     versus = None if baseline is None else Background(
         versus_eplb, problem, result, baseline, routing.stats)
     try:
-        summary = _with_times(summary, problem, results, routing, fit, dtype,
-                              no_trace_reason)
+        summary = _with_times(summary, problem, results, routing, fit, dtype)
         return summary if versus is None else replace(summary, versus=versus.result())
     finally:
         if versus is not None:
@@ -335,11 +222,9 @@ def _solver_doc(result: SolveResult) -> dict[str, Any]:
 def _with_times(
     summary: PlanSummary, problem: PlacementProblem, results: list[SolveResult],
     routing: RoutingData, fit: tuple[int, int] | None, dtype: str | None,
-    no_trace_reason: str,
 ) -> PlanSummary:
     """``summary`` with the time figures, layers faster and the verdict."""
-    judged, why, params = _judging(summary.regime, problem, routing, fit, dtype,
-                                   no_trace_reason)
+    judged, sampled_why, params = _judging(summary.regime, problem, routing, fit, dtype)
     evaluations: dict[str, Evaluation] = {}
     draws: dict[tuple[int, ...], np.ndarray] = {}  # both placements on the same sampled tokens
     messages: list[str] = []
@@ -376,8 +261,9 @@ def _with_times(
         warnings.warn(order_bias_message(findings, *order), PlacerWarning, stacklevel=3)
     first = evaluations[results[0].solver]
     judged = replace(
-        judged, source=first.source, why="; ".join(why) if first.source == "sampled"
-        else judged.why, num_batches=int(first.metrics["num_batches"]),
+        judged, source=first.source,
+        source_why=sampled_why if first.source == "sampled" else "",
+        num_batches=int(first.metrics["num_batches"]),
         batch_tokens=int(first.params.batch_tokens or 0),
         num_tokens=int(first.metrics["num_tokens"]),
     )
@@ -409,18 +295,15 @@ def _with_times(
 
 def _judging(
     regime: Regime, problem: PlacementProblem, routing: RoutingData,
-    fit: tuple[int, int] | None, dtype: str | None, no_trace_reason: str = "",
-) -> tuple[Judged, list[str], EvalParams]:
-    """Where and how the summary judges: the windows, why there (and why sampled, when
-    it is), and the evaluator's parameters."""
+    fit: tuple[int, int] | None, dtype: str | None,
+) -> tuple[Judged, str, EvalParams]:
+    """Where and how the summary judges: the windows (and why there), why the tokens
+    are sampled when they are, and the evaluator's parameters."""
     judged = judged_windows(routing.stats.num_windows, fit)
-    why = [judged.why] if judged.why else []
     sample, sampled_why = replay_or_sample(routing, judged.windows)
-    if sampled_why:
-        why.append(no_trace_reason if routing.trace is None and no_trace_reason else sampled_why)
     params = regime_params(regime, problem.num_gpus, num_layers=problem.stats.num_layers,
                            dtype=dtype, windows=judged.windows, sample=sample)
-    return judged, why, params
+    return judged, sampled_why, params
 
 
 def _placement_of(results: list[SolveResult], solver: str) -> Any:

@@ -31,31 +31,3 @@ def replan_doc(problem: PlacementProblem, result: SolveResult,
     }
     doc.update(result.replan or {})
     return doc
-
-
-def replan_rows(doc: dict[str, Any] | None, frontier: bool = False) -> list[str]:
-    """Text lines of :func:`replan_doc`; the frontier table too when ``frontier``."""
-    if doc is None:
-        return []
-    lines = [f"re-plan      {doc['describe']}"]
-    if "current_cost" in doc:
-        before, after, best = doc["current_cost"], doc["cost_after"], doc["best_cost"]
-        change = after / before - 1.0 if before else 0.0
-        why = (f"budget {doc['budget']:,} moves" if doc.get("budget") is not None else
-               f"the fewest moves within {doc['tolerance']:.1%} of the best re-plan")
-        lines.append(
-            f"             {why}; the best re-plan needs {doc['best_moves']:,} moves"
-            f" ({best:,.1f})")
-        lines.append(
-            f"             {doc['cost']} on the fitted windows: current {before:,.1f},"
-            f" re-planned {after:,.1f} ({change:+.2%})")
-    if frontier and doc.get("frontier"):
-        lines += ["", f"{'move budget':>12}{'moves':>10}{'estimate':>14}{'vs current':>12}"]
-        before = doc["current_cost"]
-        for row in doc["frontier"]:
-            change = row["cost"] / before - 1.0 if before else 0.0
-            lines.append(f"{row['budget']:>12,}{row['moves']:>10,}{row['cost']:>14,.1f}"
-                         f"{change:>+12.2%}")
-        lines.append(f"(estimate: {doc['cost']}, fitted windows; whole layers re-planned or kept,"
-                     " the most gain per budget)")
-    return lines

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -167,12 +167,6 @@ class Calibration:
         return Calibration(links, other.compute, other.source or self.source,
                            other.rebalance if other.rebalance is not None else self.rebalance)
 
-    def with_links(self, **links: LinkCalibration) -> Calibration:
-        """A copy with some link technologies replaced."""
-        merged = dict(self.links)
-        merged.update(links)
-        return replace(self, links=merged)
-
     def to_dict(self) -> dict[str, Any]:
         """The ``calibration:`` section of a topology file for this calibration."""
         out: dict[str, Any] = {
@@ -217,3 +211,40 @@ DEFAULT_CALIBRATION = Calibration(
     },
     source="placer defaults (DeepEP V1 tables, H800 + CX7 InfiniBand)",
 )
+
+# -- where the default calibration holds -------------------------------------------------
+
+#: ``(least, most)`` tokens per GPU of the measurements :data:`DEFAULT_CALIBRATION` was
+#: fitted on, per all-to-all mode (DeepEP's published rows, ``placer.calibrate.deepep``;
+#: a test holds the two together).
+DEFAULT_CALIBRATED_TOKENS: Mapping[str, tuple[int, int]] = MappingProxyType({
+    "normal": (4096, 4096), "low_latency": (128, 128), "low_latency_rdma": (128, 128),
+})
+
+#: How far (a factor) from those tokens per GPU a mode's figures are still taken as
+#: calibrated.
+CALIBRATED_FACTOR = 2.0
+
+
+def extrapolation_note(mode: str, tokens_per_gpu: int, calibration_source: str) -> str:
+    """A sentence when the default calibration is used for ``tokens_per_gpu`` far
+    (:data:`CALIBRATED_FACTOR`) from what ``mode`` was calibrated on
+    (:data:`DEFAULT_CALIBRATED_TOKENS`); "" otherwise (or when the topology carries its
+    own calibration, e.g. from ``placer calibrate``).
+
+    >>> d = DEFAULT_CALIBRATION
+    >>> extrapolation_note("normal", 128, d.source)[:58]
+    'normal-mode all-to-all is calibrated at 4,096 tokens per G'
+    >>> extrapolation_note("low_latency", 128, d.source)
+    ''
+    """
+    span = DEFAULT_CALIBRATED_TOKENS.get(mode)
+    if span is None or calibration_source != DEFAULT_CALIBRATION.source:
+        return ""
+    lo, hi = span
+    if lo / CALIBRATED_FACTOR <= tokens_per_gpu <= hi * CALIBRATED_FACTOR:
+        return ""
+    at = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+    return (f"{mode.replace('_', '-')}-mode all-to-all is calibrated at {at} tokens per GPU"
+            f" (DeepEP's published rows); at {tokens_per_gpu:,} the model extrapolates"
+            " (docs/evaluate.md, 'Where the model is calibrated')")

@@ -21,7 +21,6 @@ class ReadOptions:
     layers: tuple[int, ...] | None = None
     num_experts: int | None = None
     top_k: int | None = None
-    progress: bool = False
     keep_warmup: bool = False
 
     def __post_init__(self) -> None:

@@ -5,11 +5,9 @@
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from placer import constants
 from placer.errors import TraceError
@@ -18,6 +16,8 @@ from placer.traces.accumulate import Accumulator, ReadOptions
 from placer.traces.registry import TraceFormat, detect_format, folder_files, get_format
 
 PathLike = str | os.PathLike[str]
+#: ``progress(bytes read, bytes in all)``, called as the files are read.
+ReadProgress = Callable[[int, int], None]
 
 def read_routing(
     path: PathLike | Sequence[PathLike],
@@ -29,7 +29,7 @@ def read_routing(
     layers: Sequence[int] | None = None,
     num_experts: int | None = None,
     top_k: int | None = None,
-    progress: bool = False,
+    progress: ReadProgress | None = None,
     keep_warmup: bool = False,
 ) -> RoutingData:
     """Read one or more traces (or aggregated load files) into statistics.
@@ -51,7 +51,8 @@ def read_routing(
     layers: absolute layer ids to keep (rows of other layers are skipped and counted).
     num_experts, top_k: the model's, checked against the data and any header; inferred
         from the data when neither gives them.
-    progress: draw a progress bar on stderr for large inputs.
+    progress: called with ``(bytes read, bytes in all)`` as inputs of at least
+        ``constants.PROGRESS_MIN_BYTES`` (all files together) are read; the caller draws it.
     keep_warmup: count the rows of warm-up passes too.  By default runs of
         ``constants.WARMUP_RUN_ROWS`` or more identical consecutive selections in one
         layer (from one request) are an engine's profiling or warm-up pass: they are
@@ -79,18 +80,17 @@ def read_routing(
         layers=None if layers is None else tuple(int(i) for i in layers),
         num_experts=num_experts,
         top_k=top_k,
-        progress=progress,
         keep_warmup=keep_warmup,
     )
     given = [(p, get_format(format) if format else detect_format(p)) for p in paths]
     # a folder an engine fills with files (SGLang's recorder dumps) reads as those files
     files = [(f, fmt) for p, fmt in given for f in folder_files(p, fmt)]
     paths, fmts = [p for p, _ in files], [fmt for _, fmt in files]
-    acc = _accumulate(paths, fmts, options)
+    acc = _accumulate(paths, fmts, options, progress)
     if acc.only_warmup():
         # nothing but identical rows is the data itself (a synthetic or degenerate
         # trace), not a warm-up pass before it: read again, keeping them
-        acc = _accumulate(paths, fmts, replace(options, keep_warmup=True))
+        acc = _accumulate(paths, fmts, replace(options, keep_warmup=True), progress)
         acc.notes.append(
             "every routing row is in a run of identical selections, as in a warm-up pass;"
             " they were counted since the trace has nothing else"
@@ -98,33 +98,30 @@ def read_routing(
     return acc.result()
 
 
-def _accumulate(paths: list[Path], fmts: list[TraceFormat], options: ReadOptions) -> Accumulator:
-    """Stream every file into one accumulator (not yet ended)."""
+def _accumulate(paths: list[Path], fmts: list[TraceFormat], options: ReadOptions,
+                progress: ReadProgress | None) -> Accumulator:
+    """Stream every file into one accumulator (not yet ended), saying the bytes read to
+    ``progress`` when the inputs are large."""
     acc = Accumulator(options)
     total = sum(_size(p) for p in paths)
-    bar = (
-        _progress_bar(total)
-        if options.progress and total >= constants.PROGRESS_MIN_BYTES
-        else None
-    )
-    try:
-        if bar is not None:
-            prog, task = bar
-            prog.start()
-            acc.set_progress(lambda n: prog.advance(task, n))
-        for p, fmt in zip(paths, fmts, strict=True):
-            if not p.exists():
-                if p.is_symlink():
-                    raise TraceError(
-                        "the link leads nowhere (its target is missing, or links loop)",
-                        where=str(p), hint="point the link at the trace file",
-                    )
-                raise TraceError("file not found", where=str(p), hint="check the path")
-            acc.begin_source(str(p), fmt.name)
-            fmt.read(p, acc)
-    finally:
-        if bar is not None:
-            bar[0].stop()
+    if progress is not None and total >= constants.PROGRESS_MIN_BYTES:
+        done = [0]
+
+        def advance(nbytes: int) -> None:
+            done[0] += nbytes
+            progress(done[0], total)
+
+        acc.set_progress(advance)
+    for p, fmt in zip(paths, fmts, strict=True):
+        if not p.exists():
+            if p.is_symlink():
+                raise TraceError(
+                    "the link leads nowhere (its target is missing, or links loop)",
+                    where=str(p), hint="point the link at the trace file",
+                )
+            raise TraceError("file not found", where=str(p), hint="check the path")
+        acc.begin_source(str(p), fmt.name)
+        fmt.read(p, acc)
     return acc
 
 
@@ -135,19 +132,3 @@ def _size(p: Path) -> int:
         return p.stat().st_size
     except OSError:
         return 0
-
-
-def _progress_bar(total: int) -> tuple[Any, Any]:
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    prog = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=Console(file=sys.stderr),
-        transient=True,
-    )
-    task = prog.add_task("reading trace", total=total)
-    return prog, task

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from placer.calibrate.deepep import calibrated_tokens, extrapolation_note
+from placer.calibrate.deepep import calibrated_tokens
 from placer.cli.main import app
+from placer.regime import MODES
 from placer.topology import DEFAULT_CALIBRATION, load_topology
+from placer.topology.calibration import DEFAULT_CALIBRATED_TOKENS, extrapolation_note
 
 runner = CliRunner()
 
@@ -17,6 +19,11 @@ def test_the_ranges_are_deepeps_rows():
     assert calibrated_tokens("low_latency") == (128, 128)
     assert calibrated_tokens("low_latency_rdma") == (128, 128)
     assert calibrated_tokens("carrier_pigeon") is None
+
+
+def test_the_cost_model_knows_the_ranges_its_defaults_were_fitted_on():
+    """The default calibration's ranges (beside the cost model) are DeepEP's rows'."""
+    assert {m: calibrated_tokens(m) for m in MODES} == dict(DEFAULT_CALIBRATED_TOKENS)
 
 
 @pytest.mark.parametrize(("mode", "tokens", "noted"), [

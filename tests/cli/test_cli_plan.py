@@ -244,6 +244,24 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
     assert any(line.startswith("floor: no placement with ") for line in text)
 
 
+def test_plan_says_why_it_kept_no_per_token_routing(skewed_trace, tmp_path, monkeypatch):
+    """Inputs over the size worth keeping are judged on sampled batches, and the command
+    (which chose not to keep them) says why, in the text and in the JSON."""
+    import placer.summary
+
+    monkeypatch.setattr(placer.summary, "KEEP_TOKENS_MAX_BYTES", 0)
+    out = tmp_path / "plan.json"
+    args = [str(skewed_trace), *H100, "-s", "eplb", "--fit", "0:6", "-o", str(out)]
+    doc = json.loads(_plan(*args, "--json").stdout)
+    reason = "per-token routing not kept: the inputs are 0 MiB, over 0 MiB;"
+    assert doc["judged"]["source"] == "sampled"
+    assert doc["judged"]["why"].startswith(reason)
+    assert next(iter(doc)) == "output" and doc["output"] == str(out)
+    text = _plan(*args).stdout.splitlines()
+    assert text[6].startswith("judged on    held-out windows 6:8 (fitted 0:6), sampled batches")
+    assert text[6].endswith(f"({doc['judged']['why']})")
+
+
 def test_plan_workload_prefill_changes_mode_and_batch(skewed_trace, tmp_path):
     result = _plan(str(skewed_trace), *H100, "-s", "eplb", "--workload", "prefill",
                    "--tokens-per-gpu", "16", "--engine", "sglang",

@@ -32,7 +32,7 @@ from placer.errors import PlacerError, UsageError
 from placer.evaluate import evaluate
 from placer.evaluate.params import regime_params
 from placer.model import load_model
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.solvers import solve
 from placer.problem import SolveParams
 from placer.regime import Regime
@@ -87,8 +87,8 @@ def test_two_presets_two_redundancy_levels_give_the_expected_rows(four_rows):
 def test_rows_equal_plan_then_evaluate_by_hand(bundled, four_rows):
     """The row of 2x-dgx-h100 R=16 is what build_problem -> solve -> evaluate gives."""
     model, topology = load_model("gpt-oss-20b"), load_topology("2x-dgx-h100")
-    problem = build_problem(bundled, model=model, topology=topology, redundant=16,
-                            kv_reserve_gb=71.0, fit=(0, 24))
+    problem = build_problem(bundled, ProblemSpec(model=model, topology=topology, redundant=16,
+                            kv_reserve_gb=71.0, fit=(0, 24)))
     result = solve(problem, "eplb")
     evaluation = evaluate(result.placement, bundled, topology, model,
                           regime_params(Regime(), topology.num_gpus, windows=(24, 32),

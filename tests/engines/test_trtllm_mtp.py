@@ -19,7 +19,7 @@ from placer.errors import EngineFormatError, TraceError
 from placer.model import load_model, model_names
 from placer.placement import Placement
 from placer.placement.document import read_placement, write_placement
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.traces import read_routing
 
 runner = CliRunner()
@@ -122,7 +122,7 @@ def test_plan_plans_the_mtp_layer_like_any_other(mtp_statistics: Path, tmp_path:
 def test_layer_61_needs_a_model_with_mtp(mtp_statistics: Path) -> None:
     no_mtp = replace(load_model("deepseek-v3"), num_nextn_predict_layers=0)
     with pytest.raises(TraceError) as info:
-        build_problem(read_routing(mtp_statistics), model=no_mtp, num_gpus=G)
+        build_problem(read_routing(mtp_statistics), ProblemSpec(model=no_mtp, num_gpus=G))
     assert info.value.message == (
         "trace layer 61 is not an MoE layer of deepseek-v3 (trace layers: 3-61)"
     )

@@ -192,7 +192,7 @@ def test_under_drift_the_plan_is_not_slower_than_eplb_on_held_out_windows(tmp_pa
     EPLB where its own plan is not clearly faster."""
     from placer.evaluate import EvalParams, evaluate
     from placer.model import load_model
-    from placer.planning.build import build_problem
+    from placer.planning.build import ProblemSpec, build_problem
     from placer.traces import read_routing
     from placer.traces.synth import SynthParams, write_synth
 
@@ -204,7 +204,7 @@ def test_under_drift_the_plan_is_not_slower_than_eplb_on_held_out_windows(tmp_pa
     routing = read_routing(path)
     model, topo = load_model("qwen3-30b-a3b"), load_topology("2x-dgx-h100")
     fit, held_out = (6, 12), (12, routing.stats.num_windows)
-    built = build_problem(routing, model=model, topology=topo, redundant=16, fit=fit)
+    built = build_problem(routing, ProblemSpec(model=model, topology=topo, redundant=16, fit=fit))
     workload = Regime("vllm", "decode")
     params = SolveParams(time_limit_s=5.0, total_time_limit_s=30.0, regime=workload)
     judge = EvalParams(policy=workload.dispatch, mode=workload.all_to_all,

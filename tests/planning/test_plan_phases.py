@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from placer.cli.main import app
 from placer.model import load_model
-from placer.planning.run import AUTO_PHASE, JUDGE_PHASE, SUMMARY_PHASE, plan_routing
+from placer.planning.build import ProblemSpec
+from placer.planning.run import AUTO_PHASE, JUDGE_PHASE, PHASES, SUMMARY_PHASE, plan_routing
 from placer.problem import SolveParams
 from placer.topology import load_topology
 from placer.traces import read_routing
@@ -46,7 +47,7 @@ def _recorder() -> tuple[list[str], object, object]:
         log.append("layers end")
 
     @contextmanager
-    def phase(name: str, what: str) -> Iterator[None]:
+    def phase(name: str) -> Iterator[None]:
         log.append(f"{name} start")
         yield
         log.append(f"{name} end")
@@ -59,13 +60,13 @@ def test_after_the_last_layer_the_judge_then_the_summary_are_said(synth) -> None
     log, progress, phase = _recorder()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan_routing(routing, "cpsat", SolveParams(jobs=1, total_time_limit_s=2), model=model,
-                     topology=topology, redundant=8, progress=progress, phase=phase)
+        plan_routing(routing, ProblemSpec(model=model, topology=topology, redundant=8), "cpsat",
+                     SolveParams(jobs=1, total_time_limit_s=2), progress=progress, phase=phase)
     last = log.index("layer 4/4")  # the solver may report a start (0/4) first
     assert all(entry.startswith("layer ") for entry in log[:last])
     assert log[last + 1:] == ["judge start", "layers end", "judge end", "summary start",
                               "summary end"]
-    assert JUDGE_PHASE[0] == "judge" and SUMMARY_PHASE[0] == "summary"
+    assert JUDGE_PHASE == "judge" and SUMMARY_PHASE == "summary"
 
 
 def test_the_redundancy_search_is_said(synth) -> None:
@@ -73,9 +74,9 @@ def test_the_redundancy_search_is_said(synth) -> None:
     log, progress, phase = _recorder()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan_routing(routing, "eplb", SolveParams(jobs=1), model=model, topology=topology,
-                     auto=True, progress=progress, phase=phase)
-    assert log == [f"{AUTO_PHASE[0]} start", f"{AUTO_PHASE[0]} end", "layers end",
+        plan_routing(routing, ProblemSpec(model=model, topology=topology), "eplb",
+                     SolveParams(jobs=1), auto=True, progress=progress, phase=phase)
+    assert log == [f"{AUTO_PHASE} start", f"{AUTO_PHASE} end", "layers end",
                    "summary start", "summary end"]
 
 
@@ -96,3 +97,10 @@ def test_placer_plan_prints_the_steps_after_the_last_layer(tmp_path: Path) -> No
         result = CliRunner().invoke(app, [*args, quiet])
         assert result.exit_code == 0, result.stderr
         assert all(line.startswith("warning:") for line in result.stderr.splitlines())
+
+
+def test_the_command_has_words_for_every_step() -> None:
+    """The library names its steps; the command line says what each does."""
+    from placer.cli.progress import PLAN_STEPS
+
+    assert set(PLAN_STEPS) == set(PHASES)

@@ -7,11 +7,12 @@ import pytest
 from planner_fixtures import MODEL, skewed_stats
 
 from placer.errors import UsageError
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.redundancy import (
     MAX_CANDIDATES,
     RedundancyOption,
     auto_problems,
+    auto_redundancy,
     choose_redundancy,
     slot_candidates,
 )
@@ -31,10 +32,7 @@ def problems(max_slots: int = 5) -> dict[int, PlacementProblem]:
     from placer.topology import load_topology
 
     topo = load_topology("2x-dgx-h100")
-    return auto_problems(
-        lambda s: build_problem(skewed_stats(), model=MODEL, topology=topo, slots_per_gpu=s),
-        32, topo.num_gpus, max_slots,
-    )
+    return auto_problems(skewed_stats(), ProblemSpec(model=MODEL, topology=topo), max_slots)
 
 
 @pytest.mark.parametrize("workload", [Regime("vllm", "decode"), Regime("sglang", "prefill")])
@@ -64,23 +62,28 @@ def test_reason_by_hand():
 
 def test_auto_needs_model_and_topology():
     stats = skewed_stats()
-    bare = {2: build_problem(stats, num_gpus=16, slots_per_gpu=2)}
+    bare = {2: build_problem(stats, ProblemSpec(num_gpus=16, slots_per_gpu=2))}
     with pytest.raises(UsageError, match="needs the model and the topology"):
         choose_redundancy(bare, Regime())
 
 
 def test_auto_redundancy_times_what_the_memory_allows():
     from placer.model.capacity import plan_capacity
-    from placer.planning.redundancy import auto_redundancy
     from placer.topology import load_topology
 
     topo = load_topology("2x-dgx-h100")
     workload = Regime("vllm", "decode")
-    choice = auto_redundancy(
-        lambda s: build_problem(skewed_stats(), model=MODEL, topology=topo, slots_per_gpu=s),
-        32, MODEL, topo, workload)
+    # the spec's own slot count is the one auto replaces
+    choice = auto_redundancy(skewed_stats(), ProblemSpec(model=MODEL, topology=topo,
+                                                         slots_per_gpu=7), workload)
     bound = plan_capacity(MODEL, topo, None).slots_per_gpu
     assert [o.slots_per_gpu for o in choice.options] == slot_candidates(32, 16, bound)
     by_hand = choose_redundancy(problems(bound), workload)
     assert choice.chosen.slots_per_gpu == by_hand.chosen.slots_per_gpu
     assert all(o.kv_left_gb is not None for o in choice.options)
+
+
+def test_auto_redundancy_needs_the_model_and_the_topology():
+    with pytest.raises(UsageError, match="needs the model and the topology") as info:
+        auto_redundancy(skewed_stats(), ProblemSpec(num_gpus=16), Regime())
+    assert info.value.where == "redundant"

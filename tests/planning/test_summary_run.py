@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from placer.model import load_model
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.run import plan_routing
 from placer.planning.solvers import solve
 from placer.problem import SolveParams
@@ -36,13 +36,12 @@ def test_plan_routing_is_build_solve_and_summarize(synth):
     params = SolveParams(jobs=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run = plan_routing(routing, "round_robin", params, model=model, topology=topology,
-                           redundant=8, fit=(0, None), output="plan.json")
-        problem = build_problem(routing, model=model, topology=topology, redundant=8,
-                                fit=(0, None))
+        spec = ProblemSpec(model=model, topology=topology, redundant=8, fit=(0, None))
+        run = plan_routing(routing, spec, "round_robin", params)
+        problem = build_problem(routing, spec)
         plan, base = solve(problem, "round_robin", params), solve(problem, "eplb", params)
         by_hand = summarize_plan(problem, plan, base, routing, regime=params.regime,
-                                 fit=(0, 32), output="plan.json")
+                                 fit=(0, 32))
     assert run.problem.slots_per_gpu == problem.slots_per_gpu
     assert np.array_equal(run.result.placement.physical_to_logical,
                           plan.placement.physical_to_logical)
@@ -66,7 +65,7 @@ def test_plan_routing_with_eplb_has_no_baseline_and_reports_progress(synth):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run = plan_routing(routing, "eplb", SolveParams(jobs=1), model=model,
-                           topology=topology, redundant=8, progress=progress())
+        run = plan_routing(routing, ProblemSpec(model=model, topology=topology, redundant=8),
+                           "eplb", SolveParams(jobs=1), progress=progress())
     assert run.baseline is None and run.summary.columns == ("eplb",)
     assert entered == [True]

@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from placer.cli.summary import judged_text, summary_rows, time_rows
 from placer.evaluate import EvalParams, evaluate
 from placer.evaluate.dispatch import CODE_POLICIES
 from placer.evaluate.params import regime_params
 from placer.model import load_model
-from placer.planning.build import build_problem
+from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.solvers import solve
 from placer.regime import Regime
 from placer.stats import RoutingData
@@ -42,7 +43,8 @@ def synth():
 
 
 def _plans(routing, model, topology, fit=(0, 6)):
-    problem = build_problem(routing, model=model, topology=topology, redundant=8, fit=fit)
+    problem = build_problem(routing, ProblemSpec(model=model, topology=topology, redundant=8,
+                                                 fit=fit))
     return problem, solve(problem, "round_robin"), solve(problem, "eplb")
 
 
@@ -65,7 +67,7 @@ def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
     assert (params.policy, params.mode) == (workload.dispatch, workload.all_to_all)
     assert params.batch_tokens == workload.tokens * 8 and not params.sample
     assert summary.judged.part == "held-out" and summary.judged.source == "trace"
-    assert summary.judged.describe().startswith(
+    assert judged_text(summary.judged).startswith(
         "held-out windows 6:32 (fitted 0:6), per-token replay: ")
     layers = {}
     with warnings.catch_warnings():
@@ -85,11 +87,13 @@ def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
             floor = summary.batch_floor[result.solver]
             assert 0 < floor <= summary.times[result.solver]["step_p99_us"] * (1 + 1e-12)
         assert summary.to_dict()["batch_floor"] == summary.batch_floor
-        line = next(x for x in summary.rows() if x.startswith("per-batch floor ("))
+        lines = summary_rows(summary, output="plan.json")
+        line = next(x for x in lines if x.startswith("per-batch floor ("))
         assert f"eplb {summary.batch_floor['eplb']:,.1f} µs" in line
     else:  # SGLang's tables depend on where replicas sit: no such floor
         assert summary.batch_floor is None
-        assert not any(x.startswith("per-batch floor (") for x in summary.rows())
+        lines = summary_rows(summary, output="plan.json")
+        assert not any(x.startswith("per-batch floor (") for x in lines)
     assert summary.verdict.text.endswith(
         f"than eplb on held-out step p99 ({workload.engine} {workload.workload})"
     ) or " are equal " in summary.verdict.text
@@ -98,7 +102,7 @@ def test_times_are_the_evaluators_on_the_held_out_windows(synth, workload):
 def test_no_held_out_windows_judges_the_fitted_ones_and_says_so(synth):
     _, _, _, summary = _summarize(synth, Regime(), fit=None)
     assert summary.judged.part == "fitted" and summary.eval_params.windows == (0, 32)
-    assert "no window held out" in summary.judged.describe()
+    assert "no window held out" in judged_text(summary.judged)
     assert summary.verdict.text.endswith("on fitted step p99 (vllm decode)")
 
 
@@ -107,7 +111,8 @@ def test_aggregated_statistics_are_sampled(synth):
     stats_only = RoutingData(routing.stats)
     _, plan, _, summary = _summarize(synth, Regime(), routing=stats_only)
     assert summary.judged.source == "sampled"
-    assert "aggregated statistics, no per-token routing" in summary.judged.why
+    assert "aggregated statistics, no per-token routing" in summary.judged.source_why
+    assert summary.judged.source_why in summary.judged.to_dict()["why"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         direct = evaluate(plan.placement, stats_only, topology, model, summary.eval_params)
@@ -116,9 +121,10 @@ def test_aggregated_statistics_are_sampled(synth):
 
 def test_text_and_json_carry_the_same_figures(synth):
     _, _, _, summary = _summarize(synth, Regime())
-    lines = summary.rows()
+    lines = summary_rows(summary, output="plan.json", regime_note="from --engine")
+    assert lines[0] == "placement    plan.json"
     assert lines[5] == ("judged as    vllm decode, 128 tokens per GPU (vllm_hash dispatch,"
-                        " low_latency all-to-all)")
+                        " low_latency all-to-all); from --engine")
     header = lines.index(f"{'estimated time, µs':24}{'round_robin':>12}{'eplb':>12}"
                          f"{'floor':>12}")
     floor = summary.floor
@@ -149,7 +155,7 @@ def test_text_and_json_carry_the_same_figures(synth):
     assert doc["judged"]["windows"] == [6, 32] and doc["judged"]["part"] == "held-out"
     assert doc["regime"] == {"engine": "vllm", "workload": "decode", "tokens_per_gpu": 128,
                              "policy": "vllm_hash", "mode": "low_latency", "seed": 0,
-                             "batch_tokens": 1024, "note": ""}
+                             "batch_tokens": 1024}  # the command adds where it came from
     assert doc["versus"]["columns"] == ["round_robin", "eplb"]
 
 
@@ -161,10 +167,10 @@ def test_without_baseline_or_model(synth):
         alone = summarize_plan(problem, plan, None, routing, fit=(0, 6))
     assert alone.columns == ("round_robin",) and alone.verdict is None and alone.versus is None
     assert alone.layers is None and set(alone.times) == {"round_robin"}
-    bare = build_problem(routing, num_gpus=8, redundant=8, fit=(0, 6))
+    bare = build_problem(routing, ProblemSpec(num_gpus=8, redundant=8, fit=(0, 6)))
     summary = summarize_plan(bare, solve(bare, "linear"), solve(bare, "eplb"), routing)
     assert summary.times == {} and summary.verdict is None
-    assert summary.time_rows() == [
+    assert time_rows(summary) == [
         "estimated time: not shown (the evaluator needs `model` and `topology`)"]
 
 

@@ -403,13 +403,24 @@ def test_truncated_gzip(canonical, tmp_path):
     assert e.value.hint == "is the gzip file complete?"
 
 
-def test_progress_bar_reads_the_same(canonical, monkeypatch, capsys):
+def test_progress_counts_the_bytes_and_reads_the_same(canonical, monkeypatch, capsys):
     from placer import constants
 
     monkeypatch.setattr(constants, "PROGRESS_MIN_BYTES", 0)
-    with_bar = read_routing(canonical, progress=True).stats
-    np.testing.assert_array_equal(with_bar.load, read_routing(canonical).stats.load)
-    assert capsys.readouterr().out == ""  # progress goes to stderr only
+    said: list[tuple[int, int]] = []
+    with_bar = read_routing(canonical, progress=lambda done, total: said.append((done, total)))
+    np.testing.assert_array_equal(with_bar.stats.load, read_routing(canonical).stats.load)
+    size = canonical.stat().st_size
+    assert said and all(total == size for _, total in said)
+    assert [done for done, _ in said] == sorted(done for done, _ in said)
+    assert said[-1][0] == size
+    assert capsys.readouterr() == ("", "")  # the library draws nothing: the caller does
+
+
+def test_progress_is_quiet_below_the_size_worth_a_bar(canonical):
+    said: list[tuple[int, int]] = []
+    read_routing(canonical, progress=lambda done, total: said.append((done, total)))
+    assert said == []
 
 
 def test_non_number_weight_is_reported_like_json_loads(tmp_path):

@@ -176,7 +176,7 @@ class Accumulator:
         self._progress = callback
 
     def advance(self, nbytes: int) -> None:
-        """Report ``nbytes`` more of the current source read (for the progress bar)."""
+        """Report ``nbytes`` more of the current source read (for the reader's progress)."""
         if self._progress is not None and nbytes:
             self._progress(nbytes)
 

@@ -57,6 +57,7 @@ from placer.errors import UsageError
 
 __all__ = [
     "balanced_packing",
+    "pack_rows",
     "rebalance_experts",
     "rebalance_experts_hierarchical",
     "replicate_experts",
@@ -81,6 +82,22 @@ def balanced_packing(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np
     rank_in_pack: ``[rows, n]`` int64, position of each item within its pack (the
         order items were put in).
     """
+    return pack_rows(weight, num_packs, _pack_row)
+
+
+#: ``pack_row(row, values, items, num_packs, per_pack, pack_out, rank_out)``: one row's
+#: greedy packing (see :func:`pack_rows`).
+RowPacker = Callable[[int, list[float], list[int], int, int, np.ndarray, np.ndarray], None]
+
+
+def pack_rows(
+    weight: np.ndarray, num_packs: int, pack_row: RowPacker
+) -> tuple[np.ndarray, np.ndarray]:
+    """The frame of :func:`balanced_packing`: checks, the one-item-per-pack case, and
+    each row's items heaviest first handed to ``pack_row``, which fills that row of
+    ``pack_index`` and ``rank_in_pack`` (``values``: the row's float32 weights as Python
+    floats; ``items``: item indices by decreasing weight, equal weights in index order).
+    Same arguments and arrays as :func:`balanced_packing`."""
     weight = np.asarray(weight, dtype=np.float32)
     num_rows, num_items = weight.shape
     if num_packs <= 0 or num_items % num_packs:
@@ -98,7 +115,7 @@ def balanced_packing(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np
         # (exact for a float32 sum: double rounding is innocuous for + at 53 vs 24 bits)
         values = weight[row].astype(np.float64).tolist()
         items = order[row].tolist()
-        _pack_row(values, items, num_packs, per_pack, pack_index[row], rank_in_pack[row])
+        pack_row(row, values, items, num_packs, per_pack, pack_index[row], rank_in_pack[row])
     return pack_index, rank_in_pack
 
 
@@ -108,7 +125,7 @@ def f32(x: float) -> float:
 
 
 def _pack_row(
-    values: list[float], items: list[int], num_packs: int, per_pack: int,
+    row: int, values: list[float], items: list[int], num_packs: int, per_pack: int,
     pack_out: np.ndarray, rank_out: np.ndarray,
 ) -> None:
     """The reference's packing of one row: a heap of (weight, pack) gives the lightest
@@ -125,7 +142,7 @@ def _pack_row(
 
 
 def replicate_experts(
-    weight: np.ndarray, num_physical: int
+    weight: np.ndarray, num_physical: int, max_replicas: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Give ``num_physical - n`` redundant slots to the experts with the most load per replica.
 
@@ -136,6 +153,8 @@ def replicate_experts(
     ----------
     weight: ``[rows, n]`` float, load of each logical expert.
     num_physical: slots per row, ``>= n``.
+    max_replicas: an expert with this many replicas is passed over (``eplb-valid``'s
+        cap); None, as the reference: no cap.
 
     Returns
     -------
@@ -154,6 +173,8 @@ def replicate_experts(
     rows = np.arange(num_rows)
     for slot in range(num_logical, num_physical):
         per_replica = weight / replica_counts.astype(np.float32)  # float32, as torch
+        if max_replicas is not None:
+            per_replica = np.where(replica_counts < max_replicas, per_replica, -np.inf)
         chosen = np.argmax(per_replica, axis=1)  # first maximum on ties
         physical_to_logical[:, slot] = chosen
         replica_rank[:, slot] = replica_counts[rows, chosen]

@@ -17,8 +17,10 @@ from placer.placement import Placement
 from placer.planning.solvers.eplb.reference import (
     checked_weight,
     f32,
+    pack_rows,
     policy,
     rebalance_experts_hierarchical,
+    replicate_experts,
 )
 
 __all__ = ["balanced_packing_apart", "eplb_valid_placement", "replicate_experts_capped"]
@@ -29,27 +31,13 @@ def replicate_experts_capped(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The reference's replication (:func:`~.reference.replicate_experts`) with a cap:
     an expert with ``max_replicas`` replicas is passed over.  Same arrays returned."""
-    weight = np.asarray(weight, dtype=np.float32)
-    num_rows, num_logical = weight.shape
-    if num_physical < num_logical:
-        raise UsageError(f"{num_physical} slots cannot hold {num_logical} experts")
+    num_logical = np.shape(weight)[1]
     if max_replicas * num_logical < num_physical:
         raise UsageError(
             f"{num_physical} slots need more than {max_replicas} replicas of some of"
             f" {num_logical} experts"
         )
-    physical_to_logical = np.tile(np.arange(num_physical, dtype=np.int64), (num_rows, 1))
-    replica_rank = np.zeros((num_rows, num_physical), dtype=np.int64)
-    replica_counts = np.ones((num_rows, num_logical), dtype=np.int64)
-    rows = np.arange(num_rows)
-    for slot in range(num_logical, num_physical):
-        per_replica = weight / replica_counts.astype(np.float32)  # float32, as torch
-        per_replica = np.where(replica_counts < max_replicas, per_replica, -np.inf)
-        chosen = np.argmax(per_replica, axis=1)  # first maximum on ties
-        physical_to_logical[:, slot] = chosen
-        replica_rank[:, slot] = replica_counts[rows, chosen]
-        replica_counts[rows, chosen] += 1
-    return physical_to_logical, replica_rank, replica_counts
+    return replicate_experts(weight, num_physical, max_replicas)
 
 
 def balanced_packing_apart(
@@ -59,24 +47,12 @@ def balanced_packing_apart(
     avoids packs already holding an item with its label when a pack with room does not
     (labels: the replicas' experts, so two replicas of one expert stay off one GPU).
     Without such conflicts it packs as the reference does."""
-    weight = np.asarray(weight, dtype=np.float32)
-    num_rows, num_items = weight.shape
-    if num_packs <= 0 or num_items % num_packs:
-        raise UsageError(f"{num_items} items do not split evenly into {num_packs} packs")
-    per_pack = num_items // num_packs
-    if per_pack == 1:
-        index = np.broadcast_to(np.arange(num_items, dtype=np.int64), weight.shape).copy()
-        return index, np.zeros_like(index)
-    pack_index = np.full(weight.shape, -1, dtype=np.int64)
-    rank_in_pack = np.full(weight.shape, -1, dtype=np.int64)
-    order = np.argsort(-weight, axis=1, kind="stable")
-    for row in range(num_rows):
-        _pack_row_labelled(
-            weight[row].astype(np.float64).tolist(), order[row].tolist(),
-            [int(x) for x in labels[row]], num_packs, per_pack, pack_index[row],
-            rank_in_pack[row],
-        )
-    return pack_index, rank_in_pack
+    def pack_row(row: int, values: list[float], items: list[int], num_packs: int,
+                 per_pack: int, pack_out: np.ndarray, rank_out: np.ndarray) -> None:
+        _pack_row_labelled(values, items, [int(x) for x in labels[row]], num_packs,
+                           per_pack, pack_out, rank_out)
+
+    return pack_rows(weight, num_packs, pack_row)
 
 
 def _pack_row_labelled(
