@@ -61,11 +61,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from placer import constants
 from placer.errors import Param
 from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
 from placer.evaluate.core import EvalParams, token_source
+from placer.evaluate.costs import US_PER_BYTE_GBPS, CostModel, copy_us
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
 from placer.evaluate.round_robin_bound import (
     EXACT_REPLICAS,
@@ -81,10 +81,6 @@ from placer.stats.windows import resolve_window_range
 if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.topology import Topology
-
-#: bytes / (GB/s) -> microseconds; flops / TFLOPS -> microseconds.
-_US_PER_BYTE_GBPS = 1e-3
-_US_PER_FLOP_TFLOPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -173,51 +169,26 @@ def time_bound(
         stats.num_windows, option=Param("held_out"),
     )
     num_gpus = topology.num_gpus
-    fabric = Fabric.from_topology(topology, params.mode)
+    costs = CostModel.of(topology, model, params.mode, params.dtype)
     layer_ids = np.asarray(stats.layer_ids, dtype=np.int64)
     experts_of, batches, _, source = token_source(
         routing, layer_ids, np.arange(layer_ids.size), windows, params, num_gpus, draws
     )
-    costs = _Costs.of(topology, model, params.dtype or model.default_dtype)
     cells = np.full((batches.num_batches, layer_ids.size), np.nan)
     sums = np.full(layer_ids.size, np.nan)
     copies = np.zeros((layer_ids.size, 2))
     tokens = np.zeros(layer_ids.size)
     for row in range(layer_ids.size):
         cells[:, row], sums[row], copies[row], tokens[row] = layer_floor(
-            experts_of(row), batches, slots_per_gpu, stats.num_experts, fabric, costs,
-            params.mode, params.policy)
+            experts_of(row), batches, slots_per_gpu, stats.num_experts, costs, params.policy)
     return TimeBound(layer_ids=layer_ids, layer_time_us=cells, layer_sum_us=sums,
                      slots_per_gpu=slots_per_gpu, source=source, remote_copies=copies,
                      tokens=tokens)
 
 
-@dataclass(frozen=True)
-class _Costs:
-    """Per-copy and per-expert costs, at the fastest GPU's rates where GPUs differ."""
-
-    activation_bytes: float
-    combine_bytes: float
-    weight_us: float
-    token_us: float
-
-    @classmethod
-    def of(cls, topology: Topology, model: ModelSpec, dtype: str) -> _Costs:
-        hbm = float(np.max(np.asarray(topology.hbm_gbps, dtype=np.float64)))
-        hbm *= topology.hbm_efficiency
-        tflops = float(np.max(topology.tflops(dtype))) * topology.flops_efficiency
-        flops = constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size * model.moe_intermediate_size
-        return cls(
-            activation_bytes=float(model.activation_bytes(dtype)),
-            combine_bytes=float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE),
-            weight_us=float(model.expert_bytes(dtype)) / hbm * _US_PER_BYTE_GBPS,
-            token_us=flops / tflops * _US_PER_FLOP_TFLOPS,
-        )
-
-
 def layer_floor(
     ids: np.ndarray, batches: Batches, slots_per_gpu: int, num_experts: int,
-    fabric: Fabric, costs: _Costs, mode: str, policy: str,
+    costs: CostModel, policy: str,
 ) -> tuple[np.ndarray, float, np.ndarray, float]:
     """``([batches], total, [2], tokens)``: the floor of one layer's time for each batch,
     the floor of its time summed over the batches (module docstring), the fewest copies
@@ -228,6 +199,7 @@ def layer_floor(
 
     ``ids``: ``[tokens, k]`` expert ids of the tokens of ``batches`` (-1: no expert).
     """
+    fabric, mode = costs.fabric, costs.mode
     num_batches, num_gpus = batches.num_batches, fabric.num_gpus
     valid = ids >= 0
     tok, kpos = np.nonzero(valid)
@@ -245,7 +217,7 @@ def layer_floor(
     np.minimum.at(fewest, cell[has], per_token[has])
     k_min = np.where(counted > 0, fewest, 1).reshape(num_batches, num_gpus)
     tokens = counted.reshape(num_batches, num_gpus).astype(np.float64)
-    copies = _Copies(slots_per_gpu, num_experts, fabric, mode, policy, costs)
+    copies = _Copies(slots_per_gpu, num_experts, policy, costs)
 
     # (2) copies: each GPU's floors, and totals per batch and over all batches
     out, inter = copies.per_gpu(n, tokens, k_min)
@@ -269,7 +241,7 @@ def layer_floor(
     # (1) compute
     load = n.sum(axis=1)  # [B, E]
     total_compute = np.where(
-        load > 0, np.maximum(costs.weight_us, load * costs.token_us), 0.0
+        load > 0, np.maximum(costs.fastest_weight_us, load * costs.fastest_token_us), 0.0
     ).sum(axis=1) + replica_compute
 
     # (3) per-GPU communication floors and summed floors, dispatch then combine
@@ -312,10 +284,16 @@ class _Copies:
 
     slots_per_gpu: int
     num_experts: int
-    fabric: Fabric
-    mode: str
     policy: str
-    costs: _Costs
+    costs: CostModel
+
+    @property
+    def fabric(self) -> Fabric:
+        return self.costs.fabric
+
+    @property
+    def mode(self) -> str:
+        return self.costs.mode
 
     @property
     def extra(self) -> int:
@@ -373,7 +351,7 @@ class _Copies:
         return round_robin_local(
             (batch, source if one_node else fabric.node_of_gpu[source], experts, code),
             num_batches, fabric.num_gpus if one_node else fabric.num_nodes, self.num_experts,
-            self.extra, self.costs.weight_us, self.costs.token_us, exact, dense)
+            self.extra, self.costs.fastest_weight_us, self.costs.fastest_token_us, exact, dense)
 
     def _token_totals(self, n: np.ndarray, by_node: np.ndarray, tokens: np.ndarray,
                       k_min: np.ndarray, at: Selections, num_batches: int, exact: int | None,
@@ -508,17 +486,17 @@ class _PhaseFloor:
         sends_inter = inter > 0
         sends = out > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            inter_us = np.where(sends_inter, inter * payload / inj_inter * _US_PER_BYTE_GBPS
+            inter_us = np.where(sends_inter, inter * payload / inj_inter * US_PER_BYTE_GBPS
                                 + ph_inter, 0.0)
-            all_us = np.where(sends, out * payload / both * _US_PER_BYTE_GBPS + cheaper, 0.0)
+            all_us = np.where(sends, out * payload / both * US_PER_BYTE_GBPS + cheaper, 0.0)
         latency = np.maximum(np.where(sends, nearest_latency(fabric, any_peer=True), 0.0),
                              np.where(sends_inter, nearest_latency(fabric, any_peer=False), 0.0))
         return cls(
             per_gpu=np.maximum(inter_us, all_us) + latency,
             fixed_inter=(np.where(sends_inter, ph_inter, 0.0) + latency).sum(axis=1),
             fixed_any=(np.where(sends, cheaper, 0.0) + latency).sum(axis=1),
-            us_inter=payload / _fastest(inj_inter) * _US_PER_BYTE_GBPS,
-            us_any=payload / _fastest(both) * _US_PER_BYTE_GBPS,
+            us_inter=copy_us(payload, inj_inter),
+            us_any=copy_us(payload, both),
         )
 
     def summed(self, out_total: np.ndarray, node_inter: np.ndarray) -> np.ndarray:
@@ -533,12 +511,6 @@ class _PhaseFloor:
         all batches together (one placement for every batch)."""
         return max(inter_all * self.us_inter + float(self.fixed_inter.sum()),
                    out_all * self.us_any + float(self.fixed_any.sum()))
-
-
-def _fastest(bandwidth: np.ndarray) -> float:
-    """The largest finite positive entry of ``bandwidth`` (inf when there is none)."""
-    finite = bandwidth[np.isfinite(bandwidth) & (bandwidth > 0)]
-    return float(finite.max()) if finite.size else np.inf
 
 
 def nearest_latency(fabric: Fabric, any_peer: bool) -> np.ndarray:
