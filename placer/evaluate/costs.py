@@ -34,10 +34,8 @@ if TYPE_CHECKING:
 BYTES_PER_GBPS_US = 1e3
 #: Flops a GPU of 1 TFLOPS runs in one microsecond.
 FLOPS_PER_TFLOPS_US = 1e6
-#: Microseconds per byte at 1 GB/s and per flop at 1 TFLOPS (the reciprocals: the same
-#: doubles as the literals 1e-3 and 1e-6).
+#: Microseconds per byte at 1 GB/s (the reciprocal: the same double as the literal 1e-3).
 US_PER_BYTE_GBPS = 1 / BYTES_PER_GBPS_US
-US_PER_FLOP_TFLOPS = 1 / FLOPS_PER_TFLOPS_US
 
 
 def expert_ffn_flops(hidden: int, ffn: int) -> int:
@@ -136,10 +134,11 @@ class CostModel:
 
     @cached_property
     def fastest_weight_us(self) -> float:
-        """A slot's weight read at the fastest GPU's HBM (the floors' rate)."""
-        return self.expert_bytes / float(np.max(self.hbm_gbps)) * US_PER_BYTE_GBPS
+        """A slot's weight read at the fastest GPU's HBM (the floors' rate: the least of
+        :attr:`weight_us`, so never above any GPU's own)."""
+        return float(self.weight_us.min())
 
     @cached_property
     def fastest_token_us(self) -> float:
-        """One token's expert FFN at the fastest GPU's FLOPS (the floors' rate)."""
-        return self.flops_per_token / float(np.max(self.tflops)) * US_PER_FLOP_TFLOPS
+        """One token's expert FFN at the fastest GPU's FLOPS (the least of :attr:`token_us`)."""
+        return float(self.token_us.min())
