@@ -249,7 +249,7 @@ def layer_floor(
     summed = np.zeros(num_batches)
     coupled = 0.0
     for payload in (costs.activation_bytes, costs.combine_bytes):
-        phase = _PhaseFloor.of(out, inter, payload, fabric)
+        phase = _PhaseFloor.of(out, inter, payload, costs)
         per_gpu += phase.per_gpu
         by_batch = phase.summed(out_total, node_inter)
         summed += by_batch
@@ -468,18 +468,16 @@ class _PhaseFloor:
 
     @classmethod
     def of(cls, out: np.ndarray, inter: np.ndarray, payload: float,
-           fabric: Fabric) -> _PhaseFloor:
+           costs: CostModel) -> _PhaseFloor:
+        fabric = costs.fabric
         # the link classes each GPU's copies can take (no NIC traffic on one node, no
         # NVLink traffic when every copy goes through the NICs)
-        has_intra = (fabric.link_class == INTRA_NODE).any(axis=1)
-        has_inter = (fabric.link_class == INTER_NODE).any(axis=1)
-        inj_intra = np.where(has_intra, fabric.injection_gbps[:, INTRA_NODE], 0.0)
-        inj_inter = np.where(has_inter, fabric.injection_gbps[:, INTER_NODE], 0.0)
-        phase = np.zeros((fabric.num_gpus, 3)) if fabric.phase_us is None else fabric.phase_us
+        has_intra, has_inter = costs.peers_over(INTRA_NODE), costs.peers_over(INTER_NODE)
+        inj_inter = costs.injection_over(INTER_NODE)
+        phase = costs.phase_us
         ph_intra = np.where(has_intra, phase[:, INTRA_NODE], np.inf)
         ph_inter = np.where(has_inter, phase[:, INTER_NODE], np.inf)
-        both = np.where(np.isfinite(inj_intra), inj_intra, 0.0) + np.where(
-            np.isfinite(inj_inter), inj_inter, 0.0)
+        both = costs.finite_injection_over(INTRA_NODE) + costs.finite_injection_over(INTER_NODE)
         cheaper = np.minimum(ph_intra, ph_inter)
         cheaper = np.where(np.isfinite(cheaper), cheaper, 0.0)
         ph_inter = np.where(np.isfinite(ph_inter), ph_inter, 0.0)

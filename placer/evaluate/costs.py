@@ -121,6 +121,31 @@ class CostModel:
         return np.asarray(self.fabric.link_class == LinkClass.INTER_NODE)
 
     @cached_property
+    def phase_us(self) -> np.ndarray:
+        """``[G, 3]`` float64 fixed cost of one phase on each GPU's links of each class,
+        microseconds (0 without a calibrated cost)."""
+        if self.fabric.phase_us is None:
+            return np.zeros((self.num_gpus, 3))
+        return np.asarray(self.fabric.phase_us, dtype=np.float64)
+
+    def peers_over(self, link_class: int) -> np.ndarray:
+        """``[G]`` bool: each GPU has a peer its copies reach over ``link_class``."""
+        return np.asarray((self.fabric.link_class == link_class).any(axis=1))
+
+    def injection_over(self, link_class: int) -> np.ndarray:
+        """``[G]`` float64 achieved injection bandwidth of each GPU's ``link_class``
+        links, GB/s; 0 where the GPU has no peer over them."""
+        out: np.ndarray = np.where(self.peers_over(link_class),
+                                   self.fabric.injection_gbps[:, link_class], 0.0)
+        return out
+
+    def finite_injection_over(self, link_class: int) -> np.ndarray:
+        """:meth:`injection_over` with unbounded links as 0 (for sums over classes)."""
+        inj = self.injection_over(link_class)
+        out: np.ndarray = np.where(np.isfinite(inj), inj, 0.0)
+        return out
+
+    @cached_property
     def weight_us(self) -> np.ndarray:
         """``[G]`` float64 microseconds a slot of each GPU spends reading its weights."""
         out: np.ndarray = self.expert_bytes / (self.hbm_gbps * BYTES_PER_GBPS_US)

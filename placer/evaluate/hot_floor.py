@@ -59,7 +59,7 @@ from placer.evaluate.core import EvalParams, token_source
 from placer.evaluate.costs import CostModel, copy_us
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
-from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
+from placer.evaluate.traffic import PER_SELECTION_MODES
 from placer.stats import ExpertStats, RoutingData
 from placer.stats.windows import resolve_window_range
 
@@ -177,27 +177,22 @@ class _PieceCosts:
     @classmethod
     def of(cls, costs: CostModel) -> _PieceCosts:
         fabric = costs.fabric
-        per_class = []
-        for link_class in (INTRA_NODE, INTER_NODE):
-            used = (fabric.link_class == link_class).any(axis=1)
-            inj = fabric.injection_gbps[:, link_class]
-            per_class.append(np.where(used & np.isfinite(inj), inj, 0.0))
+        per_class = [costs.finite_injection_over(c) for c in (INTRA_NODE, INTER_NODE)]
         selection = costs.mode in PER_SELECTION_MODES
         copy, nic = (copy_us(costs.bytes_per_copy, bw) if selection else 0.0
                      for bw in (per_class[0] + per_class[1], per_class[1]))
         place = (np.arange(fabric.num_gpus) if costs.mode == "low_latency_rdma"
                  else fabric.node_of_gpu)
-        fixed = _fixed_us(fabric, per_class) if selection else (0.0, 0.0)
+        fixed = _fixed_us(costs, per_class) if selection else (0.0, 0.0)
         return cls(weight_us=costs.fastest_weight_us, token_us=costs.fastest_token_us,
                    copy_us=copy, nic_us=nic, place_of_gpu=np.asarray(place, dtype=np.int64),
                    fixed_us=fixed[0], fixed_nic_us=fixed[1])
 
 
-def _fixed_us(fabric: Fabric, per_class: list[np.ndarray]) -> tuple[float, float]:
+def _fixed_us(costs: CostModel, per_class: list[np.ndarray]) -> tuple[float, float]:
     """``(F, F_nic)``: the least a GPU that receives a copy (from another node) pays in
     fixed costs over dispatch and combine, phase costs and one latency each."""
-    phase = (np.zeros((fabric.num_gpus, 3)) if fabric.phase_us is None
-             else np.asarray(fabric.phase_us, dtype=np.float64))
+    fabric, phase = costs.fabric, costs.phase_us
     ph_intra = np.where(per_class[0] > 0, phase[:, INTRA_NODE], np.inf)
     ph_inter = np.where(per_class[1] > 0, phase[:, INTER_NODE], np.inf)
     any_peer = np.minimum(ph_intra, ph_inter) + nearest_latency(fabric, any_peer=True)
