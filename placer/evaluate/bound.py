@@ -288,26 +288,18 @@ class _Copies:
     costs: CostModel
 
     @property
-    def fabric(self) -> Fabric:
-        return self.costs.fabric
-
-    @property
-    def mode(self) -> str:
-        return self.costs.mode
-
-    @property
     def extra(self) -> int:
-        return self.slots_per_gpu * self.fabric.num_gpus - self.num_experts
+        return self.slots_per_gpu * self.costs.fabric.num_gpus - self.num_experts
 
     def per_gpu(self, n: np.ndarray, tokens: np.ndarray,
                 k_min: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``([B, G], [B, G])`` copies each GPU must send, and send across nodes."""
-        fabric, num_gpus = self.fabric, self.fabric.num_gpus
+        fabric, num_gpus = self.costs.fabric, self.costs.fabric.num_gpus
         own = np.full(num_gpus, self.slots_per_gpu)
         node_slots = self.slots_per_gpu * fabric.node_size[fabric.node_of_gpu]
-        if self.mode in PER_SELECTION_MODES:
+        if self.costs.mode in PER_SELECTION_MODES:
             out = _uncovered(n, own)
-            inter = out if self.mode == "low_latency_rdma" else _uncovered(n, node_slots)
+            inter = out if self.costs.mode == "low_latency_rdma" else _uncovered(n, node_slots)
             return out, inter
         return (_uncovered_tokens(n, tokens, k_min, own),
                 _uncovered_tokens(n, tokens, k_min, node_slots))
@@ -320,10 +312,10 @@ class _Copies:
         the least compute redundant replicas add (round robin; 0 otherwise).  ``exact``:
         the replica counts round robin's floor counts exactly (None: its default);
         ``dense``: the codes' :func:`dense_codes` when the caller has them."""
-        fabric = self.fabric
+        fabric = self.costs.fabric
         by_node = _per_node(n, fabric)
         node_slots = self.slots_per_gpu * fabric.node_size
-        if self.mode not in PER_SELECTION_MODES:
+        if self.costs.mode not in PER_SELECTION_MODES:
             return self._token_totals(n, by_node, tokens, k_min, at, num_batches, exact, dense)
         selections = n.sum(axis=(1, 2))
         out = selections - np.minimum(
@@ -346,7 +338,7 @@ class _Copies:
         """:func:`round_robin_local` where the copies that matter most arise: at each
         selection's own GPU on one node, at its node on several (the inter-node copies)."""
         batch, source, experts, code = at
-        fabric = self.fabric
+        fabric = self.costs.fabric
         one_node = fabric.num_nodes == 1
         return round_robin_local(
             (batch, source if one_node else fabric.node_of_gpu[source], experts, code),
@@ -365,7 +357,7 @@ class _Copies:
         it is selected most and the ``extra`` replicas where they add most
         (:func:`_covering`); under a position rule, what round robin can serve where it
         arises (:func:`round_robin_local`)."""
-        fabric = self.fabric
+        fabric = self.costs.fabric
         node_slots = self.slots_per_gpu * fabric.node_size
         token_sum = tokens.sum(axis=1)
         fewest = np.maximum(k_min.min(axis=1), 1).astype(np.float64)  # [B]
