@@ -76,8 +76,8 @@ def time_timelines(source: StepSource, timelines: Sequence[Timeline], setting: S
     out = [Timed(np.full((steps, layers), np.nan), np.full((steps, layers), np.nan))
            for _ in timelines]
     params = regime_params(setting.regime, setting.num_gpus, dtype=setting.dtype)
-    fabric = Fabric.from_topology(setting.topology, params.mode)
-    walk = _Walk(setting, params, fabric, cols)
+    costs = CostModel.of(setting.topology, setting.model, params.mode, setting.dtype)
+    walk = _Walk(setting, params, costs.fabric, cols, costs)
     states = [_State(t) for t in timelines]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlacerWarning)  # said once by the caller
@@ -111,7 +111,6 @@ class _Walk:
 
     def __post_init__(self) -> None:
         s = self.setting
-        self.costs = CostModel.of(s.topology, s.model, self.params.mode, s.dtype)
         self.table_bytes = 8 * s.layer_ids.size * s.num_gpus * s.model.num_experts
 
     def _table(self, placement: Placement) -> np.ndarray:
