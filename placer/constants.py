@@ -65,7 +65,7 @@ MXFP4_SCALE_BYTES = 1
 FP8_ACTIVATION_GROUP = 128
 
 #: Bytes per parameter of weights that stay BF16 whatever the expert dtype (embeddings,
-#: norms, routers, biases).
+#: norms, routers, biases), and per hidden value the combine phase returns.
 BF16_BYTES = 2
 
 #: Runtime memory per GPU that is neither weights nor KV cache, GB: CUDA context and
@@ -247,9 +247,6 @@ DEFAULT_BATCH_TOKENS = 4096
 
 #: Batches the evaluator samples from aggregated statistics when --num-batches is not given.
 DEFAULT_SAMPLED_BATCHES = 16
-
-#: Bytes per hidden value returned by the combine phase (BF16).
-COMBINE_BYTES_PER_VALUE = 2
 
 #: Flops of one token through one expert FFN per (hidden x ffn): three matrices (gate, up,
 #: down), two flops per multiply-add.

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from placer.calibrate.cases import AllToAllCase
+from placer.constants import BF16_BYTES
 
 #: DeepEP's FP8 token: hidden bytes plus one float32 scale per 128 values.
 _FP8_FACTOR = 1 + 4 / 128
-_BF16_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -103,12 +103,12 @@ def counted_bytes(case: AllToAllCase, phase: str, topk_ids: np.ndarray | None = 
     ``topk_ids`` is the case's routing (``case.topk_ids()``; drawn when None).
     """
     ids = case.topk_ids() if topk_ids is None else topk_ids
-    token_bytes = case.hidden * (_FP8_FACTOR if phase == "dispatch" else _BF16_BYTES)
+    token_bytes = case.hidden * (_FP8_FACTOR if phase == "dispatch" else BF16_BYTES)
     per_gpu = case.num_experts // case.num_gpus
     if case.mode != "normal":
         return float((ids >= 0).sum()) / case.num_gpus * (
             case.hidden + case.hidden / 128 * 4 + 16 if phase == "dispatch"
-            else case.hidden * _BF16_BYTES)
+            else case.hidden * BF16_BYTES)
     tokens = ids.shape[0]
     if case.num_nodes == 1:
         hit = np.zeros((tokens, case.num_gpus), dtype=bool)

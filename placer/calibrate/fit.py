@@ -11,9 +11,10 @@ Model (the evaluator's own, :mod:`placer.evaluate.timing`):
   (achieved bandwidths, fixed phase costs) is rebuilt for each trial calibration;
 - an ``expert_gemm`` row is :func:`~placer.evaluate.timing.compute_time_us` of
   ``num_experts`` slots with ``tokens_per_expert`` tokens each on the topology's first
-  GPU: ``num_experts * max(expert_bytes / (hbm * hbm_eff), 6 * hidden * ffn * tokens /
-  (peak_tflops * flops_eff))``, ``expert_bytes`` from :meth:`ModelSpec.expert_bytes
-  <placer.model.ModelSpec.expert_bytes>`.
+  GPU, at the rates of the :class:`~placer.evaluate.costs.CostModel` of a one-layer model
+  with the row's expert shape: ``num_experts * max(weight_us, tokens * token_us)``
+  (``weight_us``: expert bytes over the HBM bandwidth times ``hbm_efficiency``;
+  ``token_us``: the expert FFN's flops over the peak TFLOPS times ``flops_efficiency``).
 
 Parameters: for every link technology of the rows' clusters (``Topology.link_kind``)
 an efficiency and a fixed phase cost; the compute efficiencies when GEMM rows are
@@ -38,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from placer import constants
 from placer.calibrate.cases import AllToAllCase
 from placer.calibrate.optimize import minimize
 from placer.calibrate.timings import AllToAllTiming, GemmTiming, Timing
 from placer.errors import UsageError
+from placer.evaluate.costs import CostModel
 from placer.evaluate.timing import comm_time_us, compute_time_us
 from placer.evaluate.traffic import Fabric, Segments, layer_traffic
 from placer.model import ModelSpec
@@ -190,7 +191,7 @@ class Predictor:
                 cases[case] = _Case(
                     cluster_of[size], case.mode, copies, copies.transpose(0, 2, 1).copy(),
                     float(model.activation_bytes(case.dtype)),
-                    float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE),
+                    float(model.combine_bytes()),
                 )
             self._a2a.append((i, cases[case], row.phase == "dispatch"))
         self._gemm = [(i, r) for i, r in enumerate(self.rows) if isinstance(r, GemmTiming)]
@@ -238,13 +239,10 @@ def gemm_model(row: GemmTiming) -> ModelSpec:
 
 def gemm_time_us(row: GemmTiming, topology: Topology) -> float:
     """The evaluator's expert compute time for ``row`` on ``topology``'s first GPU."""
-    model = gemm_model(row)
-    hbm = np.asarray(topology.hbm_gbps[:1], dtype=np.float64) * topology.hbm_efficiency
-    tflops = topology.tflops(row.dtype)[:1] * topology.flops_efficiency
-    flops_per_token = float(constants.EXPERT_FFN_FLOPS_FACTOR * row.hidden * row.ffn)
+    costs = CostModel.of(topology, gemm_model(row), dtype=row.dtype)
     load = np.full((1, row.num_experts), row.tokens_per_expert, dtype=np.int64)
-    t = compute_time_us(load, row.num_experts, float(model.expert_bytes(row.dtype)),
-                        flops_per_token, hbm, tflops)
+    # every slot on the first GPU
+    t = compute_time_us(load, row.num_experts, costs.weight_us, costs.token_us)
     return float(t.max())
 
 

@@ -61,11 +61,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from placer import constants
 from placer.errors import Param
 from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
 from placer.evaluate.core import EvalParams, token_source
+from placer.evaluate.costs import US_PER_BYTE_GBPS, CostModel, copy_us
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
 from placer.evaluate.round_robin_bound import (
     EXACT_REPLICAS,
@@ -81,10 +81,6 @@ from placer.stats.windows import resolve_window_range
 if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.topology import Topology
-
-#: bytes / (GB/s) -> microseconds; flops / TFLOPS -> microseconds.
-_US_PER_BYTE_GBPS = 1e-3
-_US_PER_FLOP_TFLOPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -173,51 +169,26 @@ def time_bound(
         stats.num_windows, option=Param("held_out"),
     )
     num_gpus = topology.num_gpus
-    fabric = Fabric.from_topology(topology, params.mode)
+    costs = CostModel.of(topology, model, params.mode, params.dtype)
     layer_ids = np.asarray(stats.layer_ids, dtype=np.int64)
     experts_of, batches, _, source = token_source(
         routing, layer_ids, np.arange(layer_ids.size), windows, params, num_gpus, draws
     )
-    costs = _Costs.of(topology, model, params.dtype or model.default_dtype)
     cells = np.full((batches.num_batches, layer_ids.size), np.nan)
     sums = np.full(layer_ids.size, np.nan)
     copies = np.zeros((layer_ids.size, 2))
     tokens = np.zeros(layer_ids.size)
     for row in range(layer_ids.size):
         cells[:, row], sums[row], copies[row], tokens[row] = layer_floor(
-            experts_of(row), batches, slots_per_gpu, stats.num_experts, fabric, costs,
-            params.mode, params.policy)
+            experts_of(row), batches, slots_per_gpu, stats.num_experts, costs, params.policy)
     return TimeBound(layer_ids=layer_ids, layer_time_us=cells, layer_sum_us=sums,
                      slots_per_gpu=slots_per_gpu, source=source, remote_copies=copies,
                      tokens=tokens)
 
 
-@dataclass(frozen=True)
-class _Costs:
-    """Per-copy and per-expert costs, at the fastest GPU's rates where GPUs differ."""
-
-    activation_bytes: float
-    combine_bytes: float
-    weight_us: float
-    token_us: float
-
-    @classmethod
-    def of(cls, topology: Topology, model: ModelSpec, dtype: str) -> _Costs:
-        hbm = float(np.max(np.asarray(topology.hbm_gbps, dtype=np.float64)))
-        hbm *= topology.hbm_efficiency
-        tflops = float(np.max(topology.tflops(dtype))) * topology.flops_efficiency
-        flops = constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size * model.moe_intermediate_size
-        return cls(
-            activation_bytes=float(model.activation_bytes(dtype)),
-            combine_bytes=float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE),
-            weight_us=float(model.expert_bytes(dtype)) / hbm * _US_PER_BYTE_GBPS,
-            token_us=flops / tflops * _US_PER_FLOP_TFLOPS,
-        )
-
-
 def layer_floor(
     ids: np.ndarray, batches: Batches, slots_per_gpu: int, num_experts: int,
-    fabric: Fabric, costs: _Costs, mode: str, policy: str,
+    costs: CostModel, policy: str,
 ) -> tuple[np.ndarray, float, np.ndarray, float]:
     """``([batches], total, [2], tokens)``: the floor of one layer's time for each batch,
     the floor of its time summed over the batches (module docstring), the fewest copies
@@ -228,6 +199,7 @@ def layer_floor(
 
     ``ids``: ``[tokens, k]`` expert ids of the tokens of ``batches`` (-1: no expert).
     """
+    fabric, mode = costs.fabric, costs.mode
     num_batches, num_gpus = batches.num_batches, fabric.num_gpus
     valid = ids >= 0
     tok, kpos = np.nonzero(valid)
@@ -245,7 +217,7 @@ def layer_floor(
     np.minimum.at(fewest, cell[has], per_token[has])
     k_min = np.where(counted > 0, fewest, 1).reshape(num_batches, num_gpus)
     tokens = counted.reshape(num_batches, num_gpus).astype(np.float64)
-    copies = _Copies(slots_per_gpu, num_experts, fabric, mode, policy, costs)
+    copies = _Copies(slots_per_gpu, num_experts, policy, costs)
 
     # (2) copies: each GPU's floors, and totals per batch and over all batches
     out, inter = copies.per_gpu(n, tokens, k_min)
@@ -269,7 +241,7 @@ def layer_floor(
     # (1) compute
     load = n.sum(axis=1)  # [B, E]
     total_compute = np.where(
-        load > 0, np.maximum(costs.weight_us, load * costs.token_us), 0.0
+        load > 0, np.maximum(costs.fastest_weight_us, load * costs.fastest_token_us), 0.0
     ).sum(axis=1) + replica_compute
 
     # (3) per-GPU communication floors and summed floors, dispatch then combine
@@ -277,7 +249,7 @@ def layer_floor(
     summed = np.zeros(num_batches)
     coupled = 0.0
     for payload in (costs.activation_bytes, costs.combine_bytes):
-        phase = _PhaseFloor.of(out, inter, payload, fabric)
+        phase = _PhaseFloor.of(out, inter, payload, costs)
         per_gpu += phase.per_gpu
         by_batch = phase.summed(out_total, node_inter)
         summed += by_batch
@@ -312,24 +284,22 @@ class _Copies:
 
     slots_per_gpu: int
     num_experts: int
-    fabric: Fabric
-    mode: str
     policy: str
-    costs: _Costs
+    costs: CostModel
 
     @property
     def extra(self) -> int:
-        return self.slots_per_gpu * self.fabric.num_gpus - self.num_experts
+        return self.slots_per_gpu * self.costs.fabric.num_gpus - self.num_experts
 
     def per_gpu(self, n: np.ndarray, tokens: np.ndarray,
                 k_min: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``([B, G], [B, G])`` copies each GPU must send, and send across nodes."""
-        fabric, num_gpus = self.fabric, self.fabric.num_gpus
+        fabric, num_gpus = self.costs.fabric, self.costs.fabric.num_gpus
         own = np.full(num_gpus, self.slots_per_gpu)
         node_slots = self.slots_per_gpu * fabric.node_size[fabric.node_of_gpu]
-        if self.mode in PER_SELECTION_MODES:
+        if self.costs.mode in PER_SELECTION_MODES:
             out = _uncovered(n, own)
-            inter = out if self.mode == "low_latency_rdma" else _uncovered(n, node_slots)
+            inter = out if self.costs.mode == "low_latency_rdma" else _uncovered(n, node_slots)
             return out, inter
         return (_uncovered_tokens(n, tokens, k_min, own),
                 _uncovered_tokens(n, tokens, k_min, node_slots))
@@ -342,10 +312,10 @@ class _Copies:
         the least compute redundant replicas add (round robin; 0 otherwise).  ``exact``:
         the replica counts round robin's floor counts exactly (None: its default);
         ``dense``: the codes' :func:`dense_codes` when the caller has them."""
-        fabric = self.fabric
+        fabric = self.costs.fabric
         by_node = _per_node(n, fabric)
         node_slots = self.slots_per_gpu * fabric.node_size
-        if self.mode not in PER_SELECTION_MODES:
+        if self.costs.mode not in PER_SELECTION_MODES:
             return self._token_totals(n, by_node, tokens, k_min, at, num_batches, exact, dense)
         selections = n.sum(axis=(1, 2))
         out = selections - np.minimum(
@@ -368,12 +338,12 @@ class _Copies:
         """:func:`round_robin_local` where the copies that matter most arise: at each
         selection's own GPU on one node, at its node on several (the inter-node copies)."""
         batch, source, experts, code = at
-        fabric = self.fabric
+        fabric = self.costs.fabric
         one_node = fabric.num_nodes == 1
         return round_robin_local(
             (batch, source if one_node else fabric.node_of_gpu[source], experts, code),
             num_batches, fabric.num_gpus if one_node else fabric.num_nodes, self.num_experts,
-            self.extra, self.costs.weight_us, self.costs.token_us, exact, dense)
+            self.extra, self.costs.fastest_weight_us, self.costs.fastest_token_us, exact, dense)
 
     def _token_totals(self, n: np.ndarray, by_node: np.ndarray, tokens: np.ndarray,
                       k_min: np.ndarray, at: Selections, num_batches: int, exact: int | None,
@@ -387,7 +357,7 @@ class _Copies:
         it is selected most and the ``extra`` replicas where they add most
         (:func:`_covering`); under a position rule, what round robin can serve where it
         arises (:func:`round_robin_local`)."""
-        fabric = self.fabric
+        fabric = self.costs.fabric
         node_slots = self.slots_per_gpu * fabric.node_size
         token_sum = tokens.sum(axis=1)
         fewest = np.maximum(k_min.min(axis=1), 1).astype(np.float64)  # [B]
@@ -490,35 +460,33 @@ class _PhaseFloor:
 
     @classmethod
     def of(cls, out: np.ndarray, inter: np.ndarray, payload: float,
-           fabric: Fabric) -> _PhaseFloor:
+           costs: CostModel) -> _PhaseFloor:
+        fabric = costs.fabric
         # the link classes each GPU's copies can take (no NIC traffic on one node, no
         # NVLink traffic when every copy goes through the NICs)
-        has_intra = (fabric.link_class == INTRA_NODE).any(axis=1)
-        has_inter = (fabric.link_class == INTER_NODE).any(axis=1)
-        inj_intra = np.where(has_intra, fabric.injection_gbps[:, INTRA_NODE], 0.0)
-        inj_inter = np.where(has_inter, fabric.injection_gbps[:, INTER_NODE], 0.0)
-        phase = np.zeros((fabric.num_gpus, 3)) if fabric.phase_us is None else fabric.phase_us
+        has_intra, has_inter = costs.peers_over(INTRA_NODE), costs.peers_over(INTER_NODE)
+        inj_inter = costs.injection_over(INTER_NODE)
+        phase = costs.phase_us
         ph_intra = np.where(has_intra, phase[:, INTRA_NODE], np.inf)
         ph_inter = np.where(has_inter, phase[:, INTER_NODE], np.inf)
-        both = np.where(np.isfinite(inj_intra), inj_intra, 0.0) + np.where(
-            np.isfinite(inj_inter), inj_inter, 0.0)
+        both = costs.finite_injection_over(INTRA_NODE) + costs.finite_injection_over(INTER_NODE)
         cheaper = np.minimum(ph_intra, ph_inter)
         cheaper = np.where(np.isfinite(cheaper), cheaper, 0.0)
         ph_inter = np.where(np.isfinite(ph_inter), ph_inter, 0.0)
         sends_inter = inter > 0
         sends = out > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            inter_us = np.where(sends_inter, inter * payload / inj_inter * _US_PER_BYTE_GBPS
+            inter_us = np.where(sends_inter, inter * payload / inj_inter * US_PER_BYTE_GBPS
                                 + ph_inter, 0.0)
-            all_us = np.where(sends, out * payload / both * _US_PER_BYTE_GBPS + cheaper, 0.0)
+            all_us = np.where(sends, out * payload / both * US_PER_BYTE_GBPS + cheaper, 0.0)
         latency = np.maximum(np.where(sends, nearest_latency(fabric, any_peer=True), 0.0),
                              np.where(sends_inter, nearest_latency(fabric, any_peer=False), 0.0))
         return cls(
             per_gpu=np.maximum(inter_us, all_us) + latency,
             fixed_inter=(np.where(sends_inter, ph_inter, 0.0) + latency).sum(axis=1),
             fixed_any=(np.where(sends, cheaper, 0.0) + latency).sum(axis=1),
-            us_inter=payload / _fastest(inj_inter) * _US_PER_BYTE_GBPS,
-            us_any=payload / _fastest(both) * _US_PER_BYTE_GBPS,
+            us_inter=copy_us(payload, inj_inter),
+            us_any=copy_us(payload, both),
         )
 
     def summed(self, out_total: np.ndarray, node_inter: np.ndarray) -> np.ndarray:
@@ -533,12 +501,6 @@ class _PhaseFloor:
         all batches together (one placement for every batch)."""
         return max(inter_all * self.us_inter + float(self.fixed_inter.sum()),
                    out_all * self.us_any + float(self.fixed_any.sum()))
-
-
-def _fastest(bandwidth: np.ndarray) -> float:
-    """The largest finite positive entry of ``bandwidth`` (inf when there is none)."""
-    finite = bandwidth[np.isfinite(bandwidth) & (bandwidth > 0)]
-    return float(finite.max()) if finite.size else np.inf
 
 
 def nearest_latency(fabric: Fabric, any_peer: bool) -> np.ndarray:

@@ -27,6 +27,7 @@ from placer.evaluate.balance import (
     ratio,
 )
 from placer.evaluate.batches import Batches, reordered, sorted_batches
+from placer.evaluate.costs import CostModel
 from placer.evaluate.dispatch import (
     STATIC_POLICIES,
     OrderBiasWarning,
@@ -36,7 +37,6 @@ from placer.evaluate.params import EvalParams
 from placer.evaluate.sampling import plan_sampled_batches, sample_topk
 from placer.evaluate.simulate import ExpertsOf, simulate
 from placer.evaluate.static import window_hot_shard
-from placer.evaluate.traffic import Fabric
 from placer.model.capacity import plan_capacity
 from placer.placement import Placement, gpu_loads, hot_shard_ratio
 from placer.stats import ExpertStats, RoutingData, format_ranges
@@ -221,15 +221,14 @@ def evaluate(
         stats.num_windows, option=Param("held_out"),
     )
     num_gpus = placement.num_gpus
-    fabric = Fabric.from_topology(topology, params.mode)
+    costs = CostModel.of(topology, model, params.mode, dtype)
 
     experts_of, batches, num_tokens, source_name = token_source(
         routing, placement.layer_ids, stats_rows, windows, params, num_gpus, draws
     )
 
     table = _static_table(full_placement, placement, topology, params)
-    sim = simulate(placement, batches, experts_of, fabric, topology, model, dtype, params,
-                    table)
+    sim = simulate(placement, batches, experts_of, costs, model, params, table)
     if sim.order_bias is not None:
         warnings.warn(OrderBiasWarning(sim.order_bias, stats.top_k, source_name),
                       stacklevel=2)

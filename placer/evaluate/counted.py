@@ -34,10 +34,10 @@ import numpy as np
 
 from placer.evaluate.balance import ratio
 from placer.evaluate.batches import Batches
+from placer.evaluate.costs import CostModel
 from placer.evaluate.dispatch import STATIC_POLICIES, choose_slots
-from placer.evaluate.simulate import UnitCosts
 from placer.evaluate.timing import comm_time_us, compute_time_us
-from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric, Segments, per_selection_traffic
+from placer.evaluate.traffic import PER_SELECTION_MODES, Segments, per_selection_traffic
 
 #: Dispatch policies whose slot is a function of (expert, rank position, k position)
 #: (``trtllm_block`` also reads the other selections of the block: not counted here).
@@ -198,27 +198,24 @@ def count_slots(sel: Selections, keys: np.ndarray, lookup: np.ndarray,
     return counts[:, :-1]
 
 
-def counted_times(sel: Selections, counts: np.ndarray, fabric: Fabric, costs: UnitCosts,
-                  mode: str, part: tuple[int, int] | None = None,
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def counted_times(sel: Selections, counts: np.ndarray, costs: CostModel,
+                  part: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``([batches], [batches])`` MoE-layer time (µs, max over GPUs of dispatch + compute
     + combine) and hot-shard ratio (hottest / mean GPU load) of each batch of ``part``
     (default: all), from the ``[runs, P]`` counts of :func:`count_slots`; NaN for a
-    batch without selections."""
-    if mode not in PER_SELECTION_MODES:
-        raise ValueError(f"mode {mode!r} is not counted per selection")
+    batch without selections.  ``costs``: the cost model of a per-selection mode."""
+    if costs.mode not in PER_SELECTION_MODES:
+        raise ValueError(f"mode {costs.mode!r} is not counted per selection")
     first, last = part if part is not None else (0, sel.batches.num_batches)
-    return times_from_counts(counts, sel.part_segments(first, last), sel.num_slots, fabric,
-                             costs)
+    return times_from_counts(counts, sel.part_segments(first, last), sel.num_slots, costs)
 
 
-def times_from_counts(counts: np.ndarray, segments: Segments, num_slots: int, fabric: Fabric,
-                      costs: UnitCosts) -> tuple[np.ndarray, np.ndarray]:
+def times_from_counts(counts: np.ndarray, segments: Segments, num_slots: int,
+                      costs: CostModel) -> tuple[np.ndarray, np.ndarray]:
     """``([batches], [batches])`` MoE-layer time and hot-shard ratio of each batch from
     the ``[runs, P]`` selections each slot serves in each (batch, source) run of
     ``segments`` (per-selection all-to-all; whole counts, or expected ones as floats)."""
-    return times_of_loads([RunLoads.of(counts, segments, fabric.num_gpus)], fabric,
-                          costs)[0]
+    return times_of_loads([RunLoads.of(counts, segments, costs.num_gpus)], costs)[0]
 
 
 @dataclass(frozen=True)
@@ -256,11 +253,12 @@ class RunLoads:
         return cls(segments, served, gpu_load, slot_load)
 
 
-def times_of_loads(parts: list[RunLoads], fabric: Fabric, costs: UnitCosts,
+def times_of_loads(parts: list[RunLoads], costs: CostModel,
                    ) -> list[tuple[np.ndarray, np.ndarray]]:
     """``([batches], [batches])`` MoE-layer time and hot-shard ratio of each batch of
     each part (one layer's batches, same slots), the parts timed together: their batches
     stacked, one pass of the traffic and phase models for all."""
+    fabric = costs.fabric
     num_gpus = fabric.num_gpus
     if not parts:
         return []
@@ -276,8 +274,8 @@ def times_of_loads(parts: list[RunLoads], fabric: Fabric, costs: UnitCosts,
     traffic = per_selection_traffic(served, gpu_load, segments, fabric)
     dispatch = comm_time_us(traffic.copies, costs.activation_bytes, fabric)
     combine = comm_time_us(traffic.copies.transpose(0, 2, 1), costs.combine_bytes, fabric)
-    compute = compute_time_us(slot_load, num_slots // num_gpus, costs.expert_bytes,
-                              costs.flops_per_token, costs.hbm, costs.tflops)
+    compute = compute_time_us(slot_load, num_slots // num_gpus, costs.weight_us,
+                              costs.token_us)
     empty = gpu_load.sum(axis=1) == 0
     layer_time = np.where(empty, np.nan, (dispatch + compute + combine).max(axis=1))
     load = gpu_load.astype(np.float64)

@@ -51,15 +51,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from placer import constants
 from placer.errors import Param, UsageError
 from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
 from placer.evaluate.bound import TimeBound, nearest_latency
 from placer.evaluate.core import EvalParams, token_source
+from placer.evaluate.costs import CostModel, copy_us
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
-from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
+from placer.evaluate.traffic import PER_SELECTION_MODES
 from placer.stats import ExpertStats, RoutingData
 from placer.stats.windows import resolve_window_range
 
@@ -67,10 +67,6 @@ if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.placement import Placement
     from placer.topology import Topology
-
-#: bytes / (GB/s) -> microseconds; flops / TFLOPS -> microseconds.
-_US_PER_BYTE_GBPS = 1e-3
-_US_PER_FLOP_TFLOPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -141,7 +137,7 @@ def counts_floor(
     experts_of, batches, _, _ = token_source(
         routing, layer_ids, np.array([stats_row[int(i)] for i in layer_ids]), windows, params,
         num_gpus, draws)
-    costs = _PieceCosts.of(topology, model, params)
+    costs = _PieceCosts.of(CostModel.of(topology, model, params.mode, params.dtype))
     cells = np.full((batches.num_batches, layer_ids.size), np.nan)
     hottest = np.full_like(cells, np.nan)
     for row in range(layer_ids.size):
@@ -179,37 +175,24 @@ class _PieceCosts:
     fixed_nic_us: float = 0.0
 
     @classmethod
-    def of(cls, topology: Topology, model: ModelSpec, params: EvalParams) -> _PieceCosts:
-        dtype = params.dtype or model.default_dtype
-        hbm = float(np.max(np.asarray(topology.hbm_gbps, dtype=np.float64)))
-        hbm *= topology.hbm_efficiency
-        tflops = float(np.max(topology.tflops(dtype))) * topology.flops_efficiency
-        flops = constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size * model.moe_intermediate_size
-        fabric = Fabric.from_topology(topology, params.mode)
-        per_class = []
-        for link_class in (INTRA_NODE, INTER_NODE):
-            used = (fabric.link_class == link_class).any(axis=1)
-            inj = fabric.injection_gbps[:, link_class]
-            per_class.append(np.where(used & np.isfinite(inj), inj, 0.0))
-        payload = (float(model.activation_bytes(dtype))
-                   + model.hidden_size * constants.COMBINE_BYTES_PER_VALUE)
-        selection = params.mode in PER_SELECTION_MODES
-        copy_us, nic_us = (_us_per_copy(payload, bw) if selection else 0.0
-                           for bw in (per_class[0] + per_class[1], per_class[1]))
-        place = (np.arange(fabric.num_gpus) if params.mode == "low_latency_rdma"
+    def of(cls, costs: CostModel) -> _PieceCosts:
+        fabric = costs.fabric
+        per_class = [costs.finite_injection_over(c) for c in (INTRA_NODE, INTER_NODE)]
+        selection = costs.mode in PER_SELECTION_MODES
+        copy, nic = (copy_us(costs.bytes_per_copy, bw) if selection else 0.0
+                     for bw in (per_class[0] + per_class[1], per_class[1]))
+        place = (np.arange(fabric.num_gpus) if costs.mode == "low_latency_rdma"
                  else fabric.node_of_gpu)
-        fixed = _fixed_us(fabric, per_class) if selection else (0.0, 0.0)
-        return cls(weight_us=float(model.expert_bytes(dtype)) / hbm * _US_PER_BYTE_GBPS,
-                   token_us=flops / tflops * _US_PER_FLOP_TFLOPS, copy_us=copy_us,
-                   nic_us=nic_us, place_of_gpu=np.asarray(place, dtype=np.int64),
+        fixed = _fixed_us(costs, per_class) if selection else (0.0, 0.0)
+        return cls(weight_us=costs.fastest_weight_us, token_us=costs.fastest_token_us,
+                   copy_us=copy, nic_us=nic, place_of_gpu=np.asarray(place, dtype=np.int64),
                    fixed_us=fixed[0], fixed_nic_us=fixed[1])
 
 
-def _fixed_us(fabric: Fabric, per_class: list[np.ndarray]) -> tuple[float, float]:
+def _fixed_us(costs: CostModel, per_class: list[np.ndarray]) -> tuple[float, float]:
     """``(F, F_nic)``: the least a GPU that receives a copy (from another node) pays in
     fixed costs over dispatch and combine, phase costs and one latency each."""
-    phase = (np.zeros((fabric.num_gpus, 3)) if fabric.phase_us is None
-             else np.asarray(fabric.phase_us, dtype=np.float64))
+    fabric, phase = costs.fabric, costs.phase_us
     ph_intra = np.where(per_class[0] > 0, phase[:, INTRA_NODE], np.inf)
     ph_inter = np.where(per_class[1] > 0, phase[:, INTER_NODE], np.inf)
     any_peer = np.minimum(ph_intra, ph_inter) + nearest_latency(fabric, any_peer=True)
@@ -217,12 +200,6 @@ def _fixed_us(fabric: Fabric, per_class: list[np.ndarray]) -> tuple[float, float
     least = [float(v[np.isfinite(v)].min()) if np.isfinite(v).any() else 0.0
              for v in (any_peer, nic)]
     return 2.0 * least[0], 2.0 * least[1]
-
-
-def _us_per_copy(payload: float, bandwidth: np.ndarray) -> float:
-    """Microseconds of one copy at the largest of ``bandwidth`` (0 with no link)."""
-    fastest = float(bandwidth.max()) if bandwidth.size else 0.0
-    return payload / fastest * _US_PER_BYTE_GBPS if fastest > 0 else 0.0
 
 
 def _pieces(ids: np.ndarray, batches: Batches, counts: np.ndarray, policy: str, num_gpus: int,

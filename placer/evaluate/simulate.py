@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from placer import constants
 from placer.evaluate.balance import (
     nan_percentile,
     ratio,
@@ -25,6 +24,7 @@ from placer.evaluate.balance import (
     vllm_balancedness,
 )
 from placer.evaluate.batches import Batches
+from placer.evaluate.costs import CostModel
 from placer.evaluate.dispatch import (
     STATIC_POLICIES,
     OrderBias,
@@ -33,14 +33,13 @@ from placer.evaluate.dispatch import (
     round_robin_order_bias,
     static_dispatch_table,
 )
-from placer.evaluate.timing import INTER_NODE, INTRA_NODE, comm_time_us, compute_time_us
+from placer.evaluate.timing import comm_time_us, compute_time_us
 from placer.evaluate.traffic import Fabric, LayerTraffic, Segments, layer_traffic
 from placer.placement import Placement, hot_shard_ratio
 
 if TYPE_CHECKING:
     from placer.evaluate.params import EvalParams
     from placer.model import ModelSpec
-    from placer.topology import Topology
 
 #: Reads the ``[tokens, k]`` experts of one layer row (in the placement's layer order).
 ExpertsOf = Callable[[int], np.ndarray]
@@ -98,23 +97,22 @@ def simulate(
     placement: Placement,
     batches: Batches,
     experts_of: ExpertsOf,
-    fabric: Fabric,
-    topology: Topology,
+    costs: CostModel,
     model: ModelSpec,
-    dtype: str,
     params: EvalParams,
     table: np.ndarray | None = None,
 ) -> Simulation:
     """Replay every (batch, layer): loads, copies, times (tokens sorted by batch).
 
-    ``table`` is the ``[layers, G, E]`` static dispatch table of the ``sglang`` and
-    ``local_first`` policies (:func:`_static_table`).
+    ``costs``: the cost model of ``params``' mode and the evaluated dtype; ``table``: the
+    ``[layers, G, E]`` static dispatch table of the ``sglang`` and ``local_first``
+    policies (drawn here when None).
     """
     if params.policy in STATIC_POLICIES and table is None:
         table = static_dispatch_table(placement, params.seed, policy=params.policy,
-                                      node_of_gpu=np.asarray(topology.node_of_gpu))
+                                      node_of_gpu=costs.fabric.node_of_gpu)
     replay = _Replay(
-        batches=batches, fabric=fabric, costs=UnitCosts.of(fabric, topology, model, dtype),
+        batches=batches, fabric=costs.fabric, costs=costs,
         policy=params.policy, mode=params.mode, table=table,
         logical_to_physical=placement.logical_to_physical,
         replica_counts=placement.replica_counts,
@@ -149,50 +147,6 @@ def simulate(
 
 
 @dataclass(frozen=True)
-class UnitCosts:
-    """What a copy, an expert and a token cost (the timing model's inputs).
-
-    Attributes
-    ----------
-    activation_bytes: bytes of one dispatch copy (``model.activation_bytes(dtype)``).
-    combine_bytes: bytes of one combine copy (``hidden x 2``).
-    expert_bytes: bytes of one expert's weights at the evaluated dtype.
-    flops_per_token: expert FFN flops of one token.
-    hbm: ``[G]`` float64 achieved HBM bandwidth, GB/s.
-    tflops: ``[G]`` float64 achieved TFLOPS at the evaluated dtype.
-    intra, inter: ``[G, G]`` bool pairs whose copies travel inside / across nodes.
-    """
-
-    activation_bytes: float
-    combine_bytes: float
-    expert_bytes: float
-    flops_per_token: float
-    hbm: np.ndarray
-    tflops: np.ndarray
-    intra: np.ndarray
-    inter: np.ndarray
-
-    @classmethod
-    def of(cls, fabric: Fabric, topology: Topology, model: ModelSpec, dtype: str) -> UnitCosts:
-        return cls(
-            activation_bytes=float(model.activation_bytes(dtype)),
-            combine_bytes=float(model.hidden_size * constants.COMBINE_BYTES_PER_VALUE),
-            expert_bytes=float(model.expert_bytes(dtype)),
-            flops_per_token=float(constants.EXPERT_FFN_FLOPS_FACTOR * model.hidden_size
-                                  * model.moe_intermediate_size),
-            hbm=np.asarray(topology.hbm_gbps, dtype=np.float64) * topology.hbm_efficiency,
-            tflops=topology.tflops(dtype) * topology.flops_efficiency,
-            intra=(fabric.link_class == INTRA_NODE),
-            inter=(fabric.link_class == INTER_NODE),
-        )
-
-    @property
-    def bytes_per_copy(self) -> float:
-        """Bytes a copy moves over both phases (dispatch then combine)."""
-        return self.activation_bytes + self.combine_bytes
-
-
-@dataclass(frozen=True)
 class _Replay:
     """What every (layer, block) step of the replay reads and never changes.
 
@@ -202,7 +156,7 @@ class _Replay:
 
     batches: Batches
     fabric: Fabric
-    costs: UnitCosts
+    costs: CostModel
     policy: str
     mode: str
     table: np.ndarray | None
@@ -358,8 +312,8 @@ def _measure(replay: _Replay, row: int, blk: Block, choice: _Choice) -> _Measure
     costs = replay.costs
     times = _PhaseTimes(
         dispatch=comm_time_us(traffic.copies, costs.activation_bytes, replay.fabric),
-        compute=compute_time_us(slot_load, replay.slots_per_gpu, costs.expert_bytes,
-                                costs.flops_per_token, costs.hbm, costs.tflops),
+        compute=compute_time_us(slot_load, replay.slots_per_gpu, costs.weight_us,
+                                costs.token_us),
         combine=comm_time_us(traffic.copies.transpose(0, 2, 1), costs.combine_bytes,
                              replay.fabric),
     )
@@ -397,7 +351,7 @@ def _slot_loads(replay: _Replay, row: int, nb: int, batch: np.ndarray, slots: np
 
 
 def _record(tally: _Tally, row: int, blk: Block, tok_per_batch: np.ndarray,
-            measured: _Measured, costs: UnitCosts) -> None:
+            measured: _Measured, costs: CostModel) -> None:
     """Write one (layer, block)'s figures into ``tally`` (NaN for batches without tokens)."""
     traffic, slot_load, split_bg, times = (measured.traffic, measured.slot_load,
                                            measured.split_load, measured.times)
@@ -428,7 +382,7 @@ def _record(tally: _Tally, row: int, blk: Block, tok_per_batch: np.ndarray,
 
 
 def _per_layer_figures(tally: _Tally, batch_hot: np.ndarray, layer_ids: np.ndarray,
-                       costs: UnitCosts) -> dict[str, np.ndarray]:
+                       costs: CostModel) -> dict[str, np.ndarray]:
     """``[layers]`` figures of :attr:`Evaluation.per_layer` the replay gives."""
     per_token = np.maximum(tally.tokens, 1)
     bytes_per_copy = costs.bytes_per_copy
@@ -459,7 +413,7 @@ def _per_layer_figures(tally: _Tally, batch_hot: np.ndarray, layer_ids: np.ndarr
 
 
 def _metrics(tally: _Tally, batch_hot: np.ndarray, per_layer: dict[str, np.ndarray],
-             model: ModelSpec, costs: UnitCosts) -> dict[str, Any]:
+             model: ModelSpec, costs: CostModel) -> dict[str, Any]:
     """The flat figures of the replay (keys of :data:`placer.evaluate.core.METRIC_KEYS`)."""
     layer_ratio = per_layer["hot_shard_ratio"]
     has_layers = tally.tokens.size > 0

@@ -18,22 +18,18 @@ are separate links), sending and receiving use separate directions, and messages
 peers are in flight at once, so the slowest of these bounds sets the time and one
 latency is paid per phase.
 
-Compute: a GPU runs each of its slots that received tokens; one expert FFN costs
-``max(expert_bytes / hbm_bandwidth, 6 * hidden * ffn * tokens / peak_flops)``
-(weights read once; three matrices of ``hidden x ffn``, two flops per multiply-add),
-with bandwidth and FLOPS scaled by the topology's compute calibration.
+Compute: a GPU runs each of its slots that received tokens; one slot costs
+``max(weight_us, tokens x token_us)`` at its GPU's rates (weights read once; the per-token
+expert FFN), both from :class:`placer.evaluate.costs.CostModel`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from placer.evaluate.costs import BYTES_PER_GBPS_US
 from placer.evaluate.traffic import Fabric
 
-#: bytes / (GB/s) -> microseconds.
-_BYTES_PER_GBPS_US = 1e3
-#: flops / TFLOPS -> microseconds.
-_FLOPS_PER_TFLOPS_US = 1e6
 #: Link classes that cross a link: ``LinkClass.INTRA_NODE`` and ``LinkClass.INTER_NODE``.
 INTRA_NODE, INTER_NODE = 1, 2
 
@@ -53,7 +49,7 @@ def comm_time_us(copies: np.ndarray, payload_bytes: float, fabric: Fabric) -> np
     sent_bytes = copies.astype(np.float64) * float(payload_bytes)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(sent_bytes > 0, sent_bytes / fabric.bandwidth_gbps[None], 0.0)
-    busiest = np.maximum(ratio.max(axis=2), ratio.max(axis=1)) / _BYTES_PER_GBPS_US  # [B, G]
+    busiest = np.maximum(ratio.max(axis=2), ratio.max(axis=1)) / BYTES_PER_GBPS_US  # [B, G]
     phase_us = fabric.phase_us
     for link_class in (INTRA_NODE, INTER_NODE):
         mask = (fabric.link_class == link_class).astype(np.float64)
@@ -62,7 +58,7 @@ def comm_time_us(copies: np.ndarray, payload_bytes: float, fabric: Fabric) -> np
         volume = np.maximum(send, recv)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(volume > 0, volume / fabric.injection_gbps[None, :, link_class], 0.0)
-        t /= _BYTES_PER_GBPS_US
+        t /= BYTES_PER_GBPS_US
         if phase_us is not None:
             t += np.where(volume > 0, phase_us[None, :, link_class], 0.0)
         busiest = np.maximum(busiest, t)
@@ -75,24 +71,22 @@ def comm_time_us(copies: np.ndarray, payload_bytes: float, fabric: Fabric) -> np
 def compute_time_us(
     slot_load: np.ndarray,
     slots_per_gpu: int,
-    expert_bytes: float,
-    flops_per_token: float,
-    hbm_gbps: np.ndarray,
-    tflops: np.ndarray,
+    weight_us: np.ndarray,
+    token_us: np.ndarray,
 ) -> np.ndarray:
     """``[batches, G]`` float64 expert FFN time of each GPU, microseconds.
 
     Parameters
     ----------
     slot_load: ``[batches, P]`` tokens processed by each slot.
-    expert_bytes: weight bytes of one expert (one layer).
-    flops_per_token: ``6 * hidden * ffn``, flops of one token through one expert.
-    hbm_gbps: ``[G]`` HBM bandwidth, GB/s.  tflops: ``[G]`` peak dense TFLOPS for the dtype.
+    weight_us: ``[G]`` a slot's weight read on each GPU
+        (:attr:`~placer.evaluate.costs.CostModel.weight_us`).
+    token_us: ``[G]`` one token through one expert on each GPU
+        (:attr:`~placer.evaluate.costs.CostModel.token_us`).
     """
     num_batches, num_slots = slot_load.shape
     gpu = np.arange(num_slots) // slots_per_gpu
-    weight_us = expert_bytes / (hbm_gbps[gpu] * _BYTES_PER_GBPS_US)
-    token_us = flops_per_token / (tflops[gpu] * _FLOPS_PER_TFLOPS_US)
-    cost = np.where(slot_load > 0, np.maximum(weight_us[None], slot_load * token_us[None]), 0.0)
+    cost = np.where(slot_load > 0,
+                    np.maximum(weight_us[gpu][None], slot_load * token_us[gpu][None]), 0.0)
     out: np.ndarray = cost.reshape(num_batches, -1, slots_per_gpu).sum(axis=2)
     return out

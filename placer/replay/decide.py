@@ -35,10 +35,10 @@ import numpy as np
 from placer import constants
 from placer.errors import PlacerWarning
 from placer.evaluate import evaluate
+from placer.evaluate.costs import CostModel
 from placer.evaluate.counted import RunLoads, supports, times_of_loads
 from placer.evaluate.params import regime_params
-from placer.evaluate.simulate import UnitCosts
-from placer.evaluate.traffic import Fabric, Segments
+from placer.evaluate.traffic import Segments
 from placer.model import ModelSpec
 from placer.placement import Placement
 from placer.placement.align import align_row
@@ -288,8 +288,7 @@ def expected_layer_times(placement: Placement, load: np.ndarray, topology: Topol
     params = regime_params(regime, placement.num_gpus, dtype=dtype)
     if not supports(params.policy, params.mode):
         return None
-    fabric = Fabric.from_topology(topology, params.mode)
-    costs = UnitCosts.of(fabric, topology, model, dtype)
+    costs = CostModel.of(topology, model, params.mode, dtype)
     gpus, slots = placement.num_gpus, placement.num_physical
     step_tokens = float(params.batch_tokens or constants.DEFAULT_BATCH_TOKENS)
     totals = np.maximum(load.sum(axis=1, keepdims=True), 1e-12)
@@ -304,7 +303,7 @@ def expected_layer_times(placement: Placement, load: np.ndarray, topology: Topol
         counts = np.broadcast_to(split, (gpus, slots)).copy()
         parts.append(RunLoads.of(counts, segments, gpus))
     # every layer timed in one pass of the traffic and phase models
-    return np.array([times[0] for times, _ in times_of_loads(parts, fabric, costs)],
+    return np.array([times[0] for times, _ in times_of_loads(parts, costs)],
                     dtype=np.float64).reshape(placement.num_layers)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from placer import constants
 from placer.errors import PlacerWarning
 from placer.evaluate.batches import Batches, sorted_batches
+from placer.evaluate.costs import CostModel
 from placer.evaluate.counted import (
     RunLoads,
     Selections,
@@ -34,7 +35,7 @@ from placer.evaluate.counted import (
 )
 from placer.evaluate.dispatch import STATIC_POLICIES, static_dispatch_table
 from placer.evaluate.params import EvalParams, regime_params
-from placer.evaluate.simulate import UnitCosts, simulate
+from placer.evaluate.simulate import simulate
 from placer.evaluate.traffic import Fabric
 from placer.placement import Placement
 from placer.replay.steps import Chunk, StepSource
@@ -75,8 +76,8 @@ def time_timelines(source: StepSource, timelines: Sequence[Timeline], setting: S
     out = [Timed(np.full((steps, layers), np.nan), np.full((steps, layers), np.nan))
            for _ in timelines]
     params = regime_params(setting.regime, setting.num_gpus, dtype=setting.dtype)
-    fabric = Fabric.from_topology(setting.topology, params.mode)
-    walk = _Walk(setting, params, fabric, cols)
+    costs = CostModel.of(setting.topology, setting.model, params.mode, setting.dtype)
+    walk = _Walk(setting, params, costs.fabric, cols, costs)
     states = [_State(t) for t in timelines]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlacerWarning)  # said once by the caller
@@ -103,14 +104,13 @@ class _Walk:
     params: EvalParams
     fabric: Fabric
     columns: list[int]
-    costs: UnitCosts | None = None
+    costs: CostModel | None = None
     lookups: dict[tuple[int, bytes], np.ndarray] = field(default_factory=dict)
     tables: dict[bytes, np.ndarray] = field(default_factory=dict)
     table_bytes: int = 0
 
     def __post_init__(self) -> None:
         s = self.setting
-        self.costs = UnitCosts.of(self.fabric, s.topology, s.model, s.dtype)
         self.table_bytes = 8 * s.layer_ids.size * s.num_gpus * s.model.num_experts
 
     def _table(self, placement: Placement) -> np.ndarray:
@@ -209,7 +209,7 @@ class _Walk:
         assert self.costs is not None
         if not stack:
             return
-        results = times_of_loads([loads for loads, _ in stack], self.fabric, self.costs)
+        results = times_of_loads([loads for loads, _ in stack], self.costs)
         first, stop = first_step + part[0], first_step + part[1]
         for (_, targets), (times, hot) in zip(stack, results, strict=True):
             for timeline, col in targets:
@@ -244,6 +244,7 @@ class _Walk:
                                         step=chunk.step[lo:hi] - first, rank=rank,
                                         batch_tokens=None,
                                         default_batch_tokens=constants.DEFAULT_BATCH_TOKENS)
+        assert self.costs is not None
         cols = np.asarray(self.columns, dtype=np.int64)
         ids = chunk.topk_ids[lo:hi][order]  # the chunk holds the columns only
         part = Placement(placement.physical_to_logical[cols], placement.layer_ids[cols],
@@ -254,8 +255,8 @@ class _Walk:
         def experts_of(row: int) -> np.ndarray:
             return ids[:, row].astype(np.int64)
 
-        sim = simulate(part, batches, experts_of, self.fabric, setting.topology,
-                       setting.model, setting.dtype, self.params, table)
+        sim = simulate(part, batches, experts_of, self.costs, setting.model, self.params,
+                       table)
         return sim.layer_time_us, sim.batch_hot_shard
 
 

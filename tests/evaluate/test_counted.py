@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from placer import constants
 from placer.evaluate.batches import sorted_batches
+from placer.evaluate.costs import CostModel
 from placer.evaluate.counted import (
     Selections,
     count_slots,
@@ -19,8 +20,7 @@ from placer.evaluate.counted import (
 )
 from placer.evaluate.dispatch import static_dispatch_table
 from placer.evaluate.params import EvalParams
-from placer.evaluate.simulate import UnitCosts, simulate
-from placer.evaluate.traffic import Fabric
+from placer.evaluate.simulate import simulate
 from placer.placement import Placement
 
 
@@ -52,17 +52,16 @@ def _both(seed: int, policy: str, mode: str, tokens: int, holes: bool,
     batches, order = sorted_batches(tokens, gpus, step=step, rank=rank, batch_tokens=None,
                                     default_batch_tokens=constants.DEFAULT_BATCH_TOKENS)
     ids = ids[order]
-    fabric = Fabric.from_topology(topology, mode)
+    costs = CostModel.of(topology, model, mode, "bf16")
     params = EvalParams(policy=policy, mode=mode, seed=0)
     table = None
     if policy in ("sglang", "local_first"):
         table = static_dispatch_table(placement, 0, policy=policy,
                                       node_of_gpu=np.asarray(topology.node_of_gpu))
-    sim = simulate(placement, batches, lambda row: ids[:, row].astype(np.int64), fabric,
-                   topology, model, "bf16", params, table)
+    sim = simulate(placement, batches, lambda row: ids[:, row].astype(np.int64), costs,
+                   model, params, table)
     sel = Selections.of(batches, policy, num_experts=experts, num_slots=gpus * slots,
                         top_k=top_k)
-    costs = UnitCosts.of(fabric, topology, model, "bf16")
     first, last = part if part is not None else (0, batches.num_batches)
     times = np.full((last - first, layers), np.nan)
     hot = np.full((last - first, layers), np.nan)
@@ -71,7 +70,7 @@ def _both(seed: int, policy: str, mode: str, tokens: int, holes: bool,
                              placement.replica_counts[row],
                              None if table is None else table[row])
         counts = count_slots(sel, sel.keys(ids[:, row]), lookup, part)
-        times[:, row], hot[:, row] = counted_times(sel, counts, fabric, costs, mode, part)
+        times[:, row], hot[:, row] = counted_times(sel, counts, costs, part)
     return (times, hot), (sim.layer_time_us[first:last], sim.batch_hot_shard[first:last])
 
 
@@ -104,4 +103,4 @@ def test_only_per_selection_modes_and_table_driven_dispatch_are_counted():
                                            default_batch_tokens=4)[0], "round_robin",
                             num_experts=2, num_slots=2, top_k=1)
         counted_times(sel, np.zeros((2, 2), dtype=np.int64),
-                      Fabric.from_topology(cluster((2,)), "normal"), None, "normal")  # type: ignore[arg-type]
+                      CostModel.of(cluster((2,)), tiny_model(num_experts=2, top_k=1)))

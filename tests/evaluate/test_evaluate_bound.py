@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placer.evaluate import EvalParams, evaluate
-from placer.evaluate.bound import _Copies, _Costs, _water_level, time_bound
-from placer.evaluate.traffic import Fabric
+from placer.evaluate.bound import _Copies, _water_level, time_bound
+from placer.evaluate.costs import CostModel
 from placer.placement import Placement
 from placer.regime import MODES, POLICIES
 from placer.topology import load_topology
@@ -154,8 +154,7 @@ def test_normal_mode_counts_one_home_per_expert(policy: str) -> None:
     experts = np.tile([0, 1], 64)
     code = np.repeat(np.arange(64), 2) * 2 + np.tile([0, 1], 64)
     at = (np.zeros(128, dtype=np.int64), source, experts, code)
-    copies = _Copies(1, 4, Fabric.from_topology(topology, "normal"), "normal", policy,
-                     _Costs.of(topology, model, "bf16"))
+    copies = _Copies(1, 4, policy, CostModel.of(topology, model, "normal", "bf16"))
     out, inter, _ = copies.totals(n, tokens, k_min, at, 1)
     assert inter[0] >= 32  # of 64 tokens; each node's own count alone lets all stay
     assert out[0] >= 48  # likewise per GPU: 32 selections served at home at most

@@ -89,8 +89,9 @@ def test_comm_time_formula_by_hand():
 def test_compute_time_formula_by_hand():
     """One slot with 10 tokens: max(weights / HBM, 6 h f n / flops)."""
     slot_load = np.array([[10, 0, 1_000_000, 0]])
-    t = compute_time_us(slot_load, 2, expert_bytes=1e6, flops_per_token=6e6,
-                        hbm_gbps=np.array([1000.0, 1000.0]), tflops=np.array([100.0, 100.0]))
+    # weights 1e6 B at 1000 GB/s; 6e6 flops a token at 100 TFLOPS
+    t = compute_time_us(slot_load, 2, weight_us=np.array([1.0, 1.0]),
+                        token_us=np.array([0.06, 0.06]))
     # GPU 0: max(1e6 / 1e12 s, 6e7 / 1e14 s) = 1 us; GPU 1: max(1 us, 6e12/1e14 s = 60000 us)
     assert t[0].tolist() == pytest.approx([1.0, 60000.0])
 

@@ -6,9 +6,9 @@ import numpy as np
 from evaluate_fixtures import cluster, tiny_model
 
 from placer.evaluate.batches import Batches
+from placer.evaluate.costs import CostModel
 from placer.evaluate.params import EvalParams
 from placer.evaluate.simulate import simulate
-from placer.evaluate.traffic import Fabric
 from placer.placement import Placement
 from placer.regime import Regime
 from placer.replay.decide import expected_layer_times
@@ -26,8 +26,8 @@ def test_a_step_that_is_exactly_its_expectation_is_timed_as_simulate_times_it():
     batches = Batches(np.zeros(16, dtype=np.int64), source, np.tile(np.arange(4), 4), 1)
     regime = Regime("vllm", "decode", tokens_per_gpu=4)
     params = EvalParams(policy="round_robin", mode="low_latency", batch_tokens=16)
-    sim = simulate(placement, batches, lambda row: ids, Fabric.from_topology(
-        topology, "low_latency"), topology, model, "bf16", params)
+    sim = simulate(placement, batches, lambda row: ids,
+                   CostModel.of(topology, model, "low_latency", "bf16"), model, params)
     load = np.bincount(ids.ravel(), minlength=4)[None].astype(float) * 7  # any scale
     expected = expected_layer_times(placement, load, topology, model, regime, "bf16")
     assert expected is not None
