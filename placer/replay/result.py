@@ -46,6 +46,7 @@ class PolicyResult:
     rebalances: what the policy moved, and when.
     async_share: share of ``link_us`` that lengthens the step (the topology's).
     skipped: steps a rebalance was due at while one was deciding or moving.
+    decisions: ``(due step, seconds)`` of every decision, those that moved nothing too.
     start: where the policy started (``default``, ``initial``: the placement given, a
         static policy's label).
     """
@@ -59,6 +60,7 @@ class PolicyResult:
     async_share: float = 1.0
     skipped: tuple[int, ...] = ()
     start: str = "-"
+    decisions: tuple[tuple[int, float], ...] = ()
 
     @property
     def kind(self) -> str:
@@ -94,7 +96,8 @@ class PolicyResult:
             "moves": float(sum(r.moves for r in inside)),
             "gb_moved": float(sum(r.gb for r in inside)),
             "hot_shard_mean": _mean(self.hot_shard[sl]),
-            "decision_s_max": max((r.decision_s for r in inside), default=0.0),
+            "decision_s_max": max((s for t, s in self.decisions
+                                   if lo <= t < (hi or len(self.step_us))), default=0.0),
         }
 
     def to_dict(self, segments: list[tuple[int, int]]) -> dict[str, Any]:
@@ -103,6 +106,7 @@ class PolicyResult:
             "started_from": self.start,
             "figures": self.figures(),
             "skipped_steps": list(self.skipped),
+            "decisions": [{"due_step": t, "seconds": s} for t, s in self.decisions],
             "segments": [{"steps": [lo, hi], **self.figures(lo, hi)} for lo, hi in segments],
             "rebalances": [r.to_dict() for r in self.rebalances],
         }

@@ -118,6 +118,7 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
     info = {"trace": source.name, "model": model.name, "topology": topology.name,
             "regime": params.regime.to_dict(), "steps": steps,
             "tokens": source.num_tokens, "layers": source.num_layers,
+            "model_layers": len(model.all_moe_layer_ids),
             "num_experts": model.num_experts, "num_gpus": topology.num_gpus,
             "slots_per_gpu": setting.slots_per_gpu, "redundant": params.redundant,
             "dtype": setting.dtype}
@@ -210,4 +211,5 @@ def _result(line: Timeline, timed: Timed, share: float) -> PolicyResult:
         warnings.simplefilter("ignore", RuntimeWarning)  # a step without tokens in a layer
         hot = np.nanmean(timed.hot_shard, axis=1)
     return PolicyResult(line.label, serving, line.stall_us, line.link_us, hot,
-                        tuple(line.rebalances), share, tuple(line.skipped), line.start)
+                        tuple(line.rebalances), share, tuple(line.skipped), line.start,
+                        tuple(line.decisions))

@@ -110,6 +110,7 @@ class Timeline:
         step is longer by ``async_share`` times it).
     rebalances: the rebalances, in order.
     skipped: steps a rebalance was due at while one was still deciding or moving.
+    decisions: ``(due step, seconds)`` of every decision, those that moved nothing too.
     start: where the timeline started, in words (``default``, ``initial``: the placement
         given, a static policy's label).
     """
@@ -122,6 +123,7 @@ class Timeline:
     rebalances: list[Rebalance] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
     start: str = "default"
+    decisions: list[tuple[int, float]] = field(default_factory=list)
 
 
 def default_placement(setting: Setting, slots_per_gpu: int | None = None) -> Placement:
@@ -213,6 +215,7 @@ def _online(policy: OnlinePolicy, loads: np.ndarray, setting: Setting,
                                max_moves=policy.max_moves, costs=copy).placement
         decision_s = decision_seconds(policy, setting.layer_ids.size,
                                       time.perf_counter() - started)
+        line.decisions.append((t, decision_s))
         if policy.asynchronous:
             land = landing_step(current, loads, setting, t, decision_s)
             if land >= steps:
