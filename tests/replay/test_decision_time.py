@@ -119,3 +119,24 @@ def test_background_copies_retimed_at_another_share():
         np.testing.assert_allclose(at.step_us, policy.serving_us + share * policy.link_us,
                                    rtol=1e-12)
     np.testing.assert_allclose(policy.link_us, [0.0, COPY_US, 0.0], rtol=1e-12)
+
+
+def test_the_verdict_says_when_the_share_of_background_copies_flips_it():
+    from placer.replay.result import PolicyResult, ReplayResult
+
+    flat = np.zeros(4)
+    static = PolicyResult("static:default", np.full(4, 100.0), flat, flat, flat)
+    # 90 µs a step, and one copy of 60 µs of link time: 90 + 15 x share on average
+    eplb = PolicyResult("eplb:window=1,interval=2,async", np.full(4, 90.0), flat,
+                        np.array([0.0, 60.0, 0.0, 0.0]), flat, async_share=1.0)
+    result = ReplayResult((static, eplb))
+    assert [(s, p.label) for s, p in result.by_share()] == [
+        (0.25, eplb.label), (0.5, eplb.label), (1.0, static.label)]
+    line = result.share_verdict()
+    assert "flips" in line and "0.25: eplb:window=1,interval=2,async (93.8 µs)" in line
+    assert "1: static:default (100.0 µs)" in line
+    # a copy of 20 µs: 90 + 5 x share stays below 100 at every share
+    light = PolicyResult(eplb.label, eplb.serving_us, flat, np.array([0.0, 20.0, 0.0, 0.0]),
+                         flat)
+    assert ReplayResult((static, light)).share_verdict().startswith(
+        "verdict over async_share 0.25, 0.5, 1: holds, eplb:window=1,interval=2,async")
