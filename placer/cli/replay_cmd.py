@@ -51,14 +51,20 @@ EXAMPLES = examples(
 def default_policies(engine: str) -> list[str]:
     """What ``placer replay`` compares when no ``--policy`` is given: the engines' default
     layout, the engine's own online EPLB with its defaults, placer's online re-plan at the
-    same cadence, and foresight."""
+    same cadence (from the same first step, in the background where the engine copies in
+    the background), and foresight."""
     from placer.replay import ENGINE_DEFAULTS, parse_policy
+    from placer.replay.policies import OnlinePolicy
 
     eplb = ENGINE_DEFAULTS[engine]
     spec = parse_policy(eplb)
-    cadence = f"window={spec.window},interval={spec.interval}"  # type: ignore[union-attr]
-    return ["static:default", eplb, f"placer:{cadence}",
-            f"oracle:interval={spec.interval}"]  # type: ignore[union-attr]
+    assert isinstance(spec, OnlinePolicy)
+    cadence = f"window={spec.window},interval={spec.interval}"
+    if spec.first != spec.interval:
+        cadence += f",first={spec.first}"
+    if spec.asynchronous:  # decided and copied as the engine does
+        cadence += ",async" + (f",layers={spec.layers}" if spec.layers != 1 else "")
+    return ["static:default", eplb, f"placer:{cadence}", f"oracle:interval={spec.interval}"]
 
 
 def replay_cmd(
