@@ -51,14 +51,20 @@ EXAMPLES = examples(
 def default_policies(engine: str) -> list[str]:
     """What ``placer replay`` compares when no ``--policy`` is given: the engines' default
     layout, the engine's own online EPLB with its defaults, placer's online re-plan at the
-    same cadence, and foresight."""
+    same cadence (from the same first step, in the background where the engine copies in
+    the background), and foresight."""
     from placer.replay import ENGINE_DEFAULTS, parse_policy
+    from placer.replay.policies import OnlinePolicy
 
     eplb = ENGINE_DEFAULTS[engine]
     spec = parse_policy(eplb)
-    cadence = f"window={spec.window},interval={spec.interval}"  # type: ignore[union-attr]
-    return ["static:default", eplb, f"placer:{cadence}",
-            f"oracle:interval={spec.interval}"]  # type: ignore[union-attr]
+    assert isinstance(spec, OnlinePolicy)
+    cadence = f"window={spec.window},interval={spec.interval}"
+    if spec.first != spec.interval:
+        cadence += f",first={spec.first}"
+    if spec.asynchronous:  # decided and copied as the engine does
+        cadence += ",async" + (f",layers={spec.layers}" if spec.layers != 1 else "")
+    return ["static:default", eplb, f"placer:{cadence}", f"oracle:interval={spec.interval}"]
 
 
 def replay_cmd(
@@ -177,7 +183,7 @@ def _run(trace: list[Path], policies: list[Any], model: str, topology: str, regi
         start = static_placement(initial, Setting(topo, model_spec, regime, slots,
                                                   dtype or model_spec.default_dtype,
                                                   source.layer_ids))
-    notes = []
+    notes = _decision_notes(policies, source.num_layers, len(model_spec.all_moe_layer_ids))
     for p in policies:
         if isinstance(p, OnlinePolicy) and p.first >= source.num_steps:
             notes.append(f"{p.label} first rebalances at step {p.first}: never within these"
@@ -191,6 +197,32 @@ def _run(trace: list[Path], policies: list[Any], model: str, topology: str, regi
         result = replay(source, policies, model_spec, topo, params, initial=start,
                         progress=report)
     return result, notes
+
+
+def _decision_notes(policies: list[Any], layers: int, model_layers: int) -> list[str]:
+    """What decision time each online policy is charged, and how a trace of fewer layers
+    than the model stands for the whole model."""
+    from placer.replay.policies import OnlinePolicy
+
+    online = [p for p in policies if isinstance(p, OnlinePolicy)]
+    if not online:
+        return []
+    sources: dict[str, list[str]] = {}
+    for p in online:
+        sources.setdefault(p.decision_source, []).append(p.label)
+    notes = ["decision time: " + "; ".join(
+        f"{source} for {', '.join(labels) if len(labels) < 3 else f'{len(labels)} policies'}"
+        for source, labels in sources.items())
+        + "; asynchronous, a decision lands at the first step that starts once that much"
+        " serving has passed; synchronous, serving stops for it"]
+    if layers < model_layers:
+        notes.append(
+            f"the trace holds {layers} of the model's {model_layers} MoE layers: step times"
+            f" and decision times (decide s) are those of these {layers} layers; for the whole"
+            f" model both scale by {model_layers}/{layers} (x{model_layers / layers:.1f}), so"
+            " a decision takes as many steps; the whole model's copies would span"
+            f" x{model_layers / layers:.1f} as many steps")
+    return notes
 
 
 def _deploy(result: Any, engine: str) -> list[tuple[str, str]]:
@@ -223,7 +255,8 @@ def _print(result: Any, regime: Any, note: str, notes: list[str],
              f" ({info['dtype']}) on {info['topology']}, {info['slots_per_gpu']} slots per"
              f" GPU ({info['redundant']} redundant)",
              judged_as(regime, note, batch), "", *table(result), "", "mean step time per segment"
-             " (µs, rebalancing included)", *segment_table(result), "", result.verdict()]
+             " (µs, rebalancing included)", *segment_table(result), "", result.verdict(),
+             result.share_verdict()]
     if deploy:
         lines += ["the best engine setting, as each engine takes it:"]
         lines += [f"  {engine}: {flags}" for engine, flags in deploy]

@@ -7,20 +7,26 @@ A policy says which placement serves each step of a replay and when it changes:
     earlier windows, or what ``placer import`` read from an engine's file), or the
     engines' default layout (``default``: expert ``e`` on GPU ``e // (E / G)``, redundant
     slots as vLLM's EPLB starts them).
-``eplb:window=W,interval=I[,redundant=R][,async][,first=F][,layers=N]``
+``eplb:window=W,interval=I[,redundant=R][,async][,first=F][,layers=N][,decide-ms=D]``
     what the engines do online: every ``I`` steps (from step ``F``, default ``I``), the
-    reference EPLB on the load of the last ``W`` steps; ``async`` copies the new layout in
-    the background, ``layers`` per step (the old one serving meanwhile), else serving
-    stops while the weights move.
-``placer:window=W,interval=I[,max-moves=M][,horizon=H][,async][,first=F][,layers=N]``
+    reference EPLB on the load of the last ``W`` steps; ``async`` decides and copies the
+    new layout in the background, ``layers`` per step (the old one serving meanwhile),
+    else serving stops while it decides and the weights move.
+``placer:window=W,interval=I[,max-moves=M][,horizon=H][,async][,first=F][,layers=N][,decide-ms=D]``
     placer's online re-plan at the same cadence: from the deployed placement, the moves
     (or, where a burst moved the load too far for single moves, a layer's whole EPLB
     re-placement) that pay for their copy within ``H`` steps (default: the window: the
     load of the last ``W`` steps is taken to hold for as long again), greedily by what
     each is worth, at most ``M`` per rebalance (:mod:`placer.replay.decide`).
 ``oracle:interval=I``
-    foresight, as a reference: every ``I`` steps the faster of EPLB and placer fitted on
-    the coming ``I`` steps themselves, moved for free.
+    foresight, a bound: every ``I`` steps and for each layer, the fastest of EPLB and
+    placer fitted on the coming ``I`` steps themselves and of what every other policy
+    served in them, moved for free (:mod:`placer.replay.bound`).
+
+A decision takes time: ``decide-ms`` is its compute time per MoE layer, milliseconds
+(default: placer's measured as the replay decides; the engines' EPLB
+:data:`EPLB_MS_PER_LAYER`).  Asynchronous, the decision lands once that much serving
+time has passed; synchronous, serving stops for it (:mod:`placer.replay.timeline`).
 
 :func:`parse_policy` reads one such string; :data:`ENGINE_DEFAULTS` names the engines'
 own settings and the source each comes from (docs/replay.md).
@@ -29,6 +35,7 @@ own settings and the source each comes from (docs/replay.md).
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +45,18 @@ from placer.errors import Param, UsageError
 KEYS: dict[str, dict[str, bool]] = {
     "static": {},
     "eplb": {"window": False, "interval": False, "redundant": False, "async": True,
-             "first": False, "layers": False},
+             "first": False, "layers": False, "decide-ms": False},
     "placer": {"window": False, "interval": False, "max-moves": False, "horizon": False,
-               "async": True, "first": False, "layers": False},
+               "async": True, "first": False, "layers": False, "decide-ms": False},
     "oracle": {"interval": False},
 }
+
+#: The reference EPLB's compute time per MoE layer, milliseconds: deepseek-ai/EPLB's
+#: algorithm (placer/planning/solvers/eplb/reference.py) re-placing the 58 layers of the
+#: DeepSeek-V3 shape onto 288 slots of 32 GPUs in 4 nodes took 31-37 ms on one core here
+#: (numpy; vLLM runs the same algorithm on CPU tensors, SGLang on GPU or CPU).  A fixed
+#: figure so that replays are reproducible; ``decide-ms`` overrides it.
+EPLB_MS_PER_LAYER = 0.6
 
 #: What the engines run when online rebalancing is on, as eplb keys (docs/replay.md):
 #: vLLM ``EPLBConfig`` (vllm/config/parallel.py: window_size 1000, step_interval 3000,
@@ -87,6 +101,8 @@ class OnlinePolicy:
     max_moves: at most this many weight moves per rebalance (placer; None = no budget
         beyond what pays).
     horizon: steps over which a move must pay for its copy (placer; the window).
+    decide_ms: compute time of a decision per MoE layer, milliseconds (None: placer's
+        measured, eplb's :data:`EPLB_MS_PER_LAYER`).
     asynchronous: copy in the background (the old layout serves meanwhile), ``layers``
         layers per step; else serving stops while the weights move.
     layers: layers whose weights move per step when asynchronous.
@@ -102,16 +118,27 @@ class OnlinePolicy:
     layers: int = 1
     text: str = ""
     horizon: int | None = None
+    decide_ms: float | None = None
 
     @property
     def label(self) -> str:
         return self.text or f"{self.kind}:window={self.window},interval={self.interval}"
 
+    @property
+    def decision_source(self) -> str:
+        """Where the decision time charged comes from, in words."""
+        if self.decide_ms is not None:
+            return f"{self.decide_ms:g} ms a layer (decide-ms)"
+        if self.kind == "eplb":
+            return f"{EPLB_MS_PER_LAYER:g} ms a layer (the reference EPLB, measured once)"
+        return "measured as the replay decides"
+
 
 @dataclass(frozen=True)
 class OraclePolicy:
-    """Every ``interval`` steps, the faster of EPLB and placer fitted on the coming
-    ``interval`` steps themselves, moved for free (a reference, not a deployable policy)."""
+    """Every ``interval`` steps, per layer, the fastest of EPLB and placer fitted on the
+    coming ``interval`` steps themselves and of what every other policy served in them,
+    moved for free: a bound, not a deployable policy."""
 
     interval: int
     text: str = ""
@@ -173,6 +200,8 @@ def parse_policy(text: str, *, where: str | None = None) -> Policy:
         layers=_count(values, "layers", text, where, 1),
         text=text.strip(),
         horizon=_count(values, "horizon", text, where, window) if kind == "placer" else None,
+        decide_ms=_milliseconds(values, "decide-ms", text, where)
+        if "decide-ms" in values else None,
     )
 
 
@@ -219,6 +248,20 @@ def _count(values: dict[str, str], key: str, text: str, where: str, default: int
     if value < minimum:
         raise UsageError(f"{key} must be at least {minimum} in policy {text!r}, got {value}",
                          where=where, hint=f"{key}={max(minimum, 1)} or more")
+    return value
+
+
+def _milliseconds(values: dict[str, str], key: str, text: str, where: str) -> float:
+    """Non-negative number ``key`` of ``values`` (milliseconds)."""
+    raw = values[key]
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{key} must be a number of milliseconds in policy {text!r}, got"
+                         f" {raw!r}", where=where, hint=f"for example {key}=0.6") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"{key} must be at least 0 in policy {text!r}, got {raw}",
+                         where=where, hint=f"for example {key}=0.6")
     return value
 
 
@@ -273,7 +316,8 @@ def swept(policies: list[Policy], sweep: dict[str, tuple[int, ...]]) -> list[Pol
             first = policy.first if "interval" not in g else interval
             text = _written("eplb", window=g.get("window", policy.window), interval=interval,
                             redundant=g.get("redundant", policy.redundant),
-                            asynchronous=policy.asynchronous, layers=policy.layers)
+                            asynchronous=policy.asynchronous, layers=policy.layers,
+                            decide_ms=policy.decide_ms)
             out.append(parse_policy(text) if first == interval else
                        parse_policy(f"{text},first={first}"))
     unique: dict[str, Policy] = {}
@@ -283,11 +327,13 @@ def swept(policies: list[Policy], sweep: dict[str, tuple[int, ...]]) -> list[Pol
 
 
 def _written(kind: str, *, window: int, interval: int, redundant: int | None,
-             asynchronous: bool, layers: int) -> str:
+             asynchronous: bool, layers: int, decide_ms: float | None = None) -> str:
     """A policy's written form."""
     text = f"{kind}:window={window},interval={interval}"
     if redundant is not None:
         text += f",redundant={redundant}"
     if asynchronous:
         text += ",async" + (f",layers={layers}" if layers != 1 else "")
+    if decide_ms is not None:
+        text += f",decide-ms={decide_ms:g}"
     return text

@@ -3,14 +3,20 @@
 A step's time is the sum over MoE layers of the evaluator's layer time (as every command's
 ``step`` figures), plus what rebalancing costs at that step: a synchronous rebalance's
 stall lengthens the step it interrupts (the tokens of that step wait for it), a
-background copy the step it overlaps.  ``step_mean_us`` is therefore the mean time per
-step a user pays, stalls included; ``serving_mean_us`` the same without them.
+background copy the step it overlaps (``async_share`` times its link time).
+``step_mean_us`` is therefore the mean time per step a user pays, stalls included;
+``serving_mean_us`` the same without them.
+
+How much a background copy slows serving is the least known constant, so the verdict is
+also given over :data:`SHARES` of it (:meth:`ReplayResult.share_verdict`): each result
+re-timed at another share costs nothing (the copies' link time per step is kept), the
+decisions staying those made at the topology's share.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +26,10 @@ from placer.replay.timeline import Rebalance
 
 #: Figures of each policy, in the order tables show them.
 FIGURES = ("step_mean_us", "step_p50_us", "step_p99_us", "serving_mean_us", "stall_s",
-           "rebalances", "moves", "gb_moved", "hot_shard_mean", "decision_s_max")
+           "rebalances", "skipped", "moves", "gb_moved", "hot_shard_mean", "decision_s_max")
+
+#: Shares of a background copy's link time the verdict is checked over.
+SHARES = (0.25, 0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -31,21 +40,40 @@ class PolicyResult:
     ----------
     label: the policy as written.
     serving_us: ``[steps]`` MoE time of each step (sum over layers), µs.
-    stall_us, extra_us: ``[steps]`` synchronous stalls and background-copy slowdowns, µs.
+    stall_us: ``[steps]`` synchronous stalls (decisions, host work, copies), µs.
+    link_us: ``[steps]`` link time of the background copies each step overlaps, µs.
     hot_shard: ``[steps]`` mean over layers of each step's hottest / mean GPU load.
     rebalances: what the policy moved, and when.
+    async_share: share of ``link_us`` that lengthens the step (the topology's).
+    skipped: steps a rebalance was due at while one was deciding or moving.
+    decisions: ``(due step, seconds)`` of every decision, those that moved nothing too.
+    start: where the policy started (``default``, ``initial``: the placement given, a
+        static policy's label).
     """
 
     label: str
     serving_us: np.ndarray
     stall_us: np.ndarray
-    extra_us: np.ndarray
+    link_us: np.ndarray
     hot_shard: np.ndarray
     rebalances: tuple[Rebalance, ...] = ()
+    async_share: float = 1.0
+    skipped: tuple[int, ...] = ()
+    start: str = "-"
+    decisions: tuple[tuple[int, float], ...] = ()
 
     @property
     def kind(self) -> str:
         return self.label.split(":", 1)[0]
+
+    @property
+    def extra_us(self) -> np.ndarray:
+        """``[steps]`` what background copies add to each step, µs."""
+        return self.async_share * self.link_us
+
+    def at_share(self, share: float) -> PolicyResult:
+        """The same timeline with background copies at another ``async_share``."""
+        return replace(self, async_share=share)
 
     @property
     def step_us(self) -> np.ndarray:
@@ -64,16 +92,21 @@ class PolicyResult:
             "serving_mean_us": _mean(self.serving_us[sl]),
             "stall_s": float(np.nansum(self.stall_us[sl])) / 1e6,
             "rebalances": float(len(inside)),
+            "skipped": float(sum(lo <= t < (hi or len(self.step_us)) for t in self.skipped)),
             "moves": float(sum(r.moves for r in inside)),
             "gb_moved": float(sum(r.gb for r in inside)),
             "hot_shard_mean": _mean(self.hot_shard[sl]),
-            "decision_s_max": max((r.decision_s for r in inside), default=0.0),
+            "decision_s_max": max((s for t, s in self.decisions
+                                   if lo <= t < (hi or len(self.step_us))), default=0.0),
         }
 
     def to_dict(self, segments: list[tuple[int, int]]) -> dict[str, Any]:
         return {
             "policy": self.label,
+            "started_from": self.start,
             "figures": self.figures(),
+            "skipped_steps": list(self.skipped),
+            "decisions": [{"due_step": t, "seconds": s} for t, s in self.decisions],
             "segments": [{"steps": [lo, hi], **self.figures(lo, hi)} for lo, hi in segments],
             "rebalances": [r.to_dict() for r in self.rebalances],
         }
@@ -133,6 +166,38 @@ class ReplayResult:
                          )
         return "; ".join(parts)
 
+    def at_share(self, share: float) -> ReplayResult:
+        """Every policy with background copies at another ``async_share``."""
+        return replace(self, policies=tuple(p.at_share(share) for p in self.policies))
+
+    def by_share(self) -> list[tuple[float, PolicyResult]]:
+        """The fastest policy (oracle aside) at each of :data:`SHARES`."""
+        out = []
+        for share in SHARES:
+            best = self.at_share(share).best()
+            if best is not None:
+                out.append((share, best))
+        return out
+
+    def share_verdict(self) -> str:
+        """One line: whether the fastest policy stays the fastest over :data:`SHARES`."""
+        rows = self.by_share()
+        if not rows:
+            return "verdict over async_share: no policy to compare"
+        moving = any(p.link_us.any() for p in self.policies)
+        shares = ", ".join(f"{s:g}" for s, _ in rows)
+        figures = " / ".join(f"{p.figures()['step_mean_us']:,.1f}" for _, p in rows)
+        if not moving:
+            return ("verdict over async_share: no policy copies in the background, so the"
+                    " share does not matter")
+        if len({p.label for _, p in rows}) == 1:
+            return (f"verdict over async_share {shares}: holds, {rows[0][1].label} is the"
+                    f" fastest at each ({figures} µs); decisions as made at the topology's"
+                    f" {self.policies[0].async_share:g}")
+        parts = [f"{s:g}: {p.label} ({p.figures()['step_mean_us']:,.1f} µs)" for s, p in rows]
+        return (f"verdict over async_share: flips, the fastest at {'; '.join(parts)};"
+                f" decisions as made at the topology's {self.policies[0].async_share:g}")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.info,
@@ -140,6 +205,16 @@ class ReplayResult:
             "versus_oracle": {p.label: self.versus_oracle(p) for p in self.policies
                               if p.kind != "oracle"},
             "verdict": self.verdict(),
+            "async_share": self.policies[0].async_share if self.policies else None,
+            "by_async_share": [
+                {"async_share": share,
+                 "fastest": best.label,
+                 "step_mean_us": {p.label: p.figures()["step_mean_us"]
+                                  for p in self.at_share(share).policies},
+                 "step_p99_us": {p.label: p.figures()["step_p99_us"]
+                                 for p in self.at_share(share).policies}}
+                for share, best in self.by_share()],
+            "share_verdict": self.share_verdict(),
         }
 
 
@@ -163,9 +238,10 @@ COLUMNS = (
     ("policy", "", ""), ("step mean µs", "step_mean_us", "{:,.1f}"),
     ("p50 µs", "step_p50_us", "{:,.1f}"), ("p99 µs", "step_p99_us", "{:,.1f}"),
     ("serving µs", "serving_mean_us", "{:,.1f}"), ("stall s", "stall_s", "{:.2f}"),
-    ("rebalances", "rebalances", "{:.0f}"), ("moves", "moves", "{:,.0f}"),
-    ("GB moved", "gb_moved", "{:,.1f}"), ("hot shard", "hot_shard_mean", "{:.3f}"),
-    ("vs oracle", "", ""), ("decide s", "decision_s_max", "{:.2f}"),
+    ("rebalances", "rebalances", "{:.0f}"), ("skipped", "skipped", "{:.0f}"),
+    ("moves", "moves", "{:,.0f}"), ("GB moved", "gb_moved", "{:,.1f}"),
+    ("hot shard", "hot_shard_mean", "{:.3f}"), ("vs oracle", "", ""),
+    ("decide s", "decision_s_max", "{:.3f}"), ("started from", "", ""),
 )
 
 
@@ -191,6 +267,8 @@ def policy_cells(result: ReplayResult) -> list[list[str]]:
             elif header == "vs oracle":
                 gap = result.versus_oracle(p)
                 cells.append("-" if gap is None else f"{gap:+.1%}")
+            elif header == "started from":
+                cells.append(p.start)
             else:
                 value = figures[key]
                 cells.append("-" if not math.isfinite(value) else fmt.format(value))

@@ -24,10 +24,11 @@ from placer.model import ModelSpec
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.regime import Regime
-from placer.replay.policies import Policy
+from placer.replay.bound import bounded
+from placer.replay.policies import OraclePolicy, Policy, StaticPolicy
 from placer.replay.result import PolicyResult, ReplayResult
 from placer.replay.steps import StepSource, step_loads
-from placer.replay.timeline import Setting, Timeline, plan_timeline
+from placer.replay.timeline import Setting, Timeline, plan_timeline, static_placement
 from placer.replay.timing import Progress, Timed, time_timelines
 from placer.stats import format_ranges
 from placer.topology import Topology
@@ -65,10 +66,16 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
     that does not fit the model or cluster, TraceError for trace problems.
     """
     setting = _setting(source, model, topology, params)
+    start = "initial"
+    if initial is None:  # the online policies start from the user's plan, if one is given
+        plan = next((p for p in policies if isinstance(p, StaticPolicy)
+                     and p.path is not None), None)
+        if plan is not None and plan.path is not None:
+            initial, start = static_placement(plan.path, setting), plan.label
     backend = Backend(jobs=params.jobs, ray=params.ray)
     if backend.jobs == 1 and backend.ray is None:
         loads = step_loads(source, model.num_experts)
-        timelines = [plan_timeline(p, loads, setting, initial) for p in policies]
+        timelines = [plan_timeline(p, loads, setting, initial, start) for p in policies]
         timed = time_timelines(source, timelines, setting, progress=progress)
     else:
         groups = [g for g in np.array_split(np.arange(source.num_layers),
@@ -83,7 +90,7 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
         for part, cols in zip(counted, groups, strict=True):
             loads[:, cols] = part
         timelines = backend.run(_decide, list(policies),
-                                shared=_Decisions(loads, setting, initial),
+                                shared=_Decisions(loads, setting, initial, start),
                                 names=[f"policy {p.label}" for p in policies])
         done = [0]
 
@@ -99,13 +106,19 @@ def replay(source: StepSource, policies: Sequence[Policy], model: ModelSpec,
                                    for g in groups])
         timed = _joined(pieces, groups, len(timelines))
     pairs = list(zip(timelines, timed, strict=True))
-    results = tuple(_result(line, timed) for line, timed in pairs)
+    others = [(line, t) for (line, t), p in zip(pairs, policies, strict=True)
+              if not isinstance(p, OraclePolicy)]
+    pairs = [bounded(line, t, others, p.interval, setting) if isinstance(p, OraclePolicy)
+             else (line, t) for (line, t), p in zip(pairs, policies, strict=True)]
+    share = topology.calibration.rebalance_costs.async_share
+    results = tuple(_result(line, timed, share) for line, timed in pairs)
     steps = source.num_steps
     parts = max(1, min(params.segments, steps))
     edges = np.linspace(0, steps, parts + 1).round().astype(int)
     info = {"trace": source.name, "model": model.name, "topology": topology.name,
             "regime": params.regime.to_dict(), "steps": steps,
             "tokens": source.num_tokens, "layers": source.num_layers,
+            "model_layers": len(model.all_moe_layer_ids),
             "num_experts": model.num_experts, "num_gpus": topology.num_gpus,
             "slots_per_gpu": setting.slots_per_gpu, "redundant": params.redundant,
             "dtype": setting.dtype}
@@ -134,11 +147,12 @@ class _Decisions:
     loads: np.ndarray
     setting: Setting
     initial: Placement | None
+    start: str
 
 
 def _decide(shared: _Decisions, policy: Policy) -> Timeline:
     """One policy's timeline (a piece of :func:`replay` run elsewhere)."""
-    return plan_timeline(policy, shared.loads, shared.setting, shared.initial)
+    return plan_timeline(policy, shared.loads, shared.setting, shared.initial, shared.start)
 
 
 @dataclass(frozen=True)
@@ -188,12 +202,14 @@ def _setting(source: StepSource, model: ModelSpec, topology: Topology,
                    params.dtype or model.default_dtype, source.layer_ids)
 
 
-def _result(line: Timeline, timed: Timed) -> PolicyResult:
-    """A timeline and its times as the policy's result."""
+def _result(line: Timeline, timed: Timed, share: float) -> PolicyResult:
+    """A timeline and its times as the policy's result (background copies at
+    ``share``)."""
     finite = np.isfinite(timed.layer_time_us)
     serving = np.where(finite.any(axis=1), np.nansum(timed.layer_time_us, axis=1), np.nan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a step without tokens in a layer
         hot = np.nanmean(timed.hot_shard, axis=1)
-    return PolicyResult(line.label, serving, line.stall_us, line.extra_us, hot,
-                        tuple(line.rebalances))
+    return PolicyResult(line.label, serving, line.stall_us, line.link_us, hot,
+                        tuple(line.rebalances), share, tuple(line.skipped), line.start,
+                        tuple(line.decisions))

@@ -5,19 +5,23 @@ oracle, of the coming interval: never the simulated times.  So every policy's ti
 is decided first (:func:`plan_timeline`), from the per-step load, and the evaluator then
 times all timelines in one pass over the tokens (:mod:`placer.replay.run`).
 
-A rebalance's new layout takes effect only once its weights are copied
-(docs/replay.md):
+A rebalance's new layout takes effect only once it is decided and its weights are
+copied (docs/replay.md):
 
-- **synchronous** (SGLang; vLLM before async EPLB): serving stops for the host's fixed
-  work, a per-layer cost for each layer that moves, and the copies, layer after layer
-  (each GPU loads its new experts from a GPU of its node that holds them, over the
-  node's fabric, else over its NIC; the slowest GPU sets a layer's copy time); the new
-  layout serves from that step on.
+- **synchronous** (SGLang; vLLM with ``use_async`` off): serving stops for the
+  decision's compute time, the host's fixed work, a per-layer cost for each layer that
+  moves, and the copies, layer after layer (each GPU loads its new experts from a GPU
+  of its node that holds them, over the node's fabric, else over its NIC; the slowest
+  GPU sets a layer's copy time); the new layout serves from that step on.
 - **asynchronous** (vLLM's default since PR #43219; TensorRT-LLM): the old layout serves
-  while the weights move in the background, ``layers`` layers a step; a layer switches
-  the step after its copy, and the step its copy overlaps is longer by the copy's link
-  time times ``async_share`` (the copy and the all-to-all share the links).  A
-  rebalance due while one is still moving is skipped (as vLLM does).
+  while the decision computes (it lands at the first step that starts once its compute
+  time has passed in serving time, :mod:`placer.replay.clock`) and while the weights
+  then move in the background, ``layers`` layers a step; a layer switches the step
+  after its copy, and the step its copy overlaps is longer by the copy's link time
+  times ``async_share`` (the copy and the all-to-all share the links).
+
+A rebalance due while one is still deciding or moving is skipped (as vLLM does) and
+counted.
 
 The constants are the topology's ``calibration.rebalance``
 (:class:`placer.topology.calibration.RebalanceCalibration`).
@@ -32,20 +36,25 @@ from pathlib import Path
 import numpy as np
 
 from placer.errors import PlacementError, UsageError
-from placer.model import ModelSpec
 from placer.placement import Placement
 from placer.placement.document import read_placement
 from placer.placement.migration import copy_bytes, copy_seconds, layer_moves
 from placer.planning.solvers.baselines import linear_layout
-from placer.regime import Regime
+from placer.replay.clock import landing_step
 from placer.replay.decide import (
     CopyCosts,
     eplb_layout,
     oracle_layout,
     placer_moves,
 )
-from placer.replay.policies import OnlinePolicy, OraclePolicy, Policy, StaticPolicy
-from placer.topology import Topology
+from placer.replay.policies import (
+    EPLB_MS_PER_LAYER,
+    OnlinePolicy,
+    OraclePolicy,
+    Policy,
+    StaticPolicy,
+)
+from placer.replay.setting import Setting
 
 
 @dataclass(frozen=True)
@@ -54,14 +63,18 @@ class Rebalance:
 
     Attributes
     ----------
-    step: the step it happened at (synchronous: the new layout serves from it).
+    step: the step it landed at (synchronous: the new layout serves from it;
+        asynchronous: its copies start), once its decision's compute time has passed.
     moves: expert weights loaded onto GPUs that lacked them.
     gb: their size, GB.
     layers: layers whose weights moved.
     copy_s: link time of the copies (each layer's slowest GPU, summed over layers).
     stall_s: how long serving stopped (synchronous), seconds.
     done_step: the step from which the whole new layout serves.
-    decision_s: how long deciding took (placer's measured; 0 for the others).
+    decision_s: the decision's compute time charged (placer's measured or the policy's
+        ``decide-ms``; eplb's reference figure; 0 for the oracle), seconds.
+    due_step: the step it was due at (its window ends before it; ``step`` when the
+        decision takes no serving time).
     """
 
     step: int
@@ -72,11 +85,13 @@ class Rebalance:
     stall_s: float
     done_step: int
     decision_s: float = 0.0
+    due_step: int | None = None
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"step": self.step, "moves": self.moves, "gb": self.gb, "layers": self.layers,
-                "copy_s": self.copy_s, "stall_s": self.stall_s, "done_step": self.done_step,
-                "decision_s": self.decision_s}
+        return {"step": self.step, "due_step": self.step if self.due_step is None
+                else self.due_step, "moves": self.moves, "gb": self.gb,
+                "layers": self.layers, "copy_s": self.copy_s, "stall_s": self.stall_s,
+                "done_step": self.done_step, "decision_s": self.decision_s}
 
 
 @dataclass
@@ -89,34 +104,26 @@ class Timeline:
     initial: the placement serving step 0.
     changes: ``(step, layer row, physical_to_logical row)`` in step order: from ``step``
         on, the layer uses that row.
-    stall_us: ``[steps]`` serving stopped before each step (synchronous rebalances), µs.
-    extra_us: ``[steps]`` what background copies add to each step, µs.
+    stall_us: ``[steps]`` serving stopped during each step (synchronous rebalances: the
+        decision, the host's work, the copies), µs.
+    link_us: ``[steps]`` link time of the background copies each step overlaps, µs (the
+        step is longer by ``async_share`` times it).
     rebalances: the rebalances, in order.
+    skipped: steps a rebalance was due at while one was still deciding or moving.
+    decisions: ``(due step, seconds)`` of every decision, those that moved nothing too.
+    start: where the timeline started, in words (``default``, ``initial``: the placement
+        given, a static policy's label).
     """
 
     label: str
     initial: Placement
     changes: list[tuple[int, int, np.ndarray]] = field(default_factory=list)
     stall_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    extra_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    link_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
     rebalances: list[Rebalance] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What every policy of a replay shares: the cluster, the model, the regime, the
-    slots per GPU the engines' layout and EPLB use, the expert dtype."""
-
-    topology: Topology
-    model: ModelSpec
-    regime: Regime
-    slots_per_gpu: int
-    dtype: str
-    layer_ids: np.ndarray
-
-    @property
-    def num_gpus(self) -> int:
-        return int(self.topology.num_gpus)
+    skipped: list[int] = field(default_factory=list)
+    start: str = "default"
+    decisions: list[tuple[int, float]] = field(default_factory=list)
 
 
 def default_placement(setting: Setting, slots_per_gpu: int | None = None) -> Placement:
@@ -128,16 +135,19 @@ def default_placement(setting: Setting, slots_per_gpu: int | None = None) -> Pla
 
 
 def plan_timeline(policy: Policy, loads: np.ndarray, setting: Setting,
-                  initial: Placement | None = None) -> Timeline:
+                  initial: Placement | None = None, start: str = "initial") -> Timeline:
     """The timeline of ``policy`` on the replay's per-step ``loads`` (``[steps, layers,
-    E]``), starting from ``initial`` (default: the engines' layout)."""
+    E]``), starting from ``initial`` (``start`` says where it comes from; default: the
+    engines' layout)."""
     steps = loads.shape[0]
     if isinstance(policy, StaticPolicy):
         placement = (static_placement(policy.path, setting) if policy.path is not None
                      else default_placement(setting))
-        return _empty(policy.label, placement, steps)
+        return _empty(policy.label, placement, steps, "-")
     if isinstance(policy, OraclePolicy):
-        return _oracle(policy, loads, setting, initial or default_placement(setting))
+        if initial is None:
+            return _oracle(policy, loads, setting, default_placement(setting), "default")
+        return _oracle(policy, loads, setting, initial, start)
     slots = setting.slots_per_gpu
     if policy.redundant is not None:
         total = setting.model.num_experts + policy.redundant
@@ -148,9 +158,10 @@ def plan_timeline(policy: Policy, loads: np.ndarray, setting: Setting,
                 hint=f"redundant must make experts + redundant a multiple of"
                 f" {setting.num_gpus}")
         slots = total // setting.num_gpus
-    start = initial if initial is not None and initial.slots_per_gpu == slots \
-        else default_placement(setting, slots)
-    return _online(policy, loads, setting, start)
+    if initial is not None and initial.slots_per_gpu == slots:
+        return _online(policy, loads, setting, initial, start)
+    return _online(policy, loads, setting, default_placement(setting, slots),
+                   "default" if initial is None else f"default ({slots} slots a GPU)")
 
 
 def static_placement(path: Path, setting: Setting) -> Placement:
@@ -167,20 +178,25 @@ def static_placement(path: Path, setting: Setting) -> Placement:
                      placement.num_experts, placement.num_gpus)
 
 
-def _empty(label: str, placement: Placement, steps: int) -> Timeline:
-    return Timeline(label, placement, [], np.zeros(steps), np.zeros(steps), [])
+def _empty(label: str, placement: Placement, steps: int, start: str) -> Timeline:
+    return Timeline(label, placement, [], np.zeros(steps), np.zeros(steps), [], [], start)
 
 
 def _online(policy: OnlinePolicy, loads: np.ndarray, setting: Setting,
-            current: Placement) -> Timeline:
-    """eplb or placer: decide every ``interval`` steps on the last ``window`` steps."""
+            current: Placement, start: str) -> Timeline:
+    """eplb or placer: decide every ``interval`` steps on the last ``window`` steps; a
+    decision lands once its compute time has passed (asynchronous) or stops serving for
+    it (synchronous); a rebalance due while one decides or copies is skipped."""
     steps = loads.shape[0]
-    line = _empty(policy.label, current, steps)
+    line = _empty(policy.label, current, steps, start)
     costs = setting.topology.calibration.rebalance_costs
     busy_until = 0
     for t in range(policy.first, steps, policy.interval):
-        if t < busy_until or t == 0:
-            continue  # a background copy is still moving (vLLM skips), or no load yet
+        if t == 0:
+            continue  # no load recorded yet
+        if t < busy_until:
+            line.skipped.append(t)  # one is still deciding or moving (vLLM skips)
+            continue
         window = loads[max(0, t - policy.window) : t].sum(axis=0)
         if not window.any():
             continue
@@ -188,27 +204,47 @@ def _online(policy: OnlinePolicy, loads: np.ndarray, setting: Setting,
         if policy.kind == "eplb":
             new = eplb_layout(window, setting.layer_ids, setting.num_gpus,
                               current.slots_per_gpu, setting.model, setting.topology)
-            decision_s = 0.0
         else:
             copy = CopyCosts(costs.host_ms * 1e3 * (not policy.asynchronous),
                              costs.layer_ms * 1e3 if not policy.asynchronous else 0.0,
                              1.0 if not policy.asynchronous else costs.async_share)
-            decision = placer_moves(current, window, topology=setting.topology,
-                                    model=setting.model, regime=setting.regime,
-                                    dtype=setting.dtype,
-                                    interval=policy.horizon or policy.window,
-                                    max_moves=policy.max_moves, costs=copy)
-            new = decision.placement
-            decision_s = time.perf_counter() - started
-        busy_until = _deploy(line, t, current, new, policy, setting, decision_s)
+            new = placer_moves(current, window, topology=setting.topology,
+                               model=setting.model, regime=setting.regime,
+                               dtype=setting.dtype,
+                               interval=policy.horizon or policy.window,
+                               max_moves=policy.max_moves, costs=copy).placement
+        decision_s = decision_seconds(policy, setting.layer_ids.size,
+                                      time.perf_counter() - started)
+        line.decisions.append((t, decision_s))
+        if policy.asynchronous:
+            land = landing_step(current, loads, setting, t, decision_s)
+            if land >= steps:
+                busy_until = steps  # still deciding when the replay ends
+                continue
+        else:
+            land = t
+            line.stall_us[t] += decision_s * 1e6  # serving stops while it decides
+        busy_until = _deploy(line, t, land, current, new, policy, setting, decision_s)
         current = new
     return line
 
 
-def _deploy(line: Timeline, step: int, current: Placement, new: Placement,
+def decision_seconds(policy: OnlinePolicy, layers: int, measured: float) -> float:
+    """The compute time charged for one decision over ``layers`` MoE layers: the
+    policy's ``decide-ms`` per layer, else eplb's :data:`EPLB_MS_PER_LAYER`, else
+    placer's ``measured`` seconds."""
+    if policy.decide_ms is not None:
+        return policy.decide_ms * layers / 1e3
+    if policy.kind == "eplb":
+        return EPLB_MS_PER_LAYER * layers / 1e3
+    return measured
+
+
+def _deploy(line: Timeline, due: int, step: int, current: Placement, new: Placement,
             policy: OnlinePolicy, setting: Setting, decision_s: float) -> int:
-    """Record the move from ``current`` to ``new`` decided at ``step``; returns the step
-    from which the new layout serves whole."""
+    """Record the move from ``current`` to ``new`` decided from step ``due`` and landed
+    at ``step``; returns the step from which the new layout serves whole (``step`` when
+    nothing moves)."""
     moves = layer_moves(new, current)  # [layers]
     changed = np.flatnonzero(moves > 0)
     if changed.size == 0:
@@ -231,21 +267,22 @@ def _deploy(line: Timeline, step: int, current: Placement, new: Placement,
         for j, row in enumerate(changed):
             moving = step + j // policy.layers
             if moving < steps:
-                line.extra_us[moving] += costs.async_share * layer_copy_s[row] * 1e6
+                line.link_us[moving] += layer_copy_s[row] * 1e6
             line.changes.append((moving + 1, int(row), new.physical_to_logical[row].copy()))
         done = step + (changed.size - 1) // policy.layers + 1
     line.rebalances.append(Rebalance(step, int(moves.sum()), gb, int(changed.size), copy_s,
-                                     stall, done, decision_s))
+                                     stall, done, decision_s, due))
     line.changes.sort(key=lambda c: c[0])
     return done
 
 
 def _oracle(policy: OraclePolicy, loads: np.ndarray, setting: Setting,
-            current: Placement) -> Timeline:
+            current: Placement, start: str) -> Timeline:
     """Every ``interval`` steps, the faster of EPLB and placer fitted on the coming
-    interval itself, moved for free."""
+    interval itself, moved for free (the replay then makes it a bound:
+    :mod:`placer.replay.bound`)."""
     steps = loads.shape[0]
-    line = _empty(policy.label, current, steps)
+    line = _empty(policy.label, current, steps, start)
     expert_bytes = float(setting.model.expert_bytes(setting.dtype))
     for t in range(0, steps, policy.interval):
         coming = loads[t : t + policy.interval].sum(axis=0)

@@ -108,7 +108,8 @@ def replay_report(result: ReplayResult, *, dpi: int | None = None, command: str 
             "redundant", "dtype")
     rows: list[tuple[str, str]] = [(key, str(info[key])) for key in keys if key in info]
     rows += [(f"regime: {k}", str(v)) for k, v in info.get("regime", {}).items()]
-    sections = [Section("Verdict", (Text(result.verdict()),)), Section("Replay", tuple(blocks)),
+    verdict = (Text(result.verdict()), Text(result.share_verdict()))
+    sections = [Section("Verdict", verdict), Section("Replay", tuple(blocks)),
                 settings_section(rows, command=command, version=__version__)]
     return Report("placer replay", tuple(sections), tuple(gallery.pictures),
                   subtitle=f"{info.get('trace', '')} · {info.get('model', '')} ·"

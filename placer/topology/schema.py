@@ -18,7 +18,7 @@ Schema (units: GB/s per direction, microseconds, GB = 1e9 bytes)::
     calibration:                       # optional; over placer's defaults, per key
       links: {nvlink: {efficiency: 0.833, phase_us: 21.2}}
       compute: {hbm_efficiency: 1.0, flops_efficiency: 1.0}
-      rebalance: {host_ms: 50, layer_ms: 15, async_share: 1.0}   # online weight moves
+      rebalance: {host_ms: 50, layer_ms: 14, async_share: 1.0}   # online weight moves
       source: "where the figures come from"
     switches: [box/plx0]               # optional extra vertices for links:
     links:                             # optional explicit edges
@@ -184,7 +184,7 @@ def read_calibration(section: Section) -> Calibration:
     if rebalance_section is not None:
         rebalance = _checked(rebalance_section, lambda e: RebalanceCalibration(
             host_ms=e.number("host_ms", 50.0, strict=False),
-            layer_ms=e.number("layer_ms", 15.0, strict=False),
+            layer_ms=e.number("layer_ms", 14.0, strict=False),
             async_share=e.number("async_share", 1.0, strict=False),
         ))
     source = section.string("source", "")

@@ -20,6 +20,7 @@ from evaluate_fixtures import cluster
 from placer.model import ModelSpec
 from placer.regime import Regime
 from placer.replay import ReplayParams, StepSource, parse_policy, replay
+from placer.replay.policies import EPLB_MS_PER_LAYER
 from placer.stats import RoutingTrace
 from placer.topology.calibration import Calibration, RebalanceCalibration
 
@@ -84,15 +85,18 @@ def test_a_synchronous_rebalance_stalls_for_its_bytes_over_the_link(first, expec
     (rebalance,) = policy.rebalances
     # the slowest GPU loads one expert (50.3 MB) over the link, all GPUs in parallel
     copy_s = EXPERT_BYTES / link
+    # serving also stops while EPLB decides: its reference figure for the one layer
+    decide_s = EPLB_MS_PER_LAYER / 1e3
     assert rebalance.step == 1 and rebalance.moves == moves and rebalance.layers == 1
     assert rebalance.copy_s == pytest.approx(copy_s, rel=1e-12)
     assert rebalance.stall_s == pytest.approx(copy_s, rel=1e-12)
+    assert rebalance.decision_s == pytest.approx(decide_s, rel=1e-12)
     assert rebalance.gb == pytest.approx(moves * EXPERT_BYTES / 1e9)
-    np.testing.assert_allclose(policy.stall_us, [0.0, copy_s * 1e6], rtol=1e-12)
+    np.testing.assert_allclose(policy.stall_us, [0.0, (copy_s + decide_s) * 1e6], rtol=1e-12)
     np.testing.assert_array_equal(policy.extra_us, [0.0, 0.0])
     # the step the rebalance interrupts pays it, on top of its own serving time
-    assert policy.step_us[1] == pytest.approx(policy.serving_us[1] + copy_s * 1e6)
-    assert policy.figures()["stall_s"] == pytest.approx(copy_s)
+    assert policy.step_us[1] == pytest.approx(policy.serving_us[1] + (copy_s + decide_s) * 1e6)
+    assert policy.figures()["stall_s"] == pytest.approx(copy_s + decide_s)
     static = _replay([first, CALM], [f"static:{_placement_file(expected_row)}"], _cluster())
     # from step 1 on, the new layout serves: step 1 is timed as the static layout is
     assert policy.serving_us[1] == pytest.approx(static.policies[0].serving_us[1], rel=1e-12)
@@ -108,7 +112,8 @@ def test_host_and_per_layer_work_add_to_the_stall():
 @pytest.mark.parametrize("share", [1.0, 0.5, 0.0])
 def test_a_background_copy_slows_the_step_it_overlaps_by_its_share(share):
     steps = [ACROSS, ACROSS, ACROSS]  # step 2's window asks for the layout of step 1's
-    result = _replay(steps, ["eplb:window=1,interval=1,async"], _cluster(async_share=share))
+    result = _replay(steps, ["eplb:window=1,interval=1,async,decide-ms=0"],
+                     _cluster(async_share=share))
     (policy,) = result.policies
     (rebalance,) = policy.rebalances
     copy_us = EXPERT_BYTES / NIC * 1e6
@@ -133,7 +138,7 @@ def test_a_rebalance_due_while_a_copy_moves_is_skipped():
     rank = np.arange(step.size) % 4
     source = StepSource("toy", np.array([0, 1]), 2, step, rank,
                         trace=RoutingTrace(ids, np.array([0, 1]), step, rank, None))
-    result = replay(source, [parse_policy("eplb:window=1,interval=1,async")], model,
+    result = replay(source, [parse_policy("eplb:window=1,interval=1,async,decide-ms=0")], model,
                     _cluster(), ReplayParams(Regime("sglang", "decode", tokens_per_gpu=1)))
     (policy,) = result.policies
     assert [(r.step, r.layers, r.done_step) for r in policy.rebalances] == [(1, 2, 3)]
@@ -153,7 +158,8 @@ def test_the_oracle_moves_for_free_and_reports_what_it_moved():
 def test_placer_declines_moves_that_cannot_pay_for_their_copy():
     # a one-step horizon: a 5 ms copy cannot pay back in one step of well under 1 ms
     result = _replay([ACROSS, ACROSS, ACROSS],
-                     ["placer:window=1,interval=1,horizon=1", "static:default"], _cluster())
+                     ["placer:window=1,interval=1,horizon=1,decide-ms=0", "static:default"],
+                     _cluster())
     placer, static = result.policies
     assert placer.rebalances == ()
     np.testing.assert_allclose(placer.step_us, static.step_us)
