@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from placer.evaluate.costs import CostModel
 from placer.evaluate.counted import RunLoads, supports, times_of_loads
 from placer.evaluate.params import regime_params
-from placer.evaluate.simulate import UnitCosts
-from placer.evaluate.traffic import Fabric, Segments
+from placer.evaluate.traffic import Segments
 from placer.placement import Placement
 from placer.replay.decide import judged_layer_times, window_stats
 from placer.replay.setting import Setting
@@ -48,8 +48,7 @@ def step_seconds(placement: Placement, loads: np.ndarray, setting: Setting) -> n
         per_layer = judged_layer_times(placement, stats, setting.topology, setting.model,
                                        setting.regime, {})
         return np.full(steps, float(np.nansum(per_layer)) / 1e6)
-    fabric = Fabric.from_topology(setting.topology, params.mode)
-    costs = UnitCosts.of(fabric, setting.topology, setting.model, setting.dtype)
+    costs = CostModel.of(setting.topology, setting.model, params.mode, setting.dtype)
     gpus, slots = placement.num_gpus, placement.num_physical
     segments = Segments(np.zeros(0, dtype=np.int64), np.zeros(gpus, dtype=np.int64),
                         np.arange(gpus, dtype=np.int64), 1)
@@ -67,7 +66,7 @@ def step_seconds(placement: Placement, loads: np.ndarray, setting: Setting) -> n
             where.append(step)
     out = np.zeros(steps)
     if parts:
-        times = np.array([t[0] for t, _ in times_of_loads(parts, fabric, costs)])
+        times = np.array([t[0] for t, _ in times_of_loads(parts, costs)])
         np.add.at(out, np.asarray(where), times.reshape(-1) / 1e6)
     return out
 
