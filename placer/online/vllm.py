@@ -19,8 +19,8 @@ window load: placer's decision (:func:`placer.online.rebalance`) is deterministi
 every rank computes the same map.  Any error (a configuration that does not describe the
 served cluster or model, a map vLLM marks with -1, an exception inside placer) logs a
 warning and returns what vLLM's default policy returns for the same call: serving never
-stops.  Each decision is logged at INFO under the ``vllm.placer`` logger: moves, GB,
-predicted gain and compute time.
+stops.  Each decision is logged at INFO under the ``vllm.placer`` logger by the first EP
+rank (DEBUG on the others): moves, GB, predicted gain and compute time.
 """
 
 from __future__ import annotations
@@ -41,22 +41,24 @@ PLUGIN = "placer"
 
 def register() -> None:
     """The ``vllm.general_plugins`` entry point: placer's policy in place of vLLM's
-    default when :data:`ENV` configures it, else nothing (module docstring)."""
+    default when :data:`ENV` configures it, else nothing (module docstring).  Never
+    raises: vLLM calls it unguarded at start, and a failure leaves vLLM's default."""
     value = os.environ.get(ENV, "").strip()
     if not value:
         return
     try:
         config = read_config(value)
-    except PlacerError as e:
-        LOGGER.warning("placer's EPLB policy is off, vLLM's default policy runs: %s=%r: %s%s",
-                       ENV, value, e, f" (hint: {e.hint})" if e.hint else "")
-        return
-    from vllm.distributed.eplb.policy import EPLB_POLICIES
+        from vllm.distributed.eplb.policy import EPLB_POLICIES
 
-    default = EPLB_POLICIES["default"]
-    if getattr(default, "placer_config", None) is not None:
-        return  # loaded twice in this process
-    EPLB_POLICIES["default"] = policy_class(default, config)
+        default = EPLB_POLICIES["default"]
+        if getattr(default, "placer_config", None) is not None:
+            return  # loaded twice in this process
+        EPLB_POLICIES["default"] = policy_class(default, config)
+    except Exception as e:  # a bad configuration, a vLLM without the policy table
+        hint = f" (hint: {e.hint})" if isinstance(e, PlacerError) and e.hint else ""
+        LOGGER.warning("placer's EPLB policy is off, vLLM's default policy runs: %s=%r: %s%s",
+                       ENV, value, e, hint)
+        return
     settings = config.settings
     LOGGER.info("placer's EPLB policy replaces vLLM's default (%s): %s, %s, max_moves %s,"
                 " horizon %d steps; vLLM's default decides when placer cannot",
@@ -102,8 +104,21 @@ def decide(config: PolicyConfig, fallback: Any, weight: Any, num_replicas: int,
                        " rearrangement: %s: %s", type(e).__name__, e)
         return fallback.rebalance_experts(weight, num_replicas, num_groups, num_nodes,
                                           num_ranks, old)
-    LOGGER.info("%s", describe(record, config.settings.horizon))
+    # every rank decides the same; one line a rearrangement, from the first EP rank
+    LOGGER.log(logging.INFO if _first_rank() else logging.DEBUG, "%s",
+               describe(record, config.settings.horizon))
     return torch.from_numpy(record.physical_to_logical.astype("int64"))
+
+
+def _first_rank() -> bool:
+    """Whether this process is the first rank of vLLM's expert-parallel group (True
+    where there is none, as outside a distributed run)."""
+    try:
+        from vllm.distributed.parallel_state import get_ep_group
+
+        return int(get_ep_group().rank_in_group) == 0
+    except Exception:  # no group initialised: a single process says it
+        return True
 
 
 def describe(record: RebalanceRecord, horizon: int) -> str:

@@ -80,3 +80,14 @@ def test_a_bad_configuration_leaves_vllm_as_it_is_with_a_warning(monkeypatch,
     assert "vllm" not in sys.modules
     [line] = caplog.messages
     assert "vLLM's default policy runs" in line and "max_moves must be at least 0" in line
+
+
+def test_the_entry_point_never_raises(monkeypatch, caplog) -> None:
+    """vLLM calls the entry point unguarded at start: any failure (here vLLM's policy
+    table cannot be imported, as vLLM is not installed in this environment) is a warning
+    and vLLM's default."""
+    monkeypatch.setenv(ENV, "topology=2x-dgx-h100,model=qwen3-30b-a3b")
+    with caplog.at_level(logging.WARNING, logger="vllm.placer"):
+        register()
+    [line] = caplog.messages
+    assert "vLLM's default policy runs" in line and "vllm" in line
