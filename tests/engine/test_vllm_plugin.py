@@ -215,3 +215,18 @@ def test_the_launch_line_is_what_vllm_accepts() -> None:
     assert (config.window_size, config.step_interval, config.use_async) == (100, 100, True)
     assert config.policy == "default"  # the entry placer's policy takes
     assert OnlineSettings().horizon == EPLBConfig().window_size
+
+
+def test_slots_are_kept_as_vllms_default_policy_keeps_them() -> None:
+    """placer's keep_slots is vLLM's preserve_intragpu_slots: the same slots kept, the
+    same slots filled, in the same order (duplicates included)."""
+    from placer.placement.align import keep_slots
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        gpus, slots, experts = (int(x) for x in rng.integers(1, 6, size=3))
+        new = rng.integers(0, experts, size=(3, gpus * slots))
+        old = rng.integers(0, experts, size=(3, gpus * slots))
+        theirs = DefaultEplbPolicy.preserve_intragpu_slots(new, gpus, old)
+        mine = np.stack([keep_slots(n, o, gpus) for n, o in zip(new, old, strict=True)])
+        assert (mine == theirs).all()
