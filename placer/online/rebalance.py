@@ -66,10 +66,7 @@ class OnlineSettings:
     def costs(self, topology: Topology) -> CopyCosts:
         """What moving weights costs the serving under these settings, from the
         topology's ``calibration.rebalance`` (as the replay charges a rebalance)."""
-        cal = topology.calibration.rebalance_costs
-        if self.asynchronous:
-            return CopyCosts(0.0, 0.0, cal.async_share)
-        return CopyCosts(cal.host_ms * 1e3, cal.layer_ms * 1e3, 1.0)
+        return CopyCosts.of(topology.calibration.rebalance_costs, self.asynchronous)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from placer.placement.migration import copy_bytes, copy_seconds, layer_moves
 from placer.regime import Regime
 from placer.stats import ExpertStats, RoutingData
 from placer.topology import Topology
+from placer.topology.calibration import RebalanceCalibration
 
 #: Sampled batches the judge of an online decision times each candidate on (few: the
 #: decision must be fast; both placements are timed on the same tokens).
@@ -101,6 +102,15 @@ class CopyCosts:
     fixed_us: float
     per_layer_us: float
     link_share: float
+
+    @classmethod
+    def of(cls, calibration: RebalanceCalibration, asynchronous: bool) -> CopyCosts:
+        """The costs a rebalance pays under a topology's ``calibration.rebalance``: in the
+        background, ``async_share`` of the copies' link time only; synchronous, the host's
+        work, each layer's and every copy, as a stall."""
+        if asynchronous:
+            return cls(0.0, 0.0, calibration.async_share)
+        return cls(calibration.host_ms * 1e3, calibration.layer_ms * 1e3, 1.0)
 
 
 @dataclass(frozen=True)
