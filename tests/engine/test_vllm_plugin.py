@@ -111,7 +111,7 @@ def _call(policy, weight: torch.Tensor, deployed: torch.Tensor) -> torch.Tensor:
 def test_the_pinned_release_runs_this_checkout() -> None:
     assert vllm.__version__ == "0.33.0"
     assert Path(placer.__file__).resolve().is_relative_to(REPO)
-    [entry] = [e for e in entry_points(group="vllm.general_plugins") if e.name == "placer"]
+    [entry] = [e for e in entry_points(group="vllm.general_plugins") if e.name == plugin.PLUGIN]
     assert entry.value == "placer.online.vllm:register"
 
 
