@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow test-setup lint bench demo shell clean
+.PHONY: install test test-slow test-setup test-engine lint bench demo shell clean
 
 # the ray extra too: the Ray backend's tests run (and must pass) on every `make test`
 $(STAMP): pyproject.toml Makefile
@@ -27,6 +27,12 @@ test-slow: $(STAMP)
 test-setup:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
 		|| (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
+
+# the engine tier: placer's vLLM plugin against the released vllm (pinned), installed once
+# into its own cached environment outside the repo ($$PLACER_ENGINE_VENV, default
+# ~/.cache/placer/vllm-0.33.0); PLACER_REQUIRE_VLLM=1 fails where vllm cannot be installed
+test-engine:
+	PY=$(PY) tests/engine/run.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check placer tests bench

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 #: Sections, in order.  A section whose module is absent is skipped with a note.
-SECTIONS = ("deepep", "gpu_microbench", "ingest", "planning", "latency", "replan")
+SECTIONS = ("deepep", "gpu_microbench", "ingest", "planning", "latency", "replan", "online")
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

@@ -6,7 +6,9 @@ are alike.  :func:`align_row` renumbers the new layout's GPUs to keep as many (e
 pairs of the deployed layout as it can: nodes matched to nodes first (when every node is
 alike), then the GPUs within each node, each an assignment problem on the experts both
 share.  GPUs are alike when they have the same GPU type and the same links; the layout
-each GPU serves is unchanged, only where it lives.
+each GPU serves is unchanged, only where it lives.  Within a GPU, an expert it keeps keeps
+its slot (:func:`keep_slots`, as vLLM's default policy preserves intra-GPU slots): only the
+slots of experts a GPU gains are written.
 """
 
 from __future__ import annotations
@@ -47,7 +49,47 @@ def align_row(new_row: np.ndarray, current_row: np.ndarray, num_experts: int,
     # nodes matched on what they share as nodes: keep the numbering as given when that
     # keeps more pairs
     kept = int((_holds(out, num_experts) & on_cur).sum())
-    return out.reshape(-1) if kept >= int((on_new & on_cur).sum()) else new_bins.reshape(-1)
+    best = out.reshape(-1) if kept >= int((on_new & on_cur).sum()) else new_bins.reshape(-1)
+    return keep_slots(best, current_row, num_gpus)
+
+
+def keep_slots(new_row: np.ndarray, current_row: np.ndarray, num_gpus: int) -> np.ndarray:
+    """``new_row`` (``[P]``) with each GPU's slots reordered so that an expert the GPU
+    holds in ``current_row`` too keeps the slot it had (as many of its replicas on that
+    GPU as both hold); the GPU's other experts fill its remaining slots in their order.
+
+    The same experts on the same GPUs, so the same layout and the same moves; only the
+    slots whose expert changes need new weights.
+
+    >>> keep_slots(np.array([5, 1, 2, 3]), np.array([1, 9, 3, 4]), 2).tolist()
+    [1, 5, 3, 2]
+    """
+    new = np.asarray(new_row, dtype=np.int64).reshape(num_gpus, -1)
+    current = np.asarray(current_row, dtype=np.int64).reshape(num_gpus, -1)
+    # each slot's key: (GPU, expert, which of the GPU's replicas of it), so duplicates
+    # match one for one
+    top = int(max(new.max(), current.max())) + 1
+    new_key, cur_key = _replica_keys(new, top), _replica_keys(current, top)
+    kept = np.isin(cur_key, new_key)  # [G, S] slots whose expert stays
+    fresh = ~np.isin(new_key, cur_key)  # [G, S] the experts each GPU gains, in order
+    out = np.where(kept, current, -1)
+    out[~kept] = new[fresh]  # row-major: each GPU's free slots, its gains in order
+    return out.reshape(-1)
+
+
+def _replica_keys(bins: np.ndarray, top: int) -> np.ndarray:
+    """``[G, S]`` int64: a key per slot naming its GPU, its expert (below ``top``) and
+    which of the GPU's replicas of that expert it is (0 for the first slot holding it, 1
+    for the second)."""
+    gpus, slots = bins.shape
+    flat = (np.arange(gpus)[:, None] * top + bins).reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    ranked = flat[order]
+    start = np.r_[0, np.flatnonzero(ranked[1:] != ranked[:-1]) + 1]
+    nth = np.arange(flat.size) - np.repeat(start, np.diff(np.r_[start, flat.size]))
+    rank = np.empty_like(nth)
+    rank[order] = nth
+    return (flat * slots + rank).reshape(gpus, slots)
 
 
 def _holds(bins: np.ndarray, num_experts: int) -> np.ndarray:

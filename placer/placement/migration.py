@@ -56,10 +56,10 @@ def layer_moves(new: Placement, current: Placement) -> np.ndarray:
 
 def _added(new: Placement, current: Placement) -> list[np.ndarray]:
     """Per layer of ``new``, ``[E, G]`` bool: GPU g gets expert e and lacked it."""
-    before = current.expert_gpu_mask
+    before, masks = current.expert_gpu_mask, new.expert_gpu_mask  # built once, not per row
     out = []
     for row, layer_id in enumerate(new.layer_ids.tolist()):
-        after = new.expert_gpu_mask[row]
+        after = masks[row]
         hits = np.flatnonzero(current.layer_ids == layer_id)
         out.append(after & ~before[hits[0]] if hits.size else after.copy())
     return out

@@ -8,17 +8,12 @@ import numpy as np
 import pytest
 
 from placer.model import load_model
+from placer.online.moves import MoveWorth, improve_layer
+from placer.online.value import CopyCosts, expected_layer_times, move_worth
 from placer.placement import Placement
 from placer.placement.align import align_row
 from placer.placement.migration import copy_bytes, copy_seconds, layer_moves
 from placer.regime import Regime
-from placer.replay.decide import (
-    CopyCosts,
-    MoveWorth,
-    _move_worth,
-    expected_layer_times,
-    improve_layer,
-)
 from placer.topology import load_topology
 
 # 4 GPUs of 2 slots on 2 nodes (GPUs 0, 1 | 2, 3); GPU 0 is hot
@@ -70,8 +65,8 @@ def test_a_move_is_priced_as_the_replay_copies_it() -> None:
     costs = CopyCosts(0.0, 0.0, 0.5)
     times = expected_layer_times(current, load, topology, model, Regime("vllm", "decode"),
                                  "bf16")
-    worth = _move_worth(current, load, times, topology=topology, model=model, dtype="bf16",
-                        interval=100, costs=costs)
+    worth = move_worth(current, load, times, topology=topology, model=model, dtype="bf16",
+                       interval=100, costs=costs)
     assert worth is not None and len(worth) == 2
     expert_bytes = float(model.expert_bytes("bf16"))
     checked = 0
