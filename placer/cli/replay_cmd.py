@@ -147,12 +147,14 @@ def replay_cmd(
         check_dpi(dpi)
     result, setting_notes = _run(trace, policies, model, topology, regime, redundant, dtype,
                                  initial, trace_steps, segments, trace_format, jobs, ray, quiet)
-    deploy = _deploy(result, regime.engine) if sweep or any(
-        p.label.startswith("eplb") for p in result.policies) else []
+    deploy = _deploy(result, regime.engine)
     batch = "the trace's own steps" if trace_steps else None
     if json_out:
+        best = result.best()
+        recommended = None if best is None else {"kind": best.kind, "policy": best.label}
         print_json({**result.to_dict(), "judged_as": regime.describe(batch),
-                    "notes": setting_notes, "deploy": dict(deploy)})
+                    "notes": setting_notes, "recommended": recommended,
+                    "deploy": dict(deploy)})
     else:
         _print(result, regime, note, setting_notes, deploy, batch)
     if report is not None or png_dir is not None:
@@ -225,24 +227,45 @@ def _decision_notes(policies: list[Any], layers: int, model_layers: int) -> list
     return notes
 
 
+#: The kinds of policy a verdict can recommend, in the words the verdict uses.
+_KIND_WORDS = {"static": "a static placement (no online rebalancing)",
+               "eplb": "the engine's online EPLB", "placer": "placer's online policy"}
+
+
 def _deploy(result: Any, engine: str) -> list[tuple[str, str]]:
-    """The best eplb setting as each engine takes it."""
-    from placer.replay.deploy import engine_flags
+    """What to run for the recommended policy, as each engine takes it: the eplb flags
+    when the engine's online EPLB wins; placer's vLLM launch line when placer's policy
+    wins (SGLang and TensorRT-LLM have no policy interface: their best eplb setting); no
+    flags when a static placement wins (each engine serves the plan without EPLB)."""
+    from placer.replay.deploy import engine_flags, placer_launch
     from placer.replay.policies import OnlinePolicy, parse_policy
 
-    best = result.best("eplb")
-    if best is None:
+    best = result.best()
+    if best is None or best.kind == "static":
         return []
     info = result.info
-    policy = parse_policy(best.label)
-    if not isinstance(policy, OnlinePolicy):
-        return []
-    flags = engine_flags(policy, redundant=int(info["redundant"]),
-                         num_experts=int(info["num_experts"]), num_gpus=int(info["num_gpus"]),
-                         num_layers=int(info["layers"]))
     names = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
     order = [engine, *(e for e in names if e != engine)]
-    return [(f"{names[e]} ({best.label})", flags[e]) for e in order]
+    eplb = result.best("eplb")
+    flags: dict[str, str] = {}
+    eplb_policy = parse_policy(eplb.label) if eplb is not None else None
+    if isinstance(eplb_policy, OnlinePolicy):
+        flags = engine_flags(eplb_policy, redundant=int(info["redundant"]),
+                             num_experts=int(info["num_experts"]),
+                             num_gpus=int(info["num_gpus"]), num_layers=int(info["layers"]))
+    policy = parse_policy(best.label)
+    if best.kind == "eplb":
+        return [(f"{names[e]} ({best.label})", flags[e]) for e in order if e in flags]
+    if best.kind != "placer" or not isinstance(policy, OnlinePolicy):
+        return []
+    rows = [(f"vLLM ({best.label})", placer_launch(
+        policy, topology=str(info["topology"]), model=str(info["model"]),
+        redundant=int(info["redundant"])))]
+    for e in (e for e in order if e != "vllm"):
+        if e in flags and eplb is not None:
+            rows.append((f"{names[e]} (no policy interface for placer's: the best engine"
+                         f" setting, {eplb.label})", flags[e]))
+    return rows
 
 
 def _print(result: Any, regime: Any, note: str, notes: list[str],
@@ -257,9 +280,15 @@ def _print(result: Any, regime: Any, note: str, notes: list[str],
              judged_as(regime, note, batch), "", *table(result), "", "mean step time per segment"
              " (µs, rebalancing included)", *segment_table(result), "", result.verdict(),
              result.share_verdict()]
+    best = result.best()
+    if best is not None:
+        lines.append(f"recommended: {_KIND_WORDS.get(best.kind, best.kind)} ({best.label})")
     if deploy:
-        lines += ["the best engine setting, as each engine takes it:"]
+        lines += ["to run it, as each engine takes it:"]
         lines += [f"  {engine}: {flags}" for engine, flags in deploy]
+    elif best is not None and best.kind == "static":
+        lines += ["to run it: serve the placement with online EPLB off (no --enable-eplb on"
+                  " vLLM or SGLang; layer_updates_per_iter 0 on TensorRT-LLM)"]
     lines += [f"note: {n}" for n in notes]
     sys.stdout.write("\n".join(lines) + "\n")
 

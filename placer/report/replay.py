@@ -100,7 +100,7 @@ def replay_report(result: ReplayResult, *, dpi: int | None = None, command: str 
                          _as_table(segment_cells(result), "Mean step time per segment"),
                          picture]
     if deploy:
-        blocks.append(Text("The best engine setting, as each engine takes it:"))
+        blocks.append(Text("To run the recommended policy, as each engine takes it:"))
         blocks += [Code(f"# {engine}\n{flags}") for engine, flags in deploy]
     blocks += [Text(n) for n in notes]
     info = result.info

@@ -53,6 +53,13 @@ def test_the_default_policies_are_the_engines_and_the_tables_are_printed(trace):
                   "placer:window=1000,interval=3000", "oracle:interval=3000"):
         assert label in out
     assert "verdict: " in out
+    # the verdict names the kind it recommends, and flags only for what it recommends
+    (line,) = [x for x in out.splitlines() if x.startswith("recommended: ")]
+    kind = line.split("(")[-1].split(":")[0]
+    if kind == "static":
+        assert "online EPLB off" in out and "--enable-eplb --eplb-config" not in out
+    elif kind == "placer":
+        assert "PLACER_VLLM_POLICY=" in out
     # the engine's own cadence never rebalances within 32 steps: said, not hidden
     assert "note: eplb:window=1000,interval=3000,first=2250,async,layers=1 first rebalances" \
         " at step 2250: never within these 32 steps" in out
@@ -73,13 +80,28 @@ def test_json_sweep_and_the_flags_to_paste(trace):
     assert doc["steps"] == 32 and doc["redundant"] == 8 and doc["slots_per_gpu"] == 2
     best = min((p for p in doc["policies"] if p["policy"].startswith("eplb")),
                key=lambda p: p["figures"]["step_mean_us"])
+    winner = min((p for p in doc["policies"] if not p["policy"].startswith("oracle")),
+                 key=lambda p: p["figures"]["step_mean_us"])
+    kind = winner["policy"].split(":")[0]
+    assert doc["recommended"] == {"kind": kind, "policy": winner["policy"]}
+    if kind == "static":  # served as planned: no engine flags to paste
+        assert doc["deploy"] == {}
+        return
     (sglang_key,) = [k for k in doc["deploy"] if k.startswith("SGLang")]
-    assert sglang_key == f"SGLang ({best['policy']})"
+    # SGLang runs no policy but its own: the best eplb setting either way
+    assert sglang_key.startswith("SGLang (") and sglang_key.endswith(f"{best['policy']})")
     window, interval = (int(part.split("=")[1]) for part in
                         best["policy"].split(":")[1].split(","))
     assert doc["deploy"][sglang_key].startswith(
         f"--enable-eplb --eplb-rebalance-num-iterations {interval}")
     (vllm_key,) = [k for k in doc["deploy"] if k.startswith("vLLM")]
+    if kind == "placer":  # vLLM runs placer's own policy through the plugin
+        assert vllm_key == f"vLLM ({winner['policy']})"
+        assert doc["deploy"][vllm_key].startswith("PLACER_VLLM_POLICY='")
+        config = json.loads(doc["deploy"][vllm_key].split("'")[3])
+        assert config == {"window_size": 8, "step_interval": 8, "num_redundant_experts": 8,
+                          "use_async": False}
+        return
     config = json.loads(doc["deploy"][vllm_key].split("'")[1])
     assert config == {"window_size": window, "step_interval": interval,
                       "num_redundant_experts": 8, "use_async": False}
