@@ -40,12 +40,50 @@ POLICIES = ("vllm_hash", "trtllm_block", "round_robin", "sglang", "local_first",
 #: ``low_latency`` (one copy per selection, NVLink inside a node), ``low_latency_rdma``
 #: (one copy per selection, every copy over RDMA).
 MODES = ("normal", "low_latency", "low_latency_rdma")
+
+
+@dataclass(frozen=True)
+class ServingEngine:
+    """One serving engine, or one placement file an engine loads, as placer knows it.
+
+    Attributes
+    ----------
+    name: the engine's ``--engine`` value (when it has a dispatch rule of its own) and the
+        ``--export``/``--format`` name of its placement file.
+    title: the engine's name as its users write it (``SGLang``).
+    dispatch: the dispatch rule it serves with (one of :data:`POLICIES`); None for a file
+        that is no engine's own (DeepSeek EPLB's arrays) or an engine judged as another.
+    judged_as: the engine whose dispatch its placement file implies (``vllm-ascend``:
+        ``vllm``); None: none.
+    loads_by: the flag or config field the engine loads a placement file by.
+    """
+
+    name: str
+    title: str
+    dispatch: str | None
+    judged_as: str | None
+    loads_by: str
+
+
+#: Every serving engine and placement file, one entry each: adding an engine is adding
+#: its entry here and its file format's module in :mod:`placer.engines`.
+SERVING_ENGINES: dict[str, ServingEngine] = {e.name: e for e in (
+    ServingEngine("sglang", "SGLang", "sglang", "sglang", "--init-expert-location"),
+    ServingEngine("vllm", "vLLM", "vllm_hash", "vllm", "eplb_config.initial_expert_map_path"),
+    ServingEngine("trtllm", "TensorRT-LLM", "trtllm_block", "trtllm",
+                  "moe_config.load_balancer"),
+    ServingEngine("vllm-ascend", "vLLM-Ascend", None, "vllm", "eplb_config.expert_map_path"),
+    ServingEngine("eplb", "DeepSeek EPLB", None, None, ""),
+)}
 #: Engine -> the dispatch policy it uses.
-ENGINE_POLICY = {"sglang": "sglang", "vllm": "vllm_hash", "trtllm": "trtllm_block"}
+ENGINE_POLICY = {e.name: e.dispatch for e in SERVING_ENGINES.values() if e.dispatch}
+#: The engines ``--engine`` names (those with a dispatch rule of their own).
 ENGINES = tuple(ENGINE_POLICY)
-#: Regime (phase) -> the communication mode of its kernels.
-PHASE_MODE = {"decode": "low_latency", "prefill": "normal"}
-PHASES = tuple(PHASE_MODE)
+#: Export format -> the engine whose dispatch it implies (``eplb`` files imply none).
+EXPORT_ENGINE = {e.name: e.judged_as for e in SERVING_ENGINES.values() if e.judged_as}
+#: Workload -> the all-to-all mode of its kernels.
+WORKLOAD_MODE = {"decode": "low_latency", "prefill": "normal"}
+WORKLOADS = tuple(WORKLOAD_MODE)
 #: Tokens each rank dispatches per step when not given.
 DEFAULT_TOKENS_PER_GPU = {"decode": 128, "prefill": 4096}
 #: The regime when nothing is said: vLLM decode, 128 tokens per GPU.
@@ -80,9 +118,9 @@ class Regime:
         if self.engine not in ENGINE_POLICY:
             raise UsageError(f"unknown engine {self.engine!r}", where=Param("engine"),
                              hint=f"choose one of: {', '.join(ENGINES)}")
-        if self.workload not in PHASE_MODE:
+        if self.workload not in WORKLOAD_MODE:
             raise UsageError(f"unknown workload {self.workload!r}", where=Param("workload"),
-                             hint=f"choose one of: {', '.join(PHASES)}")
+                             hint=f"choose one of: {', '.join(WORKLOADS)}")
         if self.policy is not None and self.policy not in POLICIES:
             raise UsageError(f"unknown dispatch policy {self.policy!r}", where=Param("policy"),
                              hint=f"choose one of: {', '.join(POLICIES)}")
@@ -103,7 +141,7 @@ class Regime:
     @property
     def all_to_all(self) -> str:
         """The evaluator's communication mode: ``mode`` or the workload's kernels'."""
-        return self.mode or PHASE_MODE[self.workload]
+        return self.mode or WORKLOAD_MODE[self.workload]
 
     @property
     def tokens(self) -> int:
@@ -113,11 +151,6 @@ class Regime:
     def batch_tokens(self, num_gpus: int) -> int:
         """Tokens of one step over the whole EP group."""
         return self.tokens * num_gpus
-
-    @property
-    def is_default(self) -> bool:
-        """Whether every field is the default (nothing was said)."""
-        return self == Regime()
 
     def describe(self, batch: str | None = None) -> str:
         """One line for every command's ``judged as``: ``sglang decode, 128 tokens per GPU

@@ -22,6 +22,7 @@ FLAGS: dict[str, str] = {
     "held_out": "--eval",
     "trace_format": "--format",
     "options": "--option",
+    "policy": "--dispatch",
     "trace": "TRACE",
 }
 

@@ -14,10 +14,15 @@ import typer
 
 from placer.cli.command import PlacerCommand, examples, new_typer
 from placer.cli.common import (
-    complete_model,
-    complete_topology,
     handle_errors,
     print_json,
+)
+from placer.cli.options import (
+    dtype_option,
+    json_option,
+    kv_reserve_gb_option,
+    model_option,
+    topology_option,
 )
 from placer.constants import DEFAULT_KV_RESERVE_FRACTION, RUNTIME_OVERHEAD_GB
 from placer.errors import TopologyError
@@ -110,7 +115,7 @@ def _intra_gbps(topology: Topology) -> str:
                       epilog=examples("placer topology list", "placer topology list --json"))
 @handle_errors
 def topology_list(
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the presets"),
 ) -> None:
     """List the built-in topology presets."""
     topologies = [load_topology(name) for name in preset_names()]
@@ -141,10 +146,11 @@ def topology_show(
     name_or_file: str = typer.Argument(
         ..., metavar="NAME|FILE", help="A preset name or a topology YAML file."
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON (with matrices) on stdout."),
+    json_out: bool = json_option("the topology (with matrices)"),
     matrix: bool = typer.Option(
         False, "--matrix", help="Also print the GPU-to-GPU bandwidth matrix (GB/s)."
     ),
+
 ) -> None:
     """Show a topology: GPU types, GPUs per node, link classes and bandwidths."""
     topology = load_topology(name_or_file)
@@ -237,9 +243,7 @@ def _bandwidth_matrix(topology: Topology) -> str:
 @handle_errors
 def topology_validate(
     file: str = typer.Argument(..., metavar="FILE", help="A topology YAML file."),
-    json_out: bool = typer.Option(
-        False, "--json", help="Print the checked topology as JSON (no matrices) on stdout."
-    ),
+    json_out: bool = json_option("the checked topology (no matrices)"),
 ) -> None:
     """Check a topology file; print a one-line summary or the first error (exit 1)."""
     if not file.endswith((".yaml", ".yml")) and file in preset_names():
@@ -266,7 +270,7 @@ def topology_validate(
                    epilog=examples("placer model list", "placer model list --json"))
 @handle_errors
 def model_list(
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the presets"),
 ) -> None:
     """List the model presets."""
     models = [load_model(name) for name in model_names()]
@@ -286,7 +290,7 @@ def model_show(
         help="A preset name, alias or Hugging Face id, a model YAML file, or a Hugging Face"
         " config.json (or its folder).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the model"),
 ) -> None:
     """Show a model: MoE layers, experts, shapes, and bytes per dtype."""
     m = load_model(name_or_file)
@@ -310,21 +314,10 @@ CAPACITY_EXAMPLES = examples(
 
 @handle_errors
 def capacity(
-    model: str = typer.Option(
-        ..., "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model, help="Model preset name or YAML file."
-    ),
-    topology: str = typer.Option(
-        ..., "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology, help="Topology preset or YAML file."
-    ),
-    dtype: str | None = typer.Option(
-        None, "--dtype", metavar="DTYPE",
-        help="Expert dtype: bf16, fp8, mxfp4 (default: the model's).",
-    ),
-    kv_reserve_gb: float | None = typer.Option(
-        None, "--kv-reserve-gb", metavar="GB", help="GB per GPU kept for the KV cache."
-    ),
+    model: str = model_option(required=True),
+    topology: str = topology_option(required=True),
+    dtype: str | None = dtype_option(),
+    kv_reserve_gb: float | None = kv_reserve_gb_option(),
     kv_reserve_fraction: float | None = typer.Option(
         None,
         "--kv-reserve-fraction",
@@ -337,7 +330,7 @@ def capacity(
         help="Runtime memory per GPU besides weights, GB."
     ),
     tp: int = typer.Option(1, "--tp", help="GPUs sharding each non-expert weight (1: replicated)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the capacity"),
 ) -> None:
     """Expert slots per GPU, the most redundant experts, and memory left for the KV cache."""
     spec = load_model(model)

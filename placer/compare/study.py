@@ -14,7 +14,7 @@ from typing import Any
 from placer.compare.scenarios import CompareSettings, Scenario
 from placer.compare.sweep import Sweep, parse_counts, sweep_scenarios
 from placer.errors import PlacerError, UsageError
-from placer.regime import ENGINES, MODES, PHASES, POLICIES
+from placer.regime import ENGINES, MODES, POLICIES, WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def _yaml_settings(root: Any, resolve: Callable[[str], str]) -> dict[str, Any]:
             settings_kwargs[key] = limit
     settings_kwargs["seed"] = root.integer("seed", 0, minimum=0)
     settings_kwargs["holdout"] = root.boolean("holdout", True)
-    for key, choices in (("engine", ENGINES), ("workload", PHASES), ("policy", POLICIES),
+    for key, choices in (("engine", ENGINES), ("workload", WORKLOADS), ("policy", POLICIES),
                          ("mode", MODES)):
         value = root.string(key, None, choices=choices)
         if value is not None:
