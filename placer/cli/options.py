@@ -30,6 +30,7 @@ from placer.regime import (
     DEFAULT_ENGINE,
     DEFAULT_TOKENS_PER_GPU,
     DEFAULT_WORKLOAD,
+    ENGINE_POLICY,
     ENGINES,
     MODES,
     POLICIES,
@@ -235,11 +236,11 @@ def seed_option(*, default: int | None = 0) -> Any:
 def engine_option(*, exports: bool = False) -> Any:
     """``--engine``/``-e``: the serving engine (its dispatch rule)."""
     implied = " the engine of --export when it names one, else" if exports else ""
+    rules = "; ".join(f"{engine}: {rule}" for engine, rule in ENGINE_POLICY.items())
     return typer.Option(
         None, "--engine", "-e", metavar="ENGINE", autocompletion=complete(ENGINES),
         help=f"Serving engine ({', '.join(ENGINES)}): fixes the dispatch policy judged (and"
-        f" planned) under (sglang: static dispatch; vllm, trtllm: round-robin). Default:"
-        f"{implied} {DEFAULT_ENGINE}.", show_default=False,
+        f" planned) under ({rules}). Default:{implied} {DEFAULT_ENGINE}.", show_default=False,
     )
 
 

@@ -34,8 +34,9 @@ from placer.engines.registry import (
 )
 from placer.errors import EngineFormatError
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 
-ENGINE = "SGLang"
+ENGINE = SERVING_ENGINES["sglang"].title
 KEY = "physical_to_logical_map"
 _KEY_RULE = f"SGLang passes the file as keyword arguments, so {KEY} must be its only key"
 

@@ -31,8 +31,9 @@ from placer.engines.registry import (
 )
 from placer.errors import EngineFormatError
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 
-ENGINE = "vLLM"
+ENGINE = SERVING_ENGINES["vllm"].title
 EXPERIMENTAL_NOTE = (
     "experimental: vLLM has no mainline file input yet; this follows the open"
     " initial_expert_map_path proposal (vllm-project/vllm PR 49572)"

@@ -39,8 +39,9 @@ from placer.engines.registry import (
 )
 from placer.errors import EngineFormatError
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 
-ENGINE = "vLLM-Ascend"
+ENGINE = SERVING_ENGINES["vllm-ascend"].title
 TOP_KEYS = ("moe_layer_count", "layer_list")
 LAYER_KEYS = ("layer_id", "device_count", "device_list")
 DEVICE_KEYS = ("device_id", "device_expert")
