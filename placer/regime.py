@@ -69,10 +69,10 @@ class ServingEngine:
 #: its entry here and its file format's module in :mod:`placer.engines`.
 SERVING_ENGINES: dict[str, ServingEngine] = {e.name: e for e in (
     ServingEngine("sglang", "SGLang", "sglang", "sglang", "--init-expert-location"),
-    ServingEngine("vllm", "vLLM", "vllm_hash", "vllm", "eplb_config.initial_expert_map_path"),
+    ServingEngine("vllm", "vLLM", "vllm_hash", "vllm", "initial_expert_map_path"),
     ServingEngine("trtllm", "TensorRT-LLM", "trtllm_block", "trtllm",
                   "moe_config.load_balancer"),
-    ServingEngine("vllm-ascend", "vLLM-Ascend", None, "vllm", "eplb_config.expert_map_path"),
+    ServingEngine("vllm-ascend", "vLLM-Ascend", None, "vllm", "expert_map_path"),
     ServingEngine("eplb", "DeepSeek EPLB", None, None, ""),
 )}
 #: Engine -> the dispatch policy it uses.
