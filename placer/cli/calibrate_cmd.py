@@ -9,7 +9,6 @@ figures (or JSON), write ``{extends: BASE, calibration: ...}`` atomically.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,11 +16,7 @@ import typer
 import yaml
 
 from placer.cli.command import PlacerCommand, examples
-from placer.cli.common import (
-    handle_errors,
-    print_json,
-    write_text_atomic,
-)
+from placer.cli.common import handle_errors, print_json, table, write_text_atomic
 from placer.cli.options import (
     json_option,
     name_option,
@@ -83,18 +78,6 @@ def overlay_document(result: FitResult, base_name: str, extends: str, name: str,
             "# Use it as --topology in any placer command (docs/calibrate.md).\n")
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=1 << 20)
     return head + body
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
-          right: tuple[int, ...]) -> str:
-    """Plain text, columns two spaces apart, the columns ``right`` right-aligned."""
-    cells = [list(headers), *[list(r) for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
-        for r in cells
-    )
 
 
 def _line(where: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import signal
 import sys
@@ -197,6 +198,31 @@ def _say(text: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
+          right: Sequence[int] | None = None) -> str:
+    """A plain-text table: columns two spaces apart; the columns ``right`` right-aligned
+    (by default those whose every value is a number); None shown as ``-``."""
+    cells = [[str(h) for h in headers]] + [[cell(v) for v in row] for row in rows]
+    if right is None:
+        right = [i for i in range(len(headers)) if all(
+            isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+        for r in cells
+    )
+
+
+def cell(value: Any) -> str:
+    """A value as a table cell: ``-`` for None, ``inf``, floats as ``%g``."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:g}"
+    return str(value)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -6,17 +6,10 @@ and ``placer.model.capacity``; tables go to stdout (``--json`` for machines).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from typing import Any
-
 import typer
 
 from placer.cli.command import PlacerCommand, examples, new_typer
-from placer.cli.common import (
-    handle_errors,
-    print_json,
-)
+from placer.cli.common import cell, handle_errors, print_json, table
 from placer.cli.options import (
     dtype_option,
     json_option,
@@ -61,34 +54,6 @@ model_app = new_typer(
 
 
 # -- rendering ------------------------------------------------------------------------
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table: columns two spaces apart, numbers right-aligned."""
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
-    numeric = [
-        all(isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)
-        for i in range(len(headers))
-    ]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for r in cells:
-        parts = [
-            r[i].rjust(widths[i]) if numeric[i] else r[i].ljust(widths[i])
-            for i in range(len(headers))
-        ]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf"
-        return f"{value:g}"
-    return str(value)
 
 
 def _echo(text: str = "") -> None:
@@ -259,7 +224,7 @@ def topology_validate(
     _echo(
         f"ok: {file}: '{topology.name}', {topology.num_gpus} GPUs in {topology.num_nodes}"
         f" node{'s' if topology.num_nodes != 1 else ''}, intra-node {_intra_gbps(topology)}"
-        f" GB/s, inter-node {_cell(_inter_gbps(topology))} GB/s"
+        f" GB/s, inter-node {cell(_inter_gbps(topology))} GB/s"
     )
 
 

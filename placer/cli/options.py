@@ -83,37 +83,37 @@ def _engine_formats() -> list[str]:
 # -- the cluster and the model --------------------------------------------------------------
 
 
-def topology_option(purpose: str = "", *, many: bool = False, recorded: bool = False,
-                    required: bool = False) -> Any:
-    """``--topology``/``-t``: a cluster preset or topology YAML.
-
-    ``purpose`` says what the cluster is to the command; ``many``: repeatable (a list);
-    ``recorded``: the placements' own topology is the default."""
-    words = "Topology preset name or YAML file"
+def _preset_help(what: str, purpose: str, many: bool, recorded: bool) -> str:
+    """The help of an option that takes a preset name or a YAML file."""
+    words = f"{what} preset name or YAML file"
     if purpose:
         words += f": {purpose}"
     if many:
         words += "; repeat to compare"
     if recorded:
         words += " (default: the one the placements record)"
+    return words + "."
+
+
+def topology_option(purpose: str = "", *, many: bool = False, recorded: bool = False,
+                    required: bool = False) -> Any:
+    """``--topology``/``-t``: a cluster preset or topology YAML.
+
+    ``purpose`` says what the cluster is to the command; ``many``: repeatable (a list);
+    ``recorded``: the placements' own topology is the default."""
     default: Any = ... if required else ([] if many else None)
     return typer.Option(default, "--topology", "-t", metavar="NAME|FILE",
-                        autocompletion=complete(_topology_names), help=words + ".",
-                        show_default=False)
+                        autocompletion=complete(_topology_names), show_default=False,
+                        help=_preset_help("Topology", purpose, many, recorded))
 
 
 def model_option(purpose: str = "", *, recorded: bool = False, required: bool = False) -> Any:
     """``--model``/``-m``: a model preset, Hugging Face id or model YAML.
 
     ``recorded``: the placements' own model is the default."""
-    words = "Model preset name or YAML file"
-    if purpose:
-        words += f": {purpose}"
-    if recorded:
-        words += " (default: the one the placements record)"
     return typer.Option(... if required else None, "--model", "-m", metavar="NAME|FILE",
-                        autocompletion=complete(_model_names), help=words + ".",
-                        show_default=False)
+                        autocompletion=complete(_model_names), show_default=False,
+                        help=_preset_help("Model", purpose, False, recorded))
 
 
 def dtype_option() -> Any:
