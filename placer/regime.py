@@ -8,15 +8,16 @@ auto``), so one placement on one trace gets one set of figures:
   SGLang's static dispatch (same GPU, else same node, else a seeded fair draw), ``vllm``
   a hash of each token's row (``vllm_hash``), ``trtllm`` TensorRT-LLM's round robin in
   blocks of 1,024 selections (``trtllm_block``);
-- the **workload** (phase) fixes the all-to-all kernels and the batch size: ``decode``
+- the **workload** (decode or prefill) fixes the all-to-all kernels and the batch size: ``decode``
   uses DeepEP's low-latency kernels (one copy per selection, NVLink inside a node) with
   small batches, where expert GEMMs are memory-bound; ``prefill`` the normal kernels (one
   copy per destination GPU and node) with large ones;
 - ``tokens_per_gpu`` is the batch each EP rank dispatches per step (decode default 128,
   DeepEP's production setting; prefill 4096): a step is ``tokens_per_gpu x G`` tokens;
-- ``policy`` and ``mode`` override the engine's dispatch and the workload's kernels (for
-  experts: what-if an engine dispatched otherwise); ``seed`` seeds sampling, the
-  ``random`` policy and SGLang's static tables (seed 0 is SGLang's own table).
+- ``dispatch_override`` and ``all_to_all_override`` replace the engine's dispatch and the
+  workload's kernels (for experts: what-if an engine dispatched otherwise); ``seed``
+  seeds sampling, the ``random`` policy and SGLang's static tables (seed 0 is SGLang's
+  own table).
 
 Example::
 
@@ -100,9 +101,9 @@ class Regime:
     engine: ``sglang``, ``vllm`` or ``trtllm``.
     workload: ``decode`` or ``prefill``.
     tokens_per_gpu: tokens each EP rank dispatches per step; None = the workload's default.
-    policy: dispatch policy instead of the engine's (``placer.evaluate.POLICIES``); None =
+    dispatch_override: dispatch policy instead of the engine's (:data:`POLICIES`); None =
         the engine's.
-    mode: all-to-all mode instead of the workload's (``placer.evaluate.MODES``); None = the
+    all_to_all_override: all-to-all mode instead of the workload's (:data:`MODES`); None = the
         workload's.
     seed: seeds sampled batches, the ``random`` policy and SGLang's static tables.
     """
@@ -110,8 +111,8 @@ class Regime:
     engine: str = DEFAULT_ENGINE
     workload: str = DEFAULT_WORKLOAD
     tokens_per_gpu: int | None = None
-    policy: str | None = None
-    mode: str | None = None
+    dispatch_override: str | None = None
+    all_to_all_override: str | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -121,11 +122,13 @@ class Regime:
         if self.workload not in WORKLOAD_MODE:
             raise UsageError(f"unknown workload {self.workload!r}", where=Param("workload"),
                              hint=f"choose one of: {', '.join(WORKLOADS)}")
-        if self.policy is not None and self.policy not in POLICIES:
-            raise UsageError(f"unknown dispatch policy {self.policy!r}", where=Param("policy"),
+        if self.dispatch_override not in (None, *POLICIES):
+            raise UsageError(f"unknown dispatch policy {self.dispatch_override!r}",
+                             where=Param("dispatch_override"),
                              hint=f"choose one of: {', '.join(POLICIES)}")
-        if self.mode is not None and self.mode not in MODES:
-            raise UsageError(f"unknown all-to-all mode {self.mode!r}", where=Param("mode"),
+        if self.all_to_all_override not in (None, *MODES):
+            raise UsageError(f"unknown all-to-all mode {self.all_to_all_override!r}",
+                             where=Param("all_to_all_override"),
                              hint=f"choose one of: {', '.join(MODES)}")
         if self.tokens_per_gpu is not None and self.tokens_per_gpu < 1:
             raise UsageError(f"expected tokens per GPU >= 1, got {self.tokens_per_gpu}",
@@ -135,13 +138,13 @@ class Regime:
 
     @property
     def dispatch(self) -> str:
-        """The evaluator's dispatch policy: ``policy`` or the engine's."""
-        return self.policy or ENGINE_POLICY[self.engine]
+        """The evaluator's dispatch policy: the override or the engine's."""
+        return self.dispatch_override or ENGINE_POLICY[self.engine]
 
     @property
     def all_to_all(self) -> str:
-        """The evaluator's communication mode: ``mode`` or the workload's kernels'."""
-        return self.mode or WORKLOAD_MODE[self.workload]
+        """The evaluator's communication mode: the override or the workload's kernels'."""
+        return self.all_to_all_override or WORKLOAD_MODE[self.workload]
 
     @property
     def tokens(self) -> int:

@@ -23,6 +23,8 @@ FLAGS: dict[str, str] = {
     "trace_format": "--format",
     "options": "--option",
     "policy": "--dispatch",
+    "dispatch_override": "--dispatch",
+    "all_to_all_override": "--mode",
     "trace": "TRACE",
 }
 

@@ -168,7 +168,7 @@ def test_expand_scenarios_is_topology_major_and_labels_files_by_stem():
 def test_settings_validate_themselves():
     with pytest.raises(UsageError) as info:
         CompareSettings(model="m", policy="fastest")
-    assert str(info.value) == "policy: unknown dispatch policy 'fastest'"  # EvalParams' check
+    assert str(info.value) == "dispatch_override: unknown dispatch policy 'fastest'"
     assert info.value.hint == ("choose one of: vllm_hash, trtllm_block, round_robin, sglang,"
                                " local_first, random")
     with pytest.raises(UsageError, match="unknown all-to-all mode 'slow'"):
