@@ -215,3 +215,68 @@ def test_rebalance_keeps_its_short_name():
                                  "-t", "4x-dgx-h100"])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: --rebalance: unknown policy 'nonsense'")
+
+
+# -- where a default comes from: one order, and the yields a command declares ---------------
+
+
+def _probe_app(seen: dict[str, object]) -> typer.Typer:
+    """A one-command app whose configured ``--topology`` yields to ``--num-gpus``."""
+    from placer.cli.command import given, new_typer, placer_command
+    from placer.cli.common import configured_options
+    from placer.cli.options import num_gpus_option, topology_option
+
+    probe = new_typer()
+
+    @probe.command("probe", cls=placer_command(topology=given("num_gpus")))
+    def probe_cmd(topology: str | None = topology_option(),
+                  num_gpus: int | None = num_gpus_option()) -> None:
+        seen.update(topology=topology, num_gpus=num_gpus,
+                    configured=dict(configured_options.get() or {}))
+
+    @probe.command("other")
+    def other_cmd() -> None: ...
+
+    return probe
+
+
+@pytest.mark.parametrize(("args", "env", "topology", "configured"), [
+    ([], {}, None, {}),
+    ([], {"PLACER_TOPOLOGY": "dgx-h100"}, "dgx-h100",
+     {"--topology": "PLACER_TOPOLOGY=dgx-h100"}),
+    (["-t", "gb200-nvl72"], {"PLACER_TOPOLOGY": "dgx-h100"}, "gb200-nvl72", {}),
+    (["-g", "8"], {"PLACER_TOPOLOGY": "dgx-h100"}, None, {}),  # yields to --num-gpus
+    (["-g", "8", "-t", "gb200-nvl72"], {"PLACER_TOPOLOGY": "dgx-h100"}, "gb200-nvl72", {}),
+])
+def test_a_configured_default_yields_where_the_command_says(tmp_path, monkeypatch, args, env,
+                                                             topology, configured):
+    """The command line, else ``PLACER_*`` (else placer.toml), else the built-in; a
+    configured value the command's rule drops is no longer said to be configured."""
+    monkeypatch.chdir(tmp_path)
+    seen: dict[str, object] = {}
+    result = RUNNER.invoke(_probe_app(seen), ["probe", *args], env=env)
+    assert result.exit_code == 0, result.output
+    assert seen["topology"] == topology
+    assert seen["configured"] == configured
+
+
+def test_the_placements_model_outranks_a_configured_one(tmp_path, monkeypatch):
+    """``placer export``: the model the placement records wins over ``PLACER_MODEL``; a
+    placement that records none takes the configured one."""
+    import numpy as np
+
+    from placer.placement import Placement
+    from placer.placement.document import write_placement
+
+    monkeypatch.chdir(tmp_path)
+    rows = [np.roll(np.arange(128), layer).reshape(8, 16).ravel() for layer in range(24)]
+    placement = Placement(np.array(rows), np.arange(1, 48, 2), 128, 8)
+    write_placement(tmp_path / "named.json", placement, model_name="llama4-maverick", top_k=1)
+    write_placement(tmp_path / "bare.json", placement)
+    env = {"PLACER_MODEL": "deepseek-v3"}  # 256 experts: the placement's 128 do not fit
+    named = RUNNER.invoke(app, ["export", "named.json", "-f", "vllm", "-o", "n.json"], env=env)
+    assert named.exit_code == 0, named.output
+    bare = RUNNER.invoke(app, ["export", "bare.json", "-f", "vllm", "-o", "b.json"], env=env)
+    assert bare.exit_code == 1
+    assert bare.stderr.startswith("error: bare.json: the placement has 128 experts per layer"
+                                  " but deepseek-v3 has 256\n")
