@@ -36,7 +36,6 @@ from typing import Any, ClassVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from placer import constants
 from placer.cli.common import configured_options, fail
 from placer.cli.config import SETTINGS, SOURCE_BUILT_IN, Default, load_config
 from placer.cli.flags import running_command
@@ -66,14 +65,9 @@ _META_DEFAULTS = "placer.cli.config"
 #: themselves, by flag, whichever command has them: checked before any work, so a value
 #: the library would refuse after reading the inputs fails at once, with its range.
 OPTION_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "--seed": (0, constants.MAX_SEED),
-    "--kv-reserve-gb": (0, None),
     "--overhead-gb": (0, None),
     "--tp": (1, None),
     "--top": (1, None),
-    "--window-tokens": (1, None),
-    "--time-limit": (0.001, None),
-    "--layer-time-limit": (0.001, None),
 }
 
 

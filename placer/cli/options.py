@@ -125,7 +125,7 @@ def dtype_option() -> Any:
 
 def kv_reserve_gb_option() -> Any:
     """``--kv-reserve-gb``: memory per GPU kept for the KV cache."""
-    return typer.Option(None, "--kv-reserve-gb", metavar="GB",
+    return typer.Option(None, "--kv-reserve-gb", min=0, metavar="GB",
                         help="Memory per GPU kept for the KV cache, GB.", show_default=False)
 
 
@@ -225,7 +225,8 @@ def ray_option(what: str) -> Any:
 def seed_option(*, default: int | None = 0) -> Any:
     """``--seed``: sampled batches, random dispatch, SGLang's tables, solvers, synthetic
     traces (``default=None`` where a scenario file's seed must win)."""
-    return typer.Option(default, "--seed", metavar="N", show_default=default is not None,
+    return typer.Option(default, "--seed", min=0, max=constants.MAX_SEED, metavar="N",
+                        show_default=default is not None,
                         help="Random seed of sampling, random dispatch, solvers and synthetic"
                         " traces: same seed, same result.")
 
@@ -390,7 +391,7 @@ def keep_warmup_option() -> Any:
 
 def window_tokens_option() -> Any:
     """``--window-tokens``: windows of a fixed token count instead of the trace's steps."""
-    return typer.Option(None, "--window-tokens", metavar="TOKENS", show_default=False,
+    return typer.Option(None, "--window-tokens", min=1, metavar="TOKENS", show_default=False,
                         help="Cut the trace into windows of this many consecutive tokens"
                         " (default: its steps).")
 
