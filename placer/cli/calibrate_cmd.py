@@ -9,7 +9,6 @@ figures (or JSON), write ``{extends: BASE, calibration: ...}`` atomically.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,11 +16,12 @@ import typer
 import yaml
 
 from placer.cli.command import PlacerCommand, examples
-from placer.cli.common import (
-    complete_topology,
-    handle_errors,
-    print_json,
-    write_text_atomic,
+from placer.cli.common import handle_errors, print_json, table, write_text_atomic
+from placer.cli.options import (
+    json_option,
+    name_option,
+    output_option,
+    topology_option,
 )
 from placer.cli.outputs import check_output
 from placer.errors import UsageError
@@ -80,18 +80,6 @@ def overlay_document(result: FitResult, base_name: str, extends: str, name: str,
     return head + body
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
-          right: tuple[int, ...]) -> str:
-    """Plain text, columns two spaces apart, the columns ``right`` right-aligned."""
-    cells = [list(headers), *[list(r) for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
-        for r in cells
-    )
-
-
 def _line(where: str) -> str:
     return where.rsplit(":", 1)[-1] if where else "-"
 
@@ -141,21 +129,14 @@ def calibrate(
         ..., metavar="TIMINGS",
         help="Timings CSV: measured all-to-all phases and expert GEMMs (docs/calibrate.md)."
     ),
-    topology: str = typer.Option(
-        ..., "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology,
-        help="Base topology (preset or YAML file): the machines the timings were measured on;"
-        " all-to-all rows grow its first node to their node count.",
-    ),
-    output: Path | None = typer.Option(
-        None, "--output", "-o", metavar="FILE",
-        help="Write the overlay topology here (.yaml): {extends: BASE, calibration: ...}.",
-    ),
-    name: str | None = typer.Option(
-        None, "--name", metavar="NAME",
-        help="The overlay's name (default: BASE's name + '-calibrated')."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the fit as JSON."),
+    topology: str = topology_option(
+        "the base, the machines the timings were measured on (all-to-all rows grow its first"
+        " node to their node count)", required=True),
+    output: Path | None = output_option(
+        "Overlay topology YAML ({extends: BASE, calibration: ...})", required=False),
+    name: str | None = name_option("The overlay's name (default: BASE's name +"
+                                   " '-calibrated')."),
+    json_out: bool = json_option("the fit"),
 ) -> None:
     """Fit link efficiencies, fixed phase costs and expert compute efficiencies to
     measured timings, and write them as a topology overlay every --topology accepts."""

@@ -11,9 +11,14 @@ Typer builds each command; these subclasses make them behave like placer:
   expected and got, with the valid range and the nearest valid value as the hint
   (:func:`_guard_numbers`; :data:`OPTION_RANGES` for options that declare no range);
 - defaults: the options named by :data:`placer.cli.config.SETTINGS` take their defaults from
-  ``PLACER_*`` variables and the config file (:meth:`PlacerCommand.parse_args`).
+  ``PLACER_*`` variables and the config file (:meth:`PlacerCommand.parse_args`), in one
+  order for every option: the command line, else the environment, else ``placer.toml``,
+  else the built-in default; a command says once, where it registers, which configured
+  defaults yield to what its command line gives instead (:func:`placer_command`);
+- ``--policy``, which meant two things, is answered with the option to use instead.
 
 Register a command with ``app.command(NAME, cls=PlacerCommand, epilog=examples(...))``
+(``cls=placer_command(topology=given("num_gpus"))`` when a configured default yields)
 and make every Typer with :func:`new_typer`.
 """
 
@@ -24,17 +29,17 @@ import difflib
 import math
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from placer import constants
 from placer.cli.common import configured_options, fail
 from placer.cli.config import SETTINGS, SOURCE_BUILT_IN, Default, load_config
 from placer.cli.flags import running_command
+from placer.cli.options import retired_policy
 from placer.errors import PlacerError, UsageError
 
 # Typer raises click's exceptions, from click or from its own copy of click (typer >= 0.16
@@ -60,14 +65,9 @@ _META_DEFAULTS = "placer.cli.config"
 #: themselves, by flag, whichever command has them: checked before any work, so a value
 #: the library would refuse after reading the inputs fails at once, with its range.
 OPTION_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "--seed": (0, constants.MAX_SEED),
-    "--kv-reserve-gb": (0, None),
     "--overhead-gb": (0, None),
     "--tp": (1, None),
     "--top": (1, None),
-    "--window-tokens": (1, None),
-    "--time-limit": (0.001, None),
-    "--layer-time-limit": (0.001, None),
 }
 
 
@@ -350,8 +350,19 @@ def usage_errors() -> Iterator[None]:
 # -- the classes --------------------------------------------------------------------------
 
 
+#: ``yields(params) -> bool``: whether a configured default gives way, given the values
+#: the command line parsed (``{name: value}``).
+Yields = Callable[[dict[str, Any]], bool]
+
+
 class PlacerCommand(TyperCommand):
-    """A placer command: plain help, guarded numbers, defaults from the config."""
+    """A placer command: plain help, guarded numbers, defaults from the config.
+
+    :attr:`yields` maps an option's parameter name to a :data:`Yields`: when it holds,
+    a default from ``PLACER_*`` or ``placer.toml`` is dropped for the built-in one (what
+    the command line gave instead outranks it)."""
+
+    yields: ClassVar[dict[str, Yields]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -365,6 +376,9 @@ class PlacerCommand(TyperCommand):
         _format_params(self, ctx, formatter)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        retired = None if ctx.resilient_parsing else retired_policy(args, _option_names(ctx))
+        if retired is not None:
+            raise retired
         if ctx.default_map is None:
             applied = _config_defaults(self, ctx, args)
             ctx.meta[_META_DEFAULTS] = applied
@@ -382,13 +396,30 @@ class PlacerCommand(TyperCommand):
         by_option = {}
         for param in self.params:
             source = ctx.get_parameter_source(param.name)
-            if param.name in applied and source is not None and source.name == "DEFAULT_MAP":
+            if param.name not in applied or source is None or source.name != "DEFAULT_MAP":
+                continue
+            rule = self.yields.get(param.name)
+            if rule is not None and rule(ctx.params):
+                ctx.params[param.name] = [] if param.multiple else param.default
+            else:
                 by_option[_param_name(param)] = applied[param.name].origin()
         token = configured_options.set(by_option)
         try:
             return super().invoke(ctx)
         finally:
             configured_options.reset(token)
+
+
+def placer_command(**yields: Yields) -> type[PlacerCommand]:
+    """The command class of a command whose configured defaults yield: ``name=rule``,
+    the option ``name`` takes its built-in default instead of one from ``PLACER_*`` or
+    ``placer.toml`` when ``rule(params)`` holds (see :func:`given`)."""
+    return type("PlacerCommand", (PlacerCommand,), {"yields": yields})
+
+
+def given(name: str) -> Yields:
+    """The rule "when the command line gives ``name``" (not None, not empty)."""
+    return lambda params: params.get(name) not in (None, [], ())
 
 
 class PlacerGroup(TyperGroup):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import signal
 import sys
@@ -38,7 +39,6 @@ __all__ = [
     "configured_options",
     "err",
     "fail",
-    "from_config",
     "handle_errors",
     "out",
     "print_json",
@@ -54,13 +54,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: :class:`placer.cli.command.PlacerCommand` so that an error about them says so.
 configured_options: ContextVar[dict[str, str] | None] = ContextVar("configured_options",
                                                                   default=None)
-
-
-def from_config(option: str) -> bool:
-    """Whether the running command's ``option`` (``"--topology"``) took its value from a
-    ``PLACER_*`` variable or the config file, not from the command line: such a default
-    yields to a command-line option that contradicts it."""
-    return option in (configured_options.get() or {})
 
 
 def fail(error: PlacerError) -> None:
@@ -207,6 +200,31 @@ def _say(text: str) -> None:
         pass
 
 
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
+          right: Sequence[int] | None = None) -> str:
+    """A plain-text table: columns two spaces apart; the columns ``right`` right-aligned
+    (by default those whose every value is a number); None shown as ``-``."""
+    cells = [[str(h) for h in headers]] + [[cell(v) for v in row] for row in rows]
+    if right is None:
+        right = [i for i in range(len(headers)) if all(
+            isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+        for r in cells
+    )
+
+
+def cell(value: Any) -> str:
+    """A value as a table cell: ``-`` for None, ``inf``, floats as ``%g``."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:g}"
+    return str(value)
+
+
 def to_jsonable(obj: Any) -> Any:
     """Convert numpy scalars/arrays, tuples and dataclass-free containers for json.dumps."""
     if isinstance(obj, dict):
@@ -234,64 +252,7 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-# -- shell completion of option values (`placer --install-completion`) ---------------------
-
-
-def complete_topology(incomplete: str) -> list[str]:
-    """Topology presets starting with ``incomplete`` (none: the shell completes files)."""
-    from placer.topology import preset_names
-
-    return [name for name in preset_names() if name.startswith(incomplete)]
-
-
-def complete_model(incomplete: str) -> list[str]:
-    """Model presets starting with ``incomplete`` (none: the shell completes files)."""
-    from placer.model import model_names
-
-    return [name for name in model_names() if name.startswith(incomplete)]
-
-
-def complete_solver(incomplete: str) -> list[str]:
-    """Solver names starting with ``incomplete``."""
-    from placer.planning.solvers import solver_names
-
-    return [name for name in solver_names() if name.startswith(incomplete)]
-
-
-def complete_engine(incomplete: str) -> list[str]:
-    """Serving engines starting with ``incomplete``."""
-    from placer.regime import ENGINES
-
-    return [name for name in ENGINES if name.startswith(incomplete)]
-
-
 # -- reading routing data, shared by every command that takes a TRACE ----------------------
-
-
-def top_k_option() -> Any:
-    """``--top-k``: for inputs that do not record it (SGLang stat dumps, bare load files)."""
-    return typer.Option(
-        None, "--top-k", min=1,
-        help="Experts each token selects per layer, for inputs that do not record it"
-        " (default: the model's, else the file's).",
-    )
-
-
-def num_experts_option() -> Any:
-    """``--num-experts``: declared expert count, checked against the data."""
-    return typer.Option(
-        None, "--num-experts", min=1,
-        help="Experts per layer, checked against the data (default: the model's, else inferred).",
-    )
-
-
-def keep_warmup_option() -> Any:
-    """``--keep-warmup``: count the rows of warm-up passes, which are left out by default."""
-    return typer.Option(
-        False, "--keep-warmup",
-        help="Count runs of identical selections (an engine's warm-up or profiling pass),"
-        " which are left out by default with a warning.",
-    )
 
 
 def read_trace(
@@ -347,6 +308,26 @@ def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,
     written = write(pictures, folder)
     if not quiet:
         sys.stderr.write(f"wrote {len(written)} PNG file(s) to {folder}\n")
+
+
+def recorded_by(param: str, key: str) -> Callable[[dict[str, Any]], bool]:
+    """The rule "the placement file(s) the command line gives as ``param`` record one
+    ``key`` (model or topology) name", under which a configured default of that option
+    yields (:func:`placer.cli.command.placer_command`); a file that does not read is the
+    command's to report, not the rule's."""
+    def rule(params: dict[str, Any]) -> bool:
+        from placer.placement.document import read_placement
+
+        given = params.get(param)
+        paths = list(given) if isinstance(given, list | tuple) else [given]
+        try:
+            with warnings.catch_warnings():  # the command reads them again, and says them
+                warnings.simplefilter("ignore")
+                placements = [read_placement(p) for p in paths if p is not None]
+        except PlacerError:
+            return False
+        return bool(placements) and records(placements, key)
+    return rule
 
 
 def records(placements: list[Any], key: str) -> bool:

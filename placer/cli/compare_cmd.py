@@ -16,30 +16,43 @@ from typing import Any
 
 import typer
 
-from placer import constants
-from placer.cli.command import PlacerCommand, examples
+from placer.cli.command import examples, given, placer_command
 from placer.cli.common import (
-    complete_model,
-    complete_solver,
-    complete_topology,
     err,
-    from_config,
     handle_errors,
-    keep_warmup_option,
     print_json,
     read_trace,
     to_jsonable,
     write_pictures,
 )
-from placer.cli.outputs import check_output, check_output_folder
-from placer.cli.regime import (
+from placer.cli.options import (
+    dispatch_option,
+    dpi_option,
+    dtype_option,
     engine_option,
-    judged_as,
+    format_option,
+    jobs_option,
+    json_option,
+    keep_warmup_option,
+    kv_reserve_gb_option,
+    layer_time_limit_option,
     mode_option,
-    policy_option,
+    model_option,
+    png_dir_option,
+    quiet_option,
+    ray_option,
+    redundant_option,
+    report_option,
+    seed_option,
+    slots_per_gpu_option,
+    solver_option,
+    time_limit_option,
     tokens_per_gpu_option,
+    topology_option,
     workload_option,
 )
+from placer.cli.outputs import check_output, check_output_folder
+from placer.cli.regime import judged_as
 from placer.compare import (
     DEFAULT_P99_SLACK_PCT,
     CompareSettings,
@@ -192,60 +205,21 @@ def compare(
         help="Routing trace or load statistics file(s); optional with --scenarios"
         " when the file names the trace.", show_default=False,
     ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model, help="Model preset name or YAML file.",
-        show_default=False,
-    ),
-    topology: list[str] = typer.Option(
-        [], "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology,
-        help="Topology preset name or YAML file; repeat to compare.",
-        show_default=False,
-    ),
-    redundant: str | None = typer.Option(
-        None, "--redundant", "-r", metavar="R[,R...]|A..B|auto",
-        help="Redundant experts per layer: a list or ranges (0,16,32 or 0..64; values that"
-        " do not split evenly over a topology's GPUs are skipped there), or auto (the slot"
-        " counts placer plan --redundant auto tries, as far as memory holds). Default: the"
-        " fewest that split evenly.", show_default=False,
-    ),
-    slots_per_gpu: str | None = typer.Option(
-        None, "--slots-per-gpu", metavar="S[,S...]|A..B",
-        help="Slots per GPU instead of --redundant (e.g. 8..12): R = S x GPUs - experts on"
-        " each topology.", show_default=False,
-    ),
-    solver: list[str] = typer.Option(
-        [], "--solver", "-s", metavar="NAME[,NAME...]",
-        autocompletion=complete_solver,
-        help="Solver(s), comma-separated or repeated (e.g. eplb,cpsat)."
-        " Default eplb.", show_default=False,
-    ),
+    model: str | None = model_option(),
+    topology: list[str] = topology_option(many=True),
+    redundant: str | None = redundant_option("sweep"),
+    slots_per_gpu: str | None = slots_per_gpu_option(sweep=True),
+    solver: list[str] = solver_option(many=True),
     scenarios: Path | None = typer.Option(
         None, "--scenarios", metavar="FILE",
         help="Scenario file (YAML) instead of --topology/--redundant/"
         "--solver; see docs/compare.md.", show_default=False,
     ),
-    dtype: str | None = typer.Option(
-        None, "--dtype", metavar="DTYPE", help="Expert weight dtype (default: the model's).",
-        show_default=False,
-    ),
-    kv_reserve_gb: float | None = typer.Option(
-        None, "--kv-reserve-gb", metavar="GB", help="Memory per GPU kept for the KV cache, GB.",
-        show_default=False,
-    ),
-    time_limit: float | None = typer.Option(
-        None, "--time-limit", metavar="SECONDS",
-        help="Wall seconds for each scenario's whole plan, split over its layers (default"
-        f" {constants.DEFAULT_PLAN_SECONDS:g}, as placer plan).", show_default=False,
-    ),
-    layer_time_limit: float | None = typer.Option(
-        None, "--layer-time-limit", metavar="SECONDS",
-        help="Wall seconds per layer for search-based solvers (a cap; default 10).",
-        show_default=False,
-    ),
-    seed: int | None = typer.Option(None, "--seed", help="Seed of solvers and evaluation.",
-                                    show_default=False),
+    dtype: str | None = dtype_option(),
+    kv_reserve_gb: float | None = kv_reserve_gb_option(),
+    time_limit: float | None = time_limit_option(),
+    layer_time_limit: float | None = layer_time_limit_option(),
+    seed: int | None = seed_option(default=None),
     holdout: bool | None = typer.Option(
         None, "--holdout/--no-holdout", help="Judge on held-out windows (default) or on all.",
         show_default=False,
@@ -253,7 +227,7 @@ def compare(
     engine: str | None = engine_option(),
     workload: str | None = workload_option(),
     tokens_per_gpu: int | None = tokens_per_gpu_option(),
-    policy: str | None = policy_option(),
+    dispatch: str | None = dispatch_option(),
     mode: str | None = mode_option(),
     p99_target_us: float | None = typer.Option(
         None, "--p99-target-us", metavar="US",
@@ -266,58 +240,27 @@ def compare(
         f" within PCT% of the lowest step p99 (default {DEFAULT_P99_SLACK_PCT:g}).",
         show_default=False,
     ),
-    trace_format: str | None = typer.Option(
-        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
-    ),
+    trace_format: str | None = format_option(),
     keep_warmup: bool = keep_warmup_option(),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Scenarios run in parallel (processes)."),
-    ray: str | None = typer.Option(
-        None, "--ray", metavar="ADDRESS",
-        help="Run the scenarios on Ray: 'local' starts an instance here, else a cluster's"
-        " address (auto, ray://head:10001). Needs pip install 'placer[ray]'.",
-        show_default=False,
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    jobs: int = jobs_option("Scenarios run"),
+    ray: str | None = ray_option("Run the scenarios"),
+    json_out: bool = json_option("the rows"),
     csv_out: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
     wide: bool = typer.Option(
         False, "--wide", help="Show every column of the table (hot shard, traffic, MoE-layer"
         " times, KV cache, solver); default: scenario, GPUs, step p99 and mean, tok/s/GPU,"
         " changes and verdict, in 120 columns."),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
-    ),
-    report: Path | None = typer.Option(
-        None, "--report", metavar="FILE",
-        help="Write a self-contained HTML report here.", show_default=False
-    ),
-    png_dir: Path | None = typer.Option(
-        None, "--png-dir", metavar="DIR",
-        help="Write each picture of the report as PNG in this folder.",
-        show_default=False,
-    ),
-    dpi: int = typer.Option(
-        constants.REPORT_DPI, "--dpi", help="Resolution of the pictures, dots per inch."
-    ),
+    quiet: bool = quiet_option(),
+    report: Path | None = report_option(),
+    png_dir: Path | None = png_dir_option(),
+    dpi: int = dpi_option(),
 ) -> None:
     """Compare what-if scenarios (topology x redundant experts x solver) on one trace and
     recommend one."""
     if json_out and csv_out:
         raise UsageError("--json and --csv are two answers to one question", where="--csv",
                          hint="choose one")
-    # configured defaults yield to a scenario file's own settings
-    if scenarios is not None:
-        engine = None if from_config("--engine") else engine
-        workload = None if from_config("--workload") else workload
-        tokens_per_gpu = None if from_config("--tokens-per-gpu") else tokens_per_gpu
-        topology = [] if from_config("--topology") else topology
-        solver = [] if from_config("--solver") else solver
-        model = None if from_config("--model") else model
-        redundant = None if from_config("--redundant") else redundant
-        slots_per_gpu = None if from_config("--slots-per-gpu") else slots_per_gpu
-        dtype = None if from_config("--dtype") else dtype
-        kv_reserve_gb = None if from_config("--kv-reserve-gb") else kv_reserve_gb
-        seed = None if from_config("--seed") else seed
-    overrides = {"model": model, "dtype": dtype, "policy": policy, "mode": mode,
+    overrides = {"model": model, "dtype": dtype, "policy": dispatch, "mode": mode,
                  "kv_reserve_gb": kv_reserve_gb, "time_limit_s": time_limit,
                  "layer_time_limit_s": layer_time_limit, "seed": seed, "holdout": holdout,
                  "engine": engine, "workload": workload, "tokens_per_gpu": tokens_per_gpu,
@@ -411,6 +354,14 @@ def _write_report(
         write_pictures(built.pictures, png_dir, quiet)
 
 
+#: The options whose configured defaults a scenario file's settings outrank.
+SCENARIO_SETTINGS = ("engine", "workload", "tokens_per_gpu", "topology", "solver", "model",
+                     "dtype", "kv_reserve_gb", "seed")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``placer compare`` to ``app``."""
-    app.command("compare", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(compare))
+    # configured defaults yield to a scenario file's own settings
+    scenario_file = given("scenarios")
+    command = placer_command(**{name: scenario_file for name in SCENARIO_SETTINGS})
+    app.command("compare", cls=command, epilog=EXAMPLES)(handle_errors(compare))

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from placer.errors import UsageError
+from placer.regime import ENGINES, WORKLOADS
 
 #: Names of the config files, in the order they are looked for in each folder.
 CONFIG_FILE = "placer.toml"
@@ -85,8 +86,8 @@ class Setting:
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("topology", str, "cluster preset name or topology YAML file"),
     Setting("model", str, "model preset name, Hugging Face id or model YAML file"),
-    Setting("engine", str, "serving engine planned and judged for (sglang, vllm, trtllm)"),
-    Setting("workload", str, "batch regime (decode, prefill)"),
+    Setting("engine", str, f"serving engine planned and judged for ({', '.join(ENGINES)})"),
+    Setting("workload", str, f"batch regime ({', '.join(WORKLOADS)})"),
     Setting("tokens_per_gpu", int, "tokens each EP rank dispatches per step"),
     Setting("solver", str, "placement solver of plan and compare"),
     Setting("dtype", str, "expert weight dtype (bf16, fp8, mxfp4)"),

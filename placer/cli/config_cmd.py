@@ -21,6 +21,9 @@ from placer.cli.config import (
     Config,
     load_config,
 )
+from placer.cli.options import (
+    json_option,
+)
 
 EXAMPLES = examples(
     "placer config",
@@ -96,7 +99,7 @@ def render(config: Config, users: dict[str, list[str]]) -> str:
 @handle_errors
 def config(
     ctx: typer.Context,
-    json_out: bool = typer.Option(False, "--json", help="Print the defaults as JSON."),
+    json_out: bool = json_option("the defaults"),
 ) -> None:
     """Show the defaults from PLACER_* variables and the config file, and where each came
     from."""

@@ -14,17 +14,22 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from placer.cli.command import PlacerCommand, examples
+from placer.cli.command import examples, given, placer_command
 from placer.cli.common import (
-    complete_model,
-    complete_topology,
-    from_config,
     handle_errors,
     print_json,
+    recorded_by,
+)
+from placer.cli.options import (
+    format_option,
+    json_option,
+    model_option,
+    num_gpus_option,
+    output_option,
+    topology_option,
 )
 from placer.cli.outputs import check_output
 from placer.engines import (
-    engine_names,
     export_engine,
     get_engine,
     read_engine,
@@ -73,21 +78,10 @@ def export(
         ..., metavar="PLACEMENT", show_default=False,
         help="Placement JSON written by `placer plan` or `placer import`.",
     ),
-    fmt: str = typer.Option(
-        ..., "--format", "-f", metavar="FORMAT",
-        help=f"Engine format: {', '.join(engine_names())}.",
-        show_default=False,
-    ),
-    output: Path = typer.Option(
-        ..., "--output", "-o", metavar="FILE", help="Engine file to write (atomically).",
-        show_default=False,
-    ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model,
-        help="Model preset name or YAML file (default: the model named in the placement).",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    fmt: str = format_option("engine"),
+    output: Path = output_option("Engine file"),
+    model: str | None = model_option(recorded=True),
+    json_out: bool = json_option("the result"),
 ) -> None:
     """Write a placement in a serving engine's format and print how to load it."""
     from placer.placement.document import read_placement
@@ -96,9 +90,6 @@ def export(
     check_output(output, where="--output")
     check_not_inputs([("--output", output)], [placement_file])
     placement = read_placement(placement_file)
-    declared = placement.meta.get("model")
-    if from_config("--model") and isinstance(declared, dict) and declared.get("name"):
-        model = None  # the placement's own model outranks a configured default
     spec = resolve_model(model, placement)
     result = export_engine(placement, fmt, output, model=spec)
     if json_out:
@@ -112,31 +103,13 @@ def import_(
     engine_file: Path = typer.Argument(
         ..., metavar="FILE", help="An engine placement file.", show_default=False
     ),
-    output: Path = typer.Option(
-        ..., "--output", "-o", metavar="FILE", help="Placement JSON to write (atomically).",
-        show_default=False,
-    ),
-    model: str = typer.Option(
-        ..., "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model, help="Model preset name or YAML file the engine serves.",
-        show_default=False,
-    ),
-    fmt: str | None = typer.Option(
-        None, "--format", "-f", metavar="FORMAT",
-        help=f"Engine format: {', '.join(engine_names())} (default: detected).",
-    ),
-    num_gpus: int | None = typer.Option(
-        None, "--ep-size", "--num-gpus", "-g", min=1, metavar="N",
-        help="EP size the engine serves with (needed unless the file or --topology says).",
-        show_default=False,
-    ),
-    topology: str | None = typer.Option(
-        None, "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology,
-        help="Cluster preset or YAML the engine serves on (its GPU count is the EP size).",
-        show_default=False,
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    output: Path = output_option("Placement JSON"),
+    model: str = model_option("the model the engine serves", required=True),
+    fmt: str | None = format_option("engine-read"),
+    num_gpus: int | None = num_gpus_option(ep_size=True),
+    topology: str | None = topology_option(
+        "the cluster the engine serves on (its GPU count is the EP size)"),
+    json_out: bool = json_option("the summary"),
 ) -> None:
     """Read a serving engine's placement file into placement JSON (for evaluate, --current)."""
     from placer.placement.document import write_placement
@@ -144,8 +117,6 @@ def import_(
     spec = resolve_model(model)
     check_output(output, where="--output")
     check_not_inputs([("--output", output)], [engine_file])
-    if num_gpus is not None and from_config("--topology"):  # the command line wins
-        topology = None
     if topology is not None:
         from placer.topology import load_topology
 
@@ -185,5 +156,8 @@ def import_(
 
 def register(app: typer.Typer) -> None:
     """Add ``placer export`` and ``placer import`` to ``app``."""
-    app.command("export", cls=PlacerCommand, epilog=EXPORT_EXAMPLES)(handle_errors(export))
-    app.command("import", cls=PlacerCommand, epilog=IMPORT_EXAMPLES)(handle_errors(import_))
+    # the placement's own model outranks a configured one; --ep-size a configured topology
+    exported = placer_command(model=recorded_by("placement_file", "model"))
+    app.command("export", cls=exported, epilog=EXPORT_EXAMPLES)(handle_errors(export))
+    imported = placer_command(topology=given("num_gpus"))
+    app.command("import", cls=imported, epilog=IMPORT_EXAMPLES)(handle_errors(import_))

@@ -17,30 +17,36 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from placer.cli.command import PlacerCommand, examples
+from placer.cli.command import examples, placer_command
 from placer.cli.common import (
-    complete_model,
-    complete_topology,
     err,
-    from_config,
     handle_errors,
-    keep_warmup_option,
     out,
     print_json,
     read_trace,
+    recorded_by,
     recorded_name,
-    records,
 )
-from placer.cli.regime import (
+from placer.cli.options import (
+    dispatch_option,
+    dtype_option,
     engine_option,
-    judged_as,
+    eval_option,
+    fit_option,
+    format_option,
+    json_option,
+    keep_warmup_option,
     mode_option,
-    policy_option,
-    resolve_regime,
+    model_option,
+    placement_option,
+    quiet_option,
     seed_option,
     tokens_per_gpu_option,
+    topology_option,
+    window_tokens_option,
     workload_option,
 )
+from placer.cli.regime import judged_as, resolve_regime
 from placer.errors import PlacerError
 from placer.evaluate import Evaluation, PartEvaluation, evaluate_many
 from placer.metrics import METRICS
@@ -114,52 +120,26 @@ def evaluate_cmd(
     trace: list[Path] = typer.Argument(
         ..., metavar="TRACE", help="Routing trace file(s) (per-token or aggregated statistics)."
     ),
-    placement: list[Path] = typer.Option(
-        ..., "--placement", "-p", metavar="FILE",
-        help="Placement JSON (repeatable: one column each).",
-    ),
-    topology: str | None = typer.Option(
-        None, "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology,
-        help="Topology preset or YAML file (default: the placement's topology name).",
-    ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model,
-        help="Model preset or YAML file (default: the placement's model).",
-    ),
+    placement: list[Path] = placement_option("repeat for one column each"),
+    topology: str | None = topology_option(recorded=True),
+    model: str | None = model_option(recorded=True),
     engine: str | None = engine_option(),
     workload: str | None = workload_option(),
     tokens_per_gpu: int | None = tokens_per_gpu_option(),
-    policy: str | None = policy_option(),
+    dispatch: str | None = dispatch_option(),
     mode: str | None = mode_option(),
-    fit: str | None = typer.Option(
-        None, "--fit", metavar="START:STOP", help="Windows the placements were fitted on."
-    ),
-    held_out: str | None = typer.Option(
-        None, "--eval", metavar="START:STOP",
-        help="Windows to judge on (default: the held-out part).",
-    ),
-    dtype: str | None = typer.Option(
-        None, "--dtype", metavar="DTYPE",
-        help="Expert dtype: bf16, fp8, mxfp4 (default: the model's)."
-    ),
+    fit: str | None = fit_option("the placements were fitted on"),
+    held_out: str | None = eval_option(),
+    dtype: str | None = dtype_option(),
     seed: int = seed_option(),
-    window_tokens: int | None = typer.Option(
-        None, "--window-tokens", metavar="TOKENS",
-        help="Cut the trace into windows of this many tokens."
-    ),
-    trace_format: str | None = typer.Option(
-        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    window_tokens: int | None = window_tokens_option(),
+    trace_format: str | None = format_option(),
+    json_out: bool = json_option("the results"),
     keep_warmup: bool = keep_warmup_option(),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
-    ),
+    quiet: bool = quiet_option(),
 ) -> None:
     """Evaluate placements on a routing trace: hot shard, traffic and time, side by side."""
-    regime, note = resolve_regime(engine, workload, tokens_per_gpu, policy, mode, seed)
+    regime, note = resolve_regime(engine, workload, tokens_per_gpu, dispatch, mode, seed)
     fit_range = parse_window_range(fit, option="--fit") if fit is not None else None
     eval_range = parse_window_range(held_out, option="--eval") if held_out is not None else None
 
@@ -173,11 +153,6 @@ def evaluate_cmd(
         except PlacerError as e:
             e.where = e.where or str(path)
             raise
-    # the model and topology a placement records outrank configured defaults
-    if from_config("--model") and records(placements, "model"):
-        model = None
-    if from_config("--topology") and records(placements, "topology"):
-        topology = None
     model_name = model or recorded_name(placements, "model", "--model")
     topology_name = topology or recorded_name(placements, "topology", "--topology")
     model_spec = load_model(model_name)
@@ -246,4 +221,7 @@ def _column(name: str, path: Path, evaluation: Evaluation) -> dict[str, Any]:
 
 def register(app: typer.Typer) -> None:
     """Add ``placer evaluate`` to ``app``."""
-    app.command("evaluate", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(evaluate_cmd))
+    # the model and topology the placements record outrank configured defaults
+    command = placer_command(model=recorded_by("placement", "model"),
+                             topology=recorded_by("placement", "topology"))
+    app.command("evaluate", cls=command, epilog=EXAMPLES)(handle_errors(evaluate_cmd))

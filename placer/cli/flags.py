@@ -22,6 +22,9 @@ FLAGS: dict[str, str] = {
     "held_out": "--eval",
     "trace_format": "--format",
     "options": "--option",
+    "policy": "--dispatch",
+    "dispatch_override": "--dispatch",
+    "all_to_all_override": "--mode",
     "trace": "TRACE",
 }
 

@@ -6,18 +6,16 @@ and ``placer.model.capacity``; tables go to stdout (``--json`` for machines).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from typing import Any
-
 import typer
 
 from placer.cli.command import PlacerCommand, examples, new_typer
-from placer.cli.common import (
-    complete_model,
-    complete_topology,
-    handle_errors,
-    print_json,
+from placer.cli.common import cell, handle_errors, print_json, table
+from placer.cli.options import (
+    dtype_option,
+    json_option,
+    kv_reserve_gb_option,
+    model_option,
+    topology_option,
 )
 from placer.constants import DEFAULT_KV_RESERVE_FRACTION, RUNTIME_OVERHEAD_GB
 from placer.errors import TopologyError
@@ -58,34 +56,6 @@ model_app = new_typer(
 # -- rendering ------------------------------------------------------------------------
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table: columns two spaces apart, numbers right-aligned."""
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
-    numeric = [
-        all(isinstance(row[i], int | float) and not isinstance(row[i], bool) for row in rows)
-        for i in range(len(headers))
-    ]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for r in cells:
-        parts = [
-            r[i].rjust(widths[i]) if numeric[i] else r[i].ljust(widths[i])
-            for i in range(len(headers))
-        ]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf"
-        return f"{value:g}"
-    return str(value)
-
-
 def _echo(text: str = "") -> None:
     typer.echo(text)
 
@@ -110,7 +80,7 @@ def _intra_gbps(topology: Topology) -> str:
                       epilog=examples("placer topology list", "placer topology list --json"))
 @handle_errors
 def topology_list(
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the presets"),
 ) -> None:
     """List the built-in topology presets."""
     topologies = [load_topology(name) for name in preset_names()]
@@ -141,10 +111,11 @@ def topology_show(
     name_or_file: str = typer.Argument(
         ..., metavar="NAME|FILE", help="A preset name or a topology YAML file."
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON (with matrices) on stdout."),
+    json_out: bool = json_option("the topology (with matrices)"),
     matrix: bool = typer.Option(
         False, "--matrix", help="Also print the GPU-to-GPU bandwidth matrix (GB/s)."
     ),
+
 ) -> None:
     """Show a topology: GPU types, GPUs per node, link classes and bandwidths."""
     topology = load_topology(name_or_file)
@@ -237,9 +208,7 @@ def _bandwidth_matrix(topology: Topology) -> str:
 @handle_errors
 def topology_validate(
     file: str = typer.Argument(..., metavar="FILE", help="A topology YAML file."),
-    json_out: bool = typer.Option(
-        False, "--json", help="Print the checked topology as JSON (no matrices) on stdout."
-    ),
+    json_out: bool = json_option("the checked topology (no matrices)"),
 ) -> None:
     """Check a topology file; print a one-line summary or the first error (exit 1)."""
     if not file.endswith((".yaml", ".yml")) and file in preset_names():
@@ -255,7 +224,7 @@ def topology_validate(
     _echo(
         f"ok: {file}: '{topology.name}', {topology.num_gpus} GPUs in {topology.num_nodes}"
         f" node{'s' if topology.num_nodes != 1 else ''}, intra-node {_intra_gbps(topology)}"
-        f" GB/s, inter-node {_cell(_inter_gbps(topology))} GB/s"
+        f" GB/s, inter-node {cell(_inter_gbps(topology))} GB/s"
     )
 
 
@@ -266,7 +235,7 @@ def topology_validate(
                    epilog=examples("placer model list", "placer model list --json"))
 @handle_errors
 def model_list(
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the presets"),
 ) -> None:
     """List the model presets."""
     models = [load_model(name) for name in model_names()]
@@ -286,7 +255,7 @@ def model_show(
         help="A preset name, alias or Hugging Face id, a model YAML file, or a Hugging Face"
         " config.json (or its folder).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the model"),
 ) -> None:
     """Show a model: MoE layers, experts, shapes, and bytes per dtype."""
     m = load_model(name_or_file)
@@ -310,21 +279,10 @@ CAPACITY_EXAMPLES = examples(
 
 @handle_errors
 def capacity(
-    model: str = typer.Option(
-        ..., "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model, help="Model preset name or YAML file."
-    ),
-    topology: str = typer.Option(
-        ..., "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology, help="Topology preset or YAML file."
-    ),
-    dtype: str | None = typer.Option(
-        None, "--dtype", metavar="DTYPE",
-        help="Expert dtype: bf16, fp8, mxfp4 (default: the model's).",
-    ),
-    kv_reserve_gb: float | None = typer.Option(
-        None, "--kv-reserve-gb", metavar="GB", help="GB per GPU kept for the KV cache."
-    ),
+    model: str = model_option(required=True),
+    topology: str = topology_option(required=True),
+    dtype: str | None = dtype_option(),
+    kv_reserve_gb: float | None = kv_reserve_gb_option(),
     kv_reserve_fraction: float | None = typer.Option(
         None,
         "--kv-reserve-fraction",
@@ -337,7 +295,7 @@ def capacity(
         help="Runtime memory per GPU besides weights, GB."
     ),
     tp: int = typer.Option(1, "--tp", help="GPUs sharding each non-expert weight (1: replicated)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+    json_out: bool = json_option("the capacity"),
 ) -> None:
     """Expert slots per GPU, the most redundant experts, and memory left for the KV cache."""
     spec = load_model(model)

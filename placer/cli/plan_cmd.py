@@ -7,7 +7,7 @@ the side-by-side); write the placement (:func:`placer.placement.document.write_p
 print the summary (``--json``: its ``to_dict()``).
 
 ``--engine`` (implied by ``--export`` when it names one engine), ``--workload``,
-``--tokens-per-gpu`` and the overrides ``--policy``/``--mode`` make the
+``--tokens-per-gpu`` and the overrides ``--dispatch``/``--mode`` make the
 :class:`placer.regime.Regime` the solver plans for (``SolveParams.regime``) and the
 summary judges under (:mod:`placer.cli.regime`, the flags every judging command shares).
 """
@@ -24,38 +24,47 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from placer import constants
-from placer.cli.command import PlacerCommand, examples
-from placer.cli.common import (
-    as_flags,
-    complete_model,
-    complete_solver,
-    complete_topology,
-    from_config,
-    handle_errors,
+from placer.cli.command import examples, given, placer_command
+from placer.cli.common import as_flags, handle_errors, print_json, read_trace
+from placer.cli.exports import export_implies_engine
+from placer.cli.options import (
+    DEFAULT_LAYER_SECONDS,
+    dispatch_option,
+    dtype_option,
+    engine_option,
+    fit_option,
+    format_option,
+    jobs_option,
+    json_option,
     keep_warmup_option,
+    kv_reserve_gb_option,
+    layer_time_limit_option,
+    mode_option,
+    model_option,
     num_experts_option,
-    print_json,
-    read_trace,
+    num_gpus_option,
+    output_option,
+    quiet_option,
+    ray_option,
+    redundant_option,
+    seed_option,
+    slots_per_gpu_option,
+    solver_option,
+    time_limit_option,
+    tokens_per_gpu_option,
     top_k_option,
+    topology_option,
+    workload_option,
 )
 from placer.cli.outputs import check_output
 from placer.cli.progress import phases, progress
-from placer.cli.regime import (
-    EXPORT_ENGINE,
-    engine_option,
-    mode_option,
-    policy_option,
-    resolve_regime,
-    tokens_per_gpu_option,
-    workload_option,
-)
+from placer.cli.regime import resolve_regime
 from placer.cli.summary import summary_rows
 from placer.errors import UsageError
 from placer.io.fileio import all_or_nothing, check_not_inputs, is_stream
 from placer.placement.document import read_placement, write_placement
 from placer.planning.build import ProblemSpec
 from placer.planning.run import PlanRun, plan_routing
-from placer.planning.solvers import solver_names
 from placer.problem import SolveParams
 from placer.stats.windows import parse_window_range
 from placer.summary import PlanSummary
@@ -63,10 +72,6 @@ from placer.summary import PlanSummary
 if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.topology import Topology
-
-#: Solver used when ``--solver`` is not given.
-DEFAULT_SOLVER = "cpsat"
-
 
 EXAMPLES = examples(
     "placer plan traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x-dgx-h100 -r 16 -o plan.json",
@@ -101,63 +106,21 @@ def plan(
         ..., metavar="TRACE", show_default=False,
         help="Routing trace or load statistics file(s), read by placer.traces.",
     ),
-    output: Path = typer.Option(
-        ..., "--output", "-o", metavar="FILE", help="Placement JSON to write (atomically).",
-        show_default=False,
-    ),
-    topology: str | None = typer.Option(
-        None, "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology, help="Topology preset name or YAML file."
-    ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model,
-        help="Model preset name or YAML file; checks layers and the memory budget.",
-    ),
-    solver: str = typer.Option(
-        DEFAULT_SOLVER, "--solver", "-s", metavar="NAME", autocompletion=complete_solver,
-        help=f"One of: {', '.join(solver_names())}.",
-    ),
-    redundant: str | None = typer.Option(
-        None, "--redundant", "-r", metavar="R|auto",
-        help="Redundant experts per layer (R = P - E), or auto: the count whose EPLB plan"
-        " the evaluator times fastest under --engine/--workload within the memory budget"
-        " (fewest slots among the equally fast); excludes --slots-per-gpu.",
-    ),
-    slots_per_gpu: int | None = typer.Option(
-        None, "--slots-per-gpu", "-S", help="Slots per GPU; default ceil(E / G), no replicas."
-    ),
-    num_gpus: int | None = typer.Option(
-        None, "--num-gpus", "-g", help="GPUs on one node, when there is no --topology."
-    ),
-    fit: str | None = typer.Option(
-        None, "--fit", metavar="START:STOP", help="Windows to fit (default: all)."
-    ),
-    trace_format: str | None = typer.Option(
-        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
-    ),
-    dtype: str | None = typer.Option(
-        None, "--dtype", metavar="DTYPE",
-        help="Expert weight dtype for the memory budget (default: the model's).",
-    ),
-    kv_reserve_gb: float | None = typer.Option(
-        None, "--kv-reserve-gb", metavar="GB", help="Memory per GPU kept for the KV cache, GB."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Random seed of search-based solvers."),
-    time_limit: float = typer.Option(
-        constants.DEFAULT_PLAN_SECONDS, "--time-limit", min=0.001, metavar="SECONDS",
-        help="Wall seconds for the whole plan, split over the layers (each gets at most"
-        " --layer-time-limit); small plans stop earlier.",
-    ),
-    layer_time_limit: float = typer.Option(
-        10.0, "--layer-time-limit", min=0.001, metavar="SECONDS",
-        help="Wall seconds per layer for search-based solvers (a cap: the search normally"
-        " stops earlier).",
-    ),
-    jobs: int | None = typer.Option(
-        None, "--jobs", "-j", min=1,
-        help="Layers solved in parallel processes (default: every core).", show_default=False,
-    ),
+    output: Path = output_option("Placement JSON"),
+    topology: str | None = topology_option(),
+    model: str | None = model_option("checks layers and the memory budget"),
+    solver: str = solver_option(),
+    redundant: str | None = redundant_option("auto"),
+    slots_per_gpu: int | None = slots_per_gpu_option(),
+    num_gpus: int | None = num_gpus_option(),
+    fit: str | None = fit_option("to fit (default: all)"),
+    trace_format: str | None = format_option(),
+    dtype: str | None = dtype_option(),
+    kv_reserve_gb: float | None = kv_reserve_gb_option(),
+    seed: int = seed_option(),
+    time_limit: float | None = time_limit_option(),
+    layer_time_limit: float | None = layer_time_limit_option(),
+    jobs: int | None = jobs_option("Layers solved", default=None),
     current: Path | None = typer.Option(
         None, "--current", metavar="FILE",
         help="Deployed placement JSON: plan few weight moves from it.",
@@ -181,15 +144,8 @@ def plan(
         False, "--sweep-moves",
         help="With --current: print the move frontier (budget -> estimated time).",
     ),
-    ray: str | None = typer.Option(
-        None, "--ray", metavar="ADDRESS",
-        help="Solve the layers on Ray: 'local' starts an instance here, else a cluster's"
-        " address (auto, ray://head:10001). Needs pip install 'placer[ray]'.",
-        show_default=False,
-    ),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
-    ),
+    ray: str | None = ray_option("Solve the layers"),
+    quiet: bool = quiet_option(),
     balance_tolerance: float | None = typer.Option(
         None, "--balance-tolerance", metavar="SHARE",
         help="cpsat: hot-shard slack (over a perfect split) that traffic and moves may use"
@@ -228,7 +184,7 @@ def plan(
         help="A solver's own setting (repeatable), e.g. cpsat's patience=20;"
         " docs/planner.md lists them.",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    json_out: bool = json_option("the summary"),
     top_k: int | None = top_k_option(),
     num_experts: int | None = num_experts_option(),
     keep_warmup: bool = keep_warmup_option(),
@@ -240,7 +196,7 @@ def plan(
     engine: str | None = engine_option(exports=True),
     workload: str | None = workload_option(),
     tokens_per_gpu: int | None = tokens_per_gpu_option(),
-    policy: str | None = policy_option(),
+    dispatch: str | None = dispatch_option(),
     mode: str | None = mode_option(),
 ) -> None:
     """Plan an expert placement from a routing trace and write it as placement JSON."""
@@ -248,20 +204,15 @@ def plan(
     from placer.engines import export_engine, get_engine
 
     exports = [parse_export_spec(spec) for spec in export]
-    # configured defaults yield to the command line: --num-gpus to a topology, --export's
-    # engine to an engine
-    if num_gpus is not None and from_config("--topology"):
-        topology = None
-    if from_config("--engine") and any(fmt in EXPORT_ENGINE for fmt, _ in exports):
-        engine = None
     _check_paths(output, exports, [trace, current, topology, model])
     _check_flags(exports, model, solver)
-    target, target_note = resolve_regime(engine, workload, tokens_per_gpu, policy, mode,
+    target, target_note = resolve_regime(engine, workload, tokens_per_gpu, dispatch, mode,
                                          seed, [fmt for fmt, _ in exports])
     if current is None:
         _check_no_budget(max_moves, max_move_gb, sweep_moves)
     params = SolveParams(
-        time_limit_s=layer_time_limit, total_time_limit_s=time_limit,
+        time_limit_s=layer_time_limit or DEFAULT_LAYER_SECONDS,
+        total_time_limit_s=time_limit or constants.DEFAULT_PLAN_SECONDS,
         max_moves=max_moves, max_move_gb=max_move_gb, move_tolerance=move_tolerance,
         seed=seed, jobs=jobs or os.cpu_count() or 1, ray=ray, regime=target,
         distinct=any(not get_engine(fmt).duplicates for fmt, _ in exports),
@@ -356,6 +307,8 @@ def _check_flags(exports: list[tuple[str, Path]], model: str | None, solver: str
             "engine files need the model's layer layout", where="--export",
             hint="pass --model with the served model",
         )
+    from placer.planning.solvers import solver_names
+
     names = solver_names()
     if solver not in names:
         raise UsageError(
@@ -468,4 +421,6 @@ def _load_topology(name: str | None) -> Topology | None:
 
 def register(app: typer.Typer) -> None:
     """Add ``placer plan`` to ``app``."""
-    app.command("plan", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(plan))
+    # a configured topology yields to --num-gpus, a configured engine to --export's
+    command = placer_command(topology=given("num_gpus"), engine=export_implies_engine)
+    app.command("plan", cls=command, epilog=EXAMPLES)(handle_errors(plan))

@@ -1,7 +1,6 @@
 """``placer replay``: serving over time under rebalancing policies, side by side.
 
-Thin: resolve the regime (the flags every judging command shares; the dispatch override
-is ``--dispatch`` here, ``--policy`` naming rebalancing policies), open the trace's steps,
+Thin: resolve the regime (the flags every judging command shares), open the trace's steps,
 replay them (:func:`placer.replay.replay`), print the tables and the verdict (or JSON),
 and write the HTML report and pictures when asked.
 """
@@ -14,42 +13,46 @@ from typing import Any
 
 import typer
 
-from placer import constants
 from placer.cli.command import PlacerCommand, examples
-from placer.cli.common import (
-    complete_model,
-    complete_topology,
-    err,
-    handle_errors,
-    print_json,
-    write_pictures,
-)
-from placer.cli.progress import progress
-from placer.cli.regime import (
+from placer.cli.common import err, handle_errors, print_json, write_pictures
+from placer.cli.options import (
+    dispatch_option,
+    dpi_option,
+    dtype_option,
     engine_option,
-    judged_as,
+    format_option,
+    jobs_option,
+    json_option,
     mode_option,
-    resolve_regime,
+    model_option,
+    png_dir_option,
+    quiet_option,
+    ray_option,
+    rebalance_option,
+    redundant_option,
+    report_option,
     seed_option,
     tokens_per_gpu_option,
+    topology_option,
     workload_option,
 )
+from placer.cli.progress import progress
+from placer.cli.regime import judged_as, resolve_regime
 from placer.errors import UsageError
-from placer.regime import POLICIES
 
 EXAMPLES = examples(
     "placer replay traces/synthetic-dsv3-drift.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32",
     "placer replay trace.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --engine sglang"
-    " --policy static:plan.json --policy eplb:window=200,interval=100"
-    " --policy placer:window=200,interval=25,max-moves=256 --policy oracle:interval=25",
-    "placer replay trace.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --policy eplb:window=100,"
+    " --rebalance static:plan.json --rebalance eplb:window=200,interval=100"
+    " --rebalance placer:window=200,interval=25,max-moves=256 --rebalance oracle:interval=25",
+    "placer replay trace.npz -m deepseek-v3 -t 4x-dgx-h100 -r 32 --rebalance eplb:window=100,"
     "interval=100,async --sweep interval=50,100,200 --sweep window=100,400 --report r.html",
     note="Policies, what is modelled and from which engine sources: docs/replay.md.",
 )
 
 
 def default_policies(engine: str) -> list[str]:
-    """What ``placer replay`` compares when no ``--policy`` is given: the engines' default
+    """What ``placer replay`` compares when no ``--rebalance`` is given: the engines' default
     layout, the engine's own online EPLB with its defaults, placer's online re-plan at the
     same cadence (from the same first step, in the background where the engine copies in
     the background), and foresight."""
@@ -72,37 +75,21 @@ def replay_cmd(
         ..., metavar="TRACE", show_default=False,
         help="Per-token routing trace (NPZ streamed; JSONL and engine dumps read whole).",
     ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", metavar="NAME|FILE", autocompletion=complete_model,
-        help="Model preset or YAML file.", show_default=False),
-    topology: str | None = typer.Option(
-        None, "--topology", "-t", metavar="NAME|FILE", autocompletion=complete_topology,
-        help="Topology preset or YAML file.", show_default=False),
-    policy: list[str] = typer.Option(
-        [], "--policy", "-P", metavar="SPEC",
-        help="Rebalancing policy (repeatable): static:FILE|default, eplb:window=W,interval=I"
-        "[,redundant=R][,async], placer:window=W,interval=I[,max-moves=M], oracle:interval=I."
-        " Default: the engine's layout, its online EPLB, placer at that cadence, the oracle.",
-        show_default=False),
+    model: str | None = model_option(),
+    topology: str | None = topology_option(),
+    rebalance: list[str] = rebalance_option(),
     sweep: list[str] = typer.Option(
         [], "--sweep", metavar="KEY=A,B,...",
         help="Replay every eplb policy with these values instead (interval, window,"
         " redundant; repeatable: their product).", show_default=False),
-    redundant: int = typer.Option(
-        0, "--redundant", "-r", min=0,
-        help="Redundant experts per layer of the engines' layout and the online policies."),
+    redundant: int = redundant_option(),
     engine: str | None = engine_option(),
     workload: str | None = workload_option(),
     tokens_per_gpu: int | None = tokens_per_gpu_option(),
-    dispatch: str | None = typer.Option(
-        None, "--dispatch", metavar="POLICY",
-        help=f"Dispatch policy instead of the engine's ({', '.join(POLICIES)}); for what-ifs"
-        " (--policy names rebalancing policies here).", show_default=False),
+    dispatch: str | None = dispatch_option(),
     mode: str | None = mode_option(),
     seed: int = seed_option(),
-    dtype: str | None = typer.Option(None, "--dtype", metavar="DTYPE",
-                                     help="Expert dtype (default: the model's).",
-                                     show_default=False),
+    dtype: str | None = dtype_option(),
     initial: Path | None = typer.Option(
         None, "--initial", metavar="FILE",
         help="Placement the online policies start from (default: the engines' layout).",
@@ -112,20 +99,14 @@ def replay_cmd(
         " tokens-per-gpu x GPUs tokens."),
     segments: int = typer.Option(4, "--segments", min=1, help="Parts the figures are also"
                                  " given for."),
-    trace_format: str | None = typer.Option(None, "--format", "-f", metavar="FORMAT",
-                                            help="Trace format (default: detected)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Policies replayed in parallel."),
-    ray: str | None = typer.Option(None, "--ray", metavar="ADDRESS",
-                                   help="Replay the policies on Ray ('local' or an address).",
-                                   show_default=False),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    report: Path | None = typer.Option(None, "--report", metavar="FILE",
-                                       help="Write the HTML report here.", show_default=False),
-    png_dir: Path | None = typer.Option(None, "--png-dir", metavar="DIR",
-                                        help="Write the picture as PNG in this folder.",
-                                        show_default=False),
-    dpi: int = typer.Option(constants.REPORT_DPI, "--dpi", help="Resolution of the picture."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    trace_format: str | None = format_option(),
+    jobs: int = jobs_option("Policies replayed"),
+    ray: str | None = ray_option("Replay the policies"),
+    json_out: bool = json_option("the results"),
+    report: Path | None = report_option(),
+    png_dir: Path | None = png_dir_option(),
+    dpi: int = dpi_option(),
+    quiet: bool = quiet_option(),
 ) -> None:
     """Replay a trace step by step under rebalancing policies (static, the engines' online
     EPLB, placer online, foresight) with migration cost, and say which to run."""
@@ -137,8 +118,8 @@ def replay_cmd(
         missing = "--model" if model is None else "--topology"
         raise UsageError(f"{missing} is needed to replay", where=missing,
                          hint="pass --model and --topology (or set them in placer.toml)")
-    specs = policy or default_policies(regime.engine)
-    policies = swept([parse_policy(s, where="--policy") for s in specs], parse_sweep(sweep))
+    specs = rebalance or default_policies(regime.engine)
+    policies = swept([parse_policy(s, where="--rebalance") for s in specs], parse_sweep(sweep))
     if report is not None or png_dir is not None:
         from placer.report import require_matplotlib
         from placer.report.files import check_dpi

@@ -13,28 +13,36 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from placer import constants
-from placer.cli.command import PlacerCommand, examples
+from placer.cli.command import examples, placer_command
 from placer.cli.common import (
-    complete_model,
-    complete_topology,
-    from_config,
     handle_errors,
     print_json,
     read_trace,
+    recorded_by,
     recorded_name,
-    records,
 )
-from placer.cli.regime import (
+from placer.cli.options import (
+    dispatch_option,
+    dpi_option,
+    dtype_option,
     engine_option,
-    judged_as,
+    eval_option,
+    format_option,
+    json_option,
+    layer_option,
     mode_option,
-    policy_option,
-    resolve_regime,
+    model_option,
+    name_option,
+    output_option,
+    placement_option,
+    png_dir_option,
+    quiet_option,
     seed_option,
     tokens_per_gpu_option,
+    topology_option,
     workload_option,
 )
+from placer.cli.regime import judged_as, resolve_regime
 from placer.errors import UsageError
 from placer.stats.windows import default_split, parse_window_range, resolve_window_range
 
@@ -54,68 +62,26 @@ def report(
     trace: list[Path] = typer.Argument(
         ..., metavar="TRACE", help="Routing trace or load statistics file(s).", show_default=False
     ),
-    placement: list[Path] = typer.Option(
-        ..., "--placement", "-p", metavar="FILE",
-        help="Placement JSON (placer plan's output); repeat to put"
-        " up to 4 side by side.", show_default=False,
-    ),
-    topology: str | None = typer.Option(
-        None, "--topology", "-t", metavar="NAME|FILE",
-        autocompletion=complete_topology,
-        help="Topology preset name or YAML file (default: the one the placements record).",
-        show_default=False,
-    ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model,
-        help="Model preset name or YAML file (default: the one the placements record).",
-        show_default=False,
-    ),
-    output: Path = typer.Option(
-        ..., "--output", "-o", metavar="FILE", help="HTML file to write (atomically).",
-        show_default=False,
-    ),
-    name: list[str] = typer.Option(
-        [], "--name", metavar="LABEL",
-        help="Label of each placement, in order (default: the file's stem).",
-        show_default=False,
-    ),
-    layer: int | None = typer.Option(
-        None, "--layer", metavar="ID",
-        help="Absolute layer id drawn in the maps (default: the hottest).",
-        show_default=False,
-    ),
+    placement: list[Path] = placement_option("repeat to put up to 4 side by side"),
+    topology: str | None = topology_option(recorded=True),
+    model: str | None = model_option(recorded=True),
+    output: Path = output_option("HTML file"),
+    name: list[str] = name_option(
+        "Label of each placement, in order (default: the file's stem).", many=True),
+    layer: int | None = layer_option(),
     engine: str | None = engine_option(),
     workload: str | None = workload_option(),
     tokens_per_gpu: int | None = tokens_per_gpu_option(),
-    policy: str | None = policy_option(),
+    dispatch: str | None = dispatch_option(),
     mode: str | None = mode_option(),
     seed: int = seed_option(),
-    dtype: str | None = typer.Option(
-        None, "--dtype", metavar="DTYPE",
-        help="Expert weight dtype (default: the model's).", show_default=False
-    ),
-    held_out: str | None = typer.Option(
-        None, "--eval", metavar="START:STOP",
-        help="Windows to judge on (default: the held-out part of the default split, as"
-        " placer compare; every window of a one-window trace).", show_default=False,
-    ),
-    trace_format: str | None = typer.Option(
-        None, "--format", "-f", metavar="FORMAT", help="Trace format (default: detected)."
-    ),
-    png_dir: Path | None = typer.Option(
-        None, "--png-dir", metavar="DIR", help="Also write each picture as PNG in this folder.",
-        show_default=False,
-    ),
-    dpi: int = typer.Option(
-        constants.REPORT_DPI, "--dpi", help="Resolution of the pictures, dots per inch."
-    ),
-    json_out: bool = typer.Option(
-        False, "--json", help="Print what was written and each placement's metrics as JSON."
-    ),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress on stderr (warnings and errors stay)."
-    ),
+    dtype: str | None = dtype_option(),
+    held_out: str | None = eval_option(),
+    trace_format: str | None = format_option(),
+    png_dir: Path | None = png_dir_option(),
+    dpi: int = dpi_option(),
+    json_out: bool = json_option("what was written and each placement's metrics"),
+    quiet: bool = quiet_option(),
 ) -> None:
     """Write an HTML report: trace statistics, placements side by side, and pictures."""
     from placer.report import require_matplotlib
@@ -141,7 +107,7 @@ def report(
     from placer.report.verdicts import placement_judgements
     from placer.stats.analysis import summarize
 
-    regime, note = resolve_regime(engine, workload, tokens_per_gpu, policy, mode, seed)
+    regime, note = resolve_regime(engine, workload, tokens_per_gpu, dispatch, mode, seed)
     placements = [read_placement(p) for p in placement]
     model_spec, topo = _cluster(placements, model, topology)
     routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True)
@@ -216,14 +182,10 @@ def _labels(placement: list[Path], name: list[str]) -> list[str]:
 def _cluster(placements: list[Any], model: str | None,
              topology: str | None) -> tuple[ModelSpec, Topology]:
     """The model and topology: the flags, else the ones the placements record (which also
-    outrank configured defaults)."""
+    outrank configured defaults: :func:`register`)."""
     from placer.model import load_model
     from placer.topology import load_topology
 
-    if from_config("--model") and records(placements, "model"):
-        model = None
-    if from_config("--topology") and records(placements, "topology"):
-        topology = None
     return (load_model(model or recorded_name(placements, "model", "--model")),
             load_topology(topology or recorded_name(placements, "topology", "--topology")))
 
@@ -240,4 +202,7 @@ def _judged_windows(num_windows: int, held_out: str | None) -> tuple[int, int]:
 
 def register(app: typer.Typer) -> None:
     """Add ``placer report`` to ``app``."""
-    app.command("report", cls=PlacerCommand, epilog=EXAMPLES)(handle_errors(report))
+    # the model and topology the placements record outrank configured defaults
+    command = placer_command(model=recorded_by("placement", "model"),
+                             topology=recorded_by("placement", "topology"))
+    app.command("report", cls=command, epilog=EXAMPLES)(handle_errors(report))

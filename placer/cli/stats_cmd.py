@@ -19,19 +19,26 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from placer.cli.command import PlacerCommand, examples
+from placer.cli.command import PlacerCommand, examples, given, placer_command
 from placer.cli.common import (
     as_flags,
-    complete_model,
-    complete_topology,
-    from_config,
     handle_errors,
-    keep_warmup_option,
-    num_experts_option,
     out,
     print_json,
     read_trace,
+)
+from placer.cli.options import (
+    format_option,
+    json_option,
+    keep_warmup_option,
+    layer_option,
+    model_option,
+    num_experts_option,
+    quiet_option,
+    seed_option,
     top_k_option,
+    topology_option,
+    window_tokens_option,
 )
 from placer.errors import PlacerWarning, UsageError
 from placer.stats import format_ranges
@@ -55,7 +62,8 @@ def register(app: typer.Typer) -> None:
     """Add ``placer stats`` and ``placer synth`` to ``app``."""
     app.command("stats", cls=PlacerCommand, no_args_is_help=True,
                 epilog=STATS_EXAMPLES)(stats)
-    app.command("synth", cls=PlacerCommand, no_args_is_help=True,
+    # a configured topology yields to --ranks
+    app.command("synth", cls=placer_command(topology=given("ranks")), no_args_is_help=True,
                 epilog=SYNTH_EXAMPLES)(synth)
 
 
@@ -68,23 +76,15 @@ def stats(
         ..., metavar="TRACE",
         help="Trace or statistics file(s): .jsonl[.gz], .npz, SGLang .pt, TensorRT-LLM dir.",
     ),
-    format: str | None = typer.Option(
-        None, "--format", "-f", metavar="FORMAT",
-        help="Input format (default: from the file name and content).",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
-    layer: list[int] | None = typer.Option(
-        None, "--layer", "-l", metavar="ID",
-        help="Absolute layer id to show (repeatable; default all)."
-    ),
-    window_tokens: int | None = typer.Option(
-        None, "--window-tokens", metavar="TOKENS",
-        help="Window = this many consecutive tokens (default: steps)."
-    ),
+    format: str | None = format_option(),
+    json_out: bool = json_option("every figure"),
+    layer: list[int] | None = layer_option(many=True),
+    window_tokens: int | None = window_tokens_option(),
     top: int = typer.Option(5, "--top", help="Hot experts and pairs listed per layer."),
     top_k: int | None = top_k_option(),
     num_experts: int | None = num_experts_option(),
     keep_warmup: bool = keep_warmup_option(),
+
 ) -> None:
     """Summarize expert load skew, hot experts, co-activated pairs and drift of a trace."""
     from placer.stats.analysis import summarize
@@ -294,18 +294,14 @@ def synth(
     output: Path = typer.Argument(
         ..., metavar="OUTPUT", help="Trace to write: .npz, .jsonl or .jsonl.gz."
     ),
-    model: str | None = typer.Option(
-        None, "--model", "-m", metavar="NAME|FILE",
-        autocompletion=complete_model,
-        help="Model preset or YAML giving layers, experts, top-k, groups.",
-    ),
+    model: str | None = model_option("layers, experts, top-k and groups of the trace"),
     tokens: int = typer.Option(100_000, "--tokens", "-n", help="Tokens to generate."),
     layers: str | None = typer.Option(
         None, "--layers", metavar="N|IDS",
         help="MoE layers: a count N (ids 0..N-1), or ids like '3-60' or '0,2,4'."
     ),
     experts: int | None = typer.Option(None, "--experts", help="Experts per layer."),
-    top_k: int | None = typer.Option(None, "--top-k", help="Experts per token per layer."),
+    top_k: int | None = top_k_option(generated=True),
     groups: int | None = typer.Option(
         None, "--groups", help="Expert groups for group-limited routing (1: none)."
     ),
@@ -353,20 +349,12 @@ def synth(
              "without it none are recorded and each step's tokens are dealt over the GPUs "
              "planned for).",
     ),
-    topology: str | None = typer.Option(
-        None, "--topology", "-t", metavar="NAME|FILE", autocompletion=complete_topology,
-        help="Cluster the trace is for: one source rank per GPU.",
-    ),
+    topology: str | None = topology_option("the cluster the trace is for, one source rank per GPU"),
     weights: bool = typer.Option(False, "--weights", help="Also write topk_weights."),
-    seed: int = typer.Option(0, "--seed", help="Random seed: same seed, same file."),
-    format: str | None = typer.Option(
-        None, "--format", "-f", metavar="npz|jsonl",
-        help="npz or jsonl (default: from OUTPUT's name).",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress or notes on stderr (warnings and errors stay)."
-    ),
+    seed: int = seed_option(),
+    format: str | None = format_option("synth"),
+    json_out: bool = json_option("what was written"),
+    quiet: bool = quiet_option(notes=True),
 ) -> None:
     """Write a synthetic per-token routing trace (skew, clusters, topics, drift, groups)."""
     from placer.traces.synth import SynthParams, params_for_model, write_synth
@@ -427,8 +415,6 @@ def synth(
 
 def _source_ranks(ranks: int | None, topology: str | None) -> tuple[int, str]:
     """The source ranks ``placer synth`` records, and a note when none are given."""
-    if ranks is not None and topology is not None and from_config("--topology"):
-        topology = None  # --ranks on the command line wins over a configured topology
     if topology is None:
         if ranks is None:
             return 0, ("no --ranks or --topology: the trace records no source ranks; "

@@ -95,7 +95,7 @@ class CompareSettings:
     holdout: judge placements on held-out windows (True) or on all the data (False).
     engine, workload, tokens_per_gpu, policy, mode, seed: the
         :class:`placer.regime.Regime` every scenario is planned for and judged under
-        (``--engine``, ``--workload``, ``--tokens-per-gpu``, the overrides ``--policy``
+        (``--engine``, ``--workload``, ``--tokens-per-gpu``, the overrides ``--dispatch``
         and ``--mode``, ``--seed``), as ``placer plan`` and ``placer evaluate`` do; None
         = the default (vLLM decode, 128 tokens per GPU).
     p99_target_us: the recommendation's latency target: the fewest GPUs whose estimated

@@ -6,6 +6,7 @@ The schema is :func:`study_from_yaml`'s (docs/compare.md); the comparison itself
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +14,8 @@ from typing import Any
 
 from placer.compare.scenarios import CompareSettings, Scenario
 from placer.compare.sweep import Sweep, parse_counts, sweep_scenarios
-from placer.errors import PlacerError, UsageError
-from placer.regime import ENGINES, MODES, PHASES, POLICIES
+from placer.errors import PlacerError, PlacerWarning, UsageError
+from placer.regime import ENGINES, MODES, POLICIES, WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,11 @@ def resolve_study(study: Study) -> Study:
                    notes=study.notes + notes)
 
 
+#: The key ``dispatch`` had before: read with a warning.
+OLD_DISPATCH_KEY = "policy"
 #: Keys of a scenario file, in the order docs/compare.md documents them.
 STUDY_KEYS = ("trace", "model", "dtype", "topologies", "redundant", "slots_per_gpu",
-              "solvers", "scenarios", "engine", "workload", "tokens_per_gpu", "policy", "mode",
+              "solvers", "scenarios", "engine", "workload", "tokens_per_gpu", "dispatch", "mode",
               "seed", "kv_reserve_gb", "time_limit_s", "layer_time_limit_s", "holdout",
               "p99_target_us", "p99_slack_pct")
 
@@ -121,7 +124,7 @@ def study_from_yaml(text: str, source: str = "<scenarios>", base_dir: Path | Non
         engine: sglang                   # the regime, as every command takes it:
         workload: decode                 #   default vllm decode, 128 tokens per GPU
         tokens_per_gpu: 128
-        policy: sglang                   # overrides: vllm_hash | trtllm_block | round_robin |
+        dispatch: sglang                 # overrides: vllm_hash | trtllm_block | round_robin |
         mode: low_latency                #   sglang | local_first | random; normal |
                                          #   low_latency | low_latency_rdma
         seed: 0
@@ -187,11 +190,13 @@ def _yaml_settings(root: Any, resolve: Callable[[str], str]) -> dict[str, Any]:
             settings_kwargs[key] = limit
     settings_kwargs["seed"] = root.integer("seed", 0, minimum=0)
     settings_kwargs["holdout"] = root.boolean("holdout", True)
-    for key, choices in (("engine", ENGINES), ("workload", PHASES), ("policy", POLICIES),
-                         ("mode", MODES)):
+    for key, choices in (("engine", ENGINES), ("workload", WORKLOADS), ("mode", MODES)):
         value = root.string(key, None, choices=choices)
         if value is not None:
             settings_kwargs[key] = value
+    dispatch = _yaml_dispatch(root)
+    if dispatch is not None:
+        settings_kwargs["policy"] = dispatch
     tokens = root.integer("tokens_per_gpu", None, minimum=1)
     if tokens is not None:
         settings_kwargs["tokens_per_gpu"] = tokens
@@ -202,6 +207,21 @@ def _yaml_settings(root: Any, resolve: Callable[[str], str]) -> dict[str, Any]:
     if slack is not None:
         settings_kwargs["p99_slack_pct"] = slack
     return settings_kwargs
+
+
+def _yaml_dispatch(root: Any) -> str | None:
+    """The ``dispatch`` override, or the old key ``policy`` (as ``--policy`` was), read
+    with a warning."""
+    value = root.string("dispatch", None, choices=POLICIES)
+    if not root.has(OLD_DISPATCH_KEY):
+        return value  # type: ignore[no-any-return]
+    if value is not None:
+        raise root.fail(OLD_DISPATCH_KEY, "'policy' and 'dispatch' are one setting, given twice",
+                        hint="keep 'dispatch' (the dispatch rule, as --dispatch)")
+    warnings.warn(PlacerWarning(
+        f"{root.doc.where(OLD_DISPATCH_KEY)}: the key 'policy' is now 'dispatch' (as the"
+        " flag --dispatch); read as such"), stacklevel=2)
+    return root.string(OLD_DISPATCH_KEY, None, choices=POLICIES)  # type: ignore[no-any-return]
 
 
 def _yaml_scenarios(doc: Any, root: Any, resolve: Callable[[str], str]) -> list[Scenario]:

@@ -29,8 +29,9 @@ from placer.engines.registry import (
 from placer.errors import EngineFormatError, TraceError
 from placer.io.ptfile import ZIP_READ_ERRORS, check_zip
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 
-ENGINE = "DeepSeek EPLB"
+ENGINE = SERVING_ENGINES["eplb"].title
 KEYS = ("phy2log", "log2phy", "logcnt")
 
 

@@ -25,6 +25,7 @@ from placer.errors import EngineFormatError, Param, PlacementError, UsageError
 from placer.io.fileio import reading
 from placer.io.yaml_schema import decode_text, load_json, parse_yaml, read_document
 from placer.placement import ModelLayers, Placement
+from placer.regime import SERVING_ENGINES
 from placer.stats import format_ranges
 
 
@@ -52,8 +53,9 @@ class EngineFormat:
 
     Attributes
     ----------
-    name: registry name, the CLI's ``--format`` value.
-    engine: the engine's name as users know it (``"SGLang"``).
+    name: registry name, the CLI's ``--format`` value (a key of
+        :data:`placer.regime.SERVING_ENGINES`).
+    engine: the engine's name as users know it (``"SGLang"``: the entry's title).
     suffix: usual file suffix (``".json"``).
     write: see :data:`WriteFn`.
     read: see :data:`ReadFn`.
@@ -96,7 +98,14 @@ _FORMATS: dict[str, EngineFormat] = {}
 
 
 def register_engine(fmt: EngineFormat) -> EngineFormat:
-    """Make ``fmt`` available to :func:`write_engine`, :func:`read_engine` and the CLI."""
+    """Make ``fmt`` available to :func:`write_engine`, :func:`read_engine` and the CLI.
+
+    Its name must have an entry in :data:`placer.regime.SERVING_ENGINES` (the engine's
+    title, dispatch and the engine its file implies), and its ``engine`` be that title."""
+    entry = SERVING_ENGINES.get(fmt.name)
+    if entry is None or entry.title != fmt.engine:
+        raise ValueError(f"engine format {fmt.name!r} ({fmt.engine}) has no matching entry"
+                         " in placer.regime.SERVING_ENGINES")
     _FORMATS[fmt.name] = fmt
     return fmt
 

@@ -34,8 +34,10 @@ from placer.engines.registry import (
 )
 from placer.errors import EngineFormatError
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 
-ENGINE = "SGLang"
+ENGINE = SERVING_ENGINES["sglang"].title
+LOADS_BY = SERVING_ENGINES["sglang"].loads_by
 KEY = "physical_to_logical_map"
 _KEY_RULE = f"SGLang passes the file as keyword arguments, so {KEY} must be its only key"
 
@@ -118,7 +120,7 @@ FORMAT = register_engine(
     EngineFormat(
         name="sglang", engine=ENGINE, suffix=".json", write=write, read=read, sniff=sniff,
         suffixes=(".json",),
-        suffix_rule="SGLang reads --init-expert-location by its suffix (.json: a JSON file,"
+        suffix_rule=f"{ENGINE} reads {LOADS_BY} by its suffix (.json: a JSON file,"
         " .pt: a torch file) and parses any other value as inline JSON",
     )
 )

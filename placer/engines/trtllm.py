@@ -52,9 +52,10 @@ from placer.engines.registry import (
 )
 from placer.errors import EngineFormatError, PlacerWarning
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 from placer.stats import format_ranges
 
-ENGINE = "TensorRT-LLM"
+ENGINE = SERVING_ENGINES["trtllm"].title
 #: Hugging Face architectures for which TensorRT-LLM builds its MoE load balancer.
 LOAD_BALANCER_ARCHITECTURES = (
     "DeepseekV3ForCausalLM",

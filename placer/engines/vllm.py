@@ -31,8 +31,10 @@ from placer.engines.registry import (
 )
 from placer.errors import EngineFormatError
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 
-ENGINE = "vLLM"
+ENGINE = SERVING_ENGINES["vllm"].title
+LOADS_BY = SERVING_ENGINES["vllm"].loads_by
 EXPERIMENTAL_NOTE = (
     "experimental: vLLM has no mainline file input yet; this follows the open"
     " initial_expert_map_path proposal (vllm-project/vllm PR 49572)"
@@ -102,6 +104,6 @@ FORMAT = register_engine(
         sniff=sniff,
         experimental=True,
         suffixes=(".json",),
-        suffix_rule="the initial_expert_map_path proposal reads a JSON file",
+        suffix_rule=f"the {LOADS_BY} proposal reads a JSON file",
     )
 )

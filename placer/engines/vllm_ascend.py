@@ -39,8 +39,10 @@ from placer.engines.registry import (
 )
 from placer.errors import EngineFormatError
 from placer.placement import Placement
+from placer.regime import SERVING_ENGINES
 
-ENGINE = "vLLM-Ascend"
+ENGINE = SERVING_ENGINES["vllm-ascend"].title
+LOADS_BY = SERVING_ENGINES["vllm-ascend"].loads_by
 TOP_KEYS = ("moe_layer_count", "layer_list")
 LAYER_KEYS = ("layer_id", "device_count", "device_list")
 DEVICE_KEYS = ("device_id", "device_expert")
@@ -189,7 +191,7 @@ FORMAT = register_engine(
         read=read,
         sniff=sniff,
         suffixes=(".json",),
-        suffix_rule="vLLM-Ascend loads expert_map_path as a JSON file",
+        suffix_rule=f"{ENGINE} loads {LOADS_BY} as a JSON file",
         duplicates=False,
     )
 )

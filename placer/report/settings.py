@@ -91,9 +91,9 @@ def compare_settings_rows(
 
 def regime_rows(regime: Regime) -> list[tuple[str, str]]:
     """``(setting, value)`` rows of the regime placements are judged under."""
-    policy = (f"{regime.dispatch} (--policy)" if regime.policy
+    policy = (f"{regime.dispatch} (--dispatch)" if regime.dispatch_override
               else f"{regime.dispatch} (from --engine {regime.engine})")
-    mode = (f"{regime.all_to_all} (--mode)" if regime.mode
+    mode = (f"{regime.all_to_all} (--mode)" if regime.all_to_all_override
             else f"{regime.all_to_all} (from --workload {regime.workload})")
     return [
         ("judged as", regime.describe()),

@@ -152,8 +152,8 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
          "error: --scenarios: scenarios come either from --scenarios or from"
          " --topology/--redundant/--slots-per-gpu/--solver"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--engine", "sglang",
-          "--policy", "round_robin_"],
-         "error: --policy: unknown dispatch policy 'round_robin_'"),
+          "--dispatch", "round_robin_"],
+         "error: --dispatch: unknown dispatch policy 'round_robin_'"),
         ([str(BUNDLED), "-m", "gpt-oss-20b", "-t", "dgx-h100", "--workload", "train"],
          "error: --workload: unknown workload 'train'"),
     ],

@@ -100,7 +100,7 @@ def test_json_parses_and_matches_the_table(trace, linear, replicated):
 def test_explicit_fit_and_eval_ranges(trace, linear):
     result = runner.invoke(app, ["evaluate", str(trace), "-p", str(linear), "-m", MODEL,
                                  "-t", TOPOLOGY, "--fit", "0:2", "--eval", "4:", "--json",
-                                 "--mode", "low_latency", "--policy", "local_first"])
+                                 "--mode", "low_latency", "--dispatch", "local_first"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert [(p["name"], p["windows"]) for p in report["parts"]] == [
@@ -139,9 +139,9 @@ def test_bad_window_range_is_a_usage_error(trace, linear):
 
 def test_unknown_policy_names_the_option(trace, linear):
     result = runner.invoke(app, ["evaluate", str(trace), "-p", str(linear), "-m", MODEL,
-                                 "-t", TOPOLOGY, "--policy", "fastest"])
+                                 "-t", TOPOLOGY, "--dispatch", "fastest"])
     assert result.exit_code == 2
-    assert "error: --policy: unknown dispatch policy 'fastest'" in result.stderr
+    assert "error: --dispatch: unknown dispatch policy 'fastest'" in result.stderr
     assert ("hint: choose one of: vllm_hash, trtllm_block, round_robin, sglang, local_first,"
             " random") in result.stderr
 

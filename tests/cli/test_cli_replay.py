@@ -129,7 +129,7 @@ def test_json_sweep_and_the_flags_to_paste(trace):
 def test_a_policy_with_a_typo_is_a_usage_error_with_the_policies(trace, spec, message, hint):
     result = _replay(str(trace), "-P", spec)
     assert result.exit_code == 2
-    assert f"error: --policy: {message}" in result.stderr
+    assert f"error: --rebalance: {message}" in result.stderr
     assert hint in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -28,7 +28,7 @@ from placer.compare import (
     study_from_yaml,
     table_cells,
 )
-from placer.errors import PlacerError, UsageError
+from placer.errors import PlacerError, PlacerWarning, UsageError
 from placer.evaluate import evaluate
 from placer.evaluate.params import regime_params
 from placer.model import load_model
@@ -168,7 +168,7 @@ def test_expand_scenarios_is_topology_major_and_labels_files_by_stem():
 def test_settings_validate_themselves():
     with pytest.raises(UsageError) as info:
         CompareSettings(model="m", policy="fastest")
-    assert str(info.value) == "policy: unknown dispatch policy 'fastest'"  # EvalParams' check
+    assert str(info.value) == "dispatch_override: unknown dispatch policy 'fastest'"
     assert info.value.hint == ("choose one of: vllm_hash, trtllm_block, round_robin, sglang,"
                                " local_first, random")
     with pytest.raises(UsageError, match="unknown all-to-all mode 'slow'"):
@@ -219,7 +219,7 @@ redundant: [0, 16]
 solvers: [eplb, linear]
 scenarios:
   - {name: NVL72, topology: gb200-nvl72, redundant: 40, solver: eplb}
-policy: local_first
+dispatch: local_first
 mode: low_latency
 kv_reserve_gb: 20
 time_limit_s: 2
@@ -250,6 +250,19 @@ def test_scenario_file_gives_product_then_listed_scenarios(tmp_path):
         time_limit_s=2.0, layer_time_limit_s=0.5, seed=3, tokens_per_gpu=64, holdout=False)
 
 
+def test_the_old_key_policy_reads_as_dispatch_with_a_warning():
+    """``policy`` was the flag ``--policy`` (now ``--dispatch``): a file that says it still
+    reads, and is told the new name; both keys at once are one setting given twice."""
+    old = "model: m\ntopologies: [a]\npolicy: sglang\n"
+    with pytest.warns(PlacerWarning, match=r"^study.yaml:3: policy: the key 'policy' is now"
+                      r" 'dispatch' \(as the flag --dispatch\); read as such$"):
+        study = study_from_yaml(old, "study.yaml")
+    assert study.settings.regime.dispatch == "sglang"
+    with pytest.raises(UsageError, match="'policy' and 'dispatch' are one setting") as info:
+        study_from_yaml(old + "dispatch: random\n", "study.yaml")
+    assert info.value.where == "study.yaml:3: policy"
+
+
 def test_time_limits_reach_the_solver_as_plan_does():
     """--time-limit is each scenario's whole plan (as placer plan), --layer-time-limit one
     layer's cap; unset, the solver's defaults apply."""
@@ -271,8 +284,8 @@ def test_time_limits_reach_the_solver_as_plan_does():
          "expected a number of redundant experts >= 0, got -16"),
         ("model: m\nscenarios:\n  - {topology: a, solvr: eplb}\n",
          "study.yaml:3: scenarios[0].solvr", "unknown key 'solvr'"),
-        ("model: m\ntopologies: [a]\npolicy: fastest\n", "study.yaml:3: policy",
-         "unknown policy 'fastest'"),
+        ("model: m\ntopologies: [a]\ndispatch: fastest\n", "study.yaml:3: dispatch",
+         "unknown dispatch 'fastest'"),
         ("model: m\n", "study.yaml:1", "the scenario file names no scenario"),
         ("model: m\ntopologies: a\n", "study.yaml:2: topologies",
          "topologies must be a list, got a string"),

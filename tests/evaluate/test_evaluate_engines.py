@@ -359,7 +359,7 @@ def test_sglang_table_above_the_draw_budget_keeps_the_rule(monkeypatch):
 
 
 def test_cli_lists_and_runs_the_sglang_policy(tmp_path):
-    """``placer evaluate --policy sglang``: Mixtral on 2 nodes x 8 GPUs, every token picks
+    """``placer evaluate --dispatch sglang``: Mixtral on 2 nodes x 8 GPUs, every token picks
     experts 0 and 1.  Expert 0 is on GPUs 0-8 (GPU 8 is on node 1), expert 1 on GPUs 0,
     7 and 14.  With SGLang's node step every rank finds both on its own node: no copy
     crosses nodes.  ``local_first`` draws node 1's ranks among all of expert 0's
@@ -387,7 +387,7 @@ def test_cli_lists_and_runs_the_sglang_policy(tmp_path):
     node_copies = {}
     for policy in ("sglang", "local_first"):
         result = runner.invoke(app, ["evaluate", str(trace), "-p", str(pl), "-t",
-                                     "2x-dgx-h100", "--policy", policy, "--eval", "0:",
+                                     "2x-dgx-h100", "--dispatch", policy, "--eval", "0:",
                                      "--json"])
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
@@ -433,7 +433,7 @@ def test_cli_says_the_order_warning_once_for_all_columns_and_parts(tmp_path):
                         model_name="mixtral-8x7b")
         paths += ["-p", str(path)]
     result = CliRunner().invoke(app, ["evaluate", str(trace), *paths, "-t", "dgx-h100",
-                                      "--policy", "round_robin"])
+                                      "--dispatch", "round_robin"])
     assert result.exit_code == 0, result.output
     lines = [x for x in result.stderr.splitlines() if "round_robin results depend" in x]
     assert len(lines) == 1

@@ -70,7 +70,7 @@ def test_compare_settings_rows_state_policy_mode_seed_and_limits():
     scenarios = [Scenario("dgx-h100", 0, "eplb"), Scenario("dgx-h100", 0, "cpsat"),
                  Scenario("gb200-nvl72", 16, "eplb")]
     rows = dict(compare_settings_rows(settings, scenarios))
-    assert rows["dispatch policy"] == "sglang (--policy)"
+    assert rows["dispatch policy"] == "sglang (--dispatch)"
     assert rows["all-to-all mode"] == "low_latency (--mode)"
     assert rows["seed (solvers and sampling)"] == "7"
     assert rows["time limit per scenario (whole plan)"] == "30 s"
@@ -163,14 +163,14 @@ def test_compare_report_opens_with_verdicts_and_states_settings(judged_rows):
     built = compare_report([ScenarioOutcome(r) for r in judged_rows], stats, summarize(stats),
                            dpi=30, settings=settings,
                            scenarios=[Scenario("dgx-h100", 0, "eplb")],
-                           command="placer compare t.npz -m gpt-oss-20b --policy sglang")
+                           command="placer compare t.npz -m gpt-oss-20b --dispatch sglang")
     assert [s.title for s in built.sections][:3] == ["Verdict", "Scenarios", "Settings"]
     page = built.html()
     assert "<p>cpsat slow: step p99 +10.0% vs eplb — worse</p>" in page
-    assert "<td>dispatch policy</td><td>sglang (--policy)</td>" in page
+    assert "<td>dispatch policy</td><td>sglang (--dispatch)</td>" in page
     assert "<td>seed (solvers and sampling)</td><td>11</td>" in page
     assert "<td>time limit per scenario (whole plan)</td><td>5 s</td>" in page
-    assert "<code>placer compare t.npz -m gpt-oss-20b --policy sglang</code>" in page
+    assert "<code>placer compare t.npz -m gpt-oss-20b --dispatch sglang</code>" in page
     assert re.search(r"<td>placer version</td><td>\d+\.\d+", page)
     # the delta table: one row per judged scenario, the baseline named
     assert "<td>cpsat slow</td><td>eplb</td><td class=\"num\">+10.0%</td>" in page
@@ -194,20 +194,20 @@ def two_plans(tmp_path_factory) -> tuple[Path, Path]:
 def test_placer_report_states_settings_command_and_verdict(two_plans, tmp_path, monkeypatch):
     out = tmp_path / "report.html"
     args = ["report", str(BUNDLED), "-p", str(two_plans[0]), "-p", str(two_plans[1]),
-            "-t", "dgx-h100", "-m", "gpt-oss-20b", "-o", str(out), "--policy", "sglang",
+            "-t", "dgx-h100", "-m", "gpt-oss-20b", "-o", str(out), "--dispatch", "sglang",
             "--seed", "5", "--dpi", "30"]
     monkeypatch.setattr(sys, "argv", ["/venv/bin/placer", *args])
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.stderr
     page = out.read_text()
-    assert "<td>dispatch policy</td><td>sglang (--policy)</td>" in page
+    assert "<td>dispatch policy</td><td>sglang (--dispatch)</td>" in page
     assert "<td>seed (sampling)</td><td>5</td>" in page
     assert f"<code>placer report {BUNDLED} -p {two_plans[0]}" in page
     verdict = re.search(r"<p>(linear: step p99 [^<]*)</p>", page)
     assert verdict is not None
     assert verdict.group(1).endswith(("— better", "— worse", "— equal (within 0.1%)"))
     judged = ("judged as    vllm decode, 128 tokens per GPU (sglang dispatch, low_latency"
-              " all-to-all); --policy sglang; set with --engine/--workload")
+              " all-to-all); --dispatch sglang; set with --engine/--workload")
     assert result.stdout == judged + "\n" + verdict.group(1) + "\n"  # the answer on stdout
     result = runner.invoke(app, [*args, "--json", "-q"])
     assert result.exit_code == 0, result.stderr
