@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,7 @@ from placer.cli.options import (
 )
 from placer.errors import PlacerWarning, UsageError
 from placer.stats import format_ranges
+from placer.traces.synth.skew import SKEW_PRESETS
 
 STATS_EXAMPLES = examples(
     "placer stats traces/qwen3-30b-a3b.npz --layer 0 --layer 24 --top 3",
@@ -308,9 +310,22 @@ def synth(
     top_groups: int | None = typer.Option(
         None, "--top-groups", help="Groups a token may use (DeepSeek-V3: 4 of 8)."
     ),
-    zipf: str = typer.Option(
-        "1.0", "--zipf", metavar="A[,A...]",
-        help="Zipf exponent of expert popularity; one, or one per layer (a,b,..)."
+    skew: str | None = typer.Option(
+        None, "--skew", metavar="|".join(SKEW_PRESETS),
+        autocompletion=lambda incomplete: [p for p in SKEW_PRESETS if p.startswith(incomplete)],
+        help="Per-layer skew of measured routing (real, the default without --zipf), or a"
+             " milder or heavier spread: each layer's load reaches a Gini drawn from the"
+             " preset (docs/traces.md, 'Synthetic traces').",
+    ),
+    zipf: str | None = typer.Option(
+        None, "--zipf", metavar="A[,A...]",
+        help="Zipf exponent of expert popularity instead of --skew; one, or one per layer"
+             " (a,b,..)."
+    ),
+    source: Path | None = typer.Option(
+        None, "--from", metavar="FILE",
+        help="Fit the tokens to a measured file's per-layer loads and pair counts (any"
+             " trace or load file placer reads) instead of the popularity model.",
     ),
     clusters: int = typer.Option(0, "--clusters", help="Co-activation clusters per layer."),
     cluster_boost: float = typer.Option(
@@ -358,13 +373,31 @@ def synth(
 ) -> None:
     """Write a synthetic per-token routing trace (skew, clusters, topics, drift, groups)."""
     from placer.traces.synth import SynthParams, params_for_model, write_synth
+    from placer.traces.synth.skew import with_skew
 
     num_ranks, note = _source_ranks(ranks, topology)
     if format is not None and format not in ("npz", "jsonl"):
         raise UsageError(f"unknown output format {format!r}", where="--format",
                          hint="use npz or jsonl")
+    if skew is not None and skew not in SKEW_PRESETS:
+        raise UsageError(f"unknown skew preset {skew!r}", where="--skew",
+                         hint=f"use one of {', '.join(SKEW_PRESETS)}, e.g. --skew real")
+    if skew is not None and zipf is not None:
+        raise UsageError("--skew and --zipf both set the popularity's skew", where="--zipf",
+                         hint="give one: --skew real (measured routing's spread) or --zipf 1.0")
+    if source is not None:
+        _synth_from(source, output, tokens=tokens, tokens_per_step=tokens_per_step,
+                    num_ranks=num_ranks, drift=drift, seed=seed, model=model, format=format,
+                    json_out=json_out, quiet=quiet,
+                    others={"--layers": layers, "--experts": experts, "--top-k": top_k,
+                            "--groups": groups, "--top-groups": top_groups, "--skew": skew,
+                            "--zipf": zipf, "--clusters": clusters or None,
+                            "--topics": topics or None, "--weights": weights or None})
+        if note and not quiet:
+            sys.stderr.write(f"note: {note}\n")
+        return
     layer_ids = None if layers is None else parse_layers(layers)
-    zipf_value: float | tuple[float, ...] = _parse_zipf(zipf)
+    zipf_value: float | tuple[float, ...] = 1.0 if zipf is None else _parse_zipf(zipf)
     explicit: dict[str, Any] = {
         "layer_ids": layer_ids,
         "num_experts": experts,
@@ -399,18 +432,78 @@ def synth(
         if groups is not None and top_groups is None:
             given["top_groups"] = groups
         params = SynthParams(**given, **common)
+    preset = skew if skew is not None else ("real" if zipf is None else None)
+    if preset is not None:
+        params = with_skew(params, preset)
     result = write_synth(output, params, format=format,
                          progress=None if quiet else _progress_line())
-    if json_out:
-        print_json(result)
-    else:
-        out.print(
-            f"wrote {result['path']} ({result['format']}): {result['tokens']:,} tokens x "
-            f"{result['layers']} layers x {result['experts']} experts, top-{result['top_k']}, "
-            f"seed {seed}, in {result['seconds']:.1f} s"
-        )
+    _wrote(result, seed, preset, json_out)
     if note and not quiet:
         sys.stderr.write(f"note: {note}\n")
+
+
+#: A synthetic trace whose median-layer Gini is further than this from measured
+#: routing's range is warned about (unless a skew preset was asked for by name).
+FAR_FROM_MEASURED = 0.15
+
+
+def _wrote(result: dict[str, Any], seed: int, preset: str | None, json_out: bool) -> None:
+    """What ``placer synth`` wrote, its skew, and a warning when that skew is far from
+    measured routing's."""
+    skew = result["skew"]
+    gini = skew["median"]["gini"]
+    low, high = skew["real_gini_medians"]
+    far = gini is not None and not low - FAR_FROM_MEASURED <= gini <= high + FAR_FROM_MEASURED
+    if far and preset is None:  # a preset asked for is a sensitivity run, said in its line
+        sys.stderr.write(
+            f"warning: the trace's median-layer Gini {gini:.3f} is far from measured routing's"
+            f" ({low:.3f}-{high:.3f}): a plan's gain over EPLB follows skew, so figures on it"
+            " say little about real traffic (--skew real, or --skew mild|heavy for a"
+            " sensitivity run)\n")
+    if json_out:
+        print_json(result)
+        return
+    made = f"preset {preset}, " if preset else ""
+    out.print(
+        f"wrote {result['path']} ({result['format']}): {result['tokens']:,} tokens x "
+        f"{result['layers']} layers x {result['experts']} experts, top-{result['top_k']}, "
+        f"seed {seed}, in {result['seconds']:.1f} s"
+    )
+    out.print(f"skew: {made}median layer Gini {_num(gini, 3)}, CV {_num(skew['median']['cv'])},"
+              f" max/mean {_num(skew['median']['max_over_mean'])}: {skew['class']}"
+              f" (measured routing {low:.3f}-{high:.3f})")
+
+
+def _synth_from(source: Path, output: Path, *, tokens: int, tokens_per_step: int,
+                num_ranks: int, drift: float, seed: int, model: str | None,
+                format: str | None, json_out: bool, quiet: bool,
+                others: dict[str, Any]) -> None:
+    """``placer synth --from FILE``: tokens fitted to a measured file's statistics."""
+    from placer.traces import read_routing
+    from placer.traces.synth.fitted import fit_law
+    from placer.traces.synth.write import write_fitted
+
+    given = [flag for flag, value in others.items() if value is not None]
+    if given:
+        raise UsageError(
+            f"{given[0]} shapes the popularity model, which --from replaces", where=given[0],
+            hint="--from takes layers, experts, top-k, loads and pairs from the file; keep"
+                 " --tokens, --tokens-per-step, --ranks/--topology, --drift and --seed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlacerWarning)
+        stats = read_routing(source).stats
+    if not quiet:
+        sys.stderr.write(f"synth: fitting {stats.num_layers} layers to {source} ...\n")
+    law = fit_law(stats, seed=seed)
+    name = model or stats.provenance.model
+    result = write_fitted(output, law, source=str(source), model=name, num_tokens=tokens,
+                          tokens_per_step=tokens_per_step, num_ranks=num_ranks, drift=drift,
+                          seed=seed, format=format, progress=None if quiet else _progress_line())
+    _wrote(result, seed, None, json_out)
+    if not json_out:
+        out.print(f"fitted to {source}: every expert's share of the selections within"
+                  f" {100 * result['fit_error']:.2f}% of the file's on the fit's own tokens"
+                  f"{'' if law.affinity is not None else '; the file has no pair counts'}")
 
 
 def _source_ranks(ranks: int | None, topology: str | None) -> tuple[int, str]:
@@ -432,14 +525,26 @@ def _source_ranks(ranks: int | None, topology: str | None) -> tuple[int, str]:
     return topo.num_gpus, ""
 
 
-def _progress_line() -> Callable[[int, int], None] | None:
-    """A progress callback that rewrites one stderr line, when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return None
+#: Seconds between progress lines when stderr is not a terminal (a batch job's log).
+PROGRESS_LINE_S = 2.0
+
+
+def _progress_line() -> Callable[[int, int], None]:
+    """A progress callback: one stderr line rewritten in place on a terminal; elsewhere a
+    line every :data:`PROGRESS_LINE_S` seconds (and one at the end of a run that printed
+    any: a short run prints none)."""
+    tty = sys.stderr.isatty()
+    last = [time.monotonic()]
+    printed = [False]
 
     def show(done: int, total: int) -> None:
-        end = "\n" if done >= total else ""
-        sys.stderr.write(f"\rsynth: {done:,} / {total:,} tokens ({100 * done / total:.0f}%){end}")
+        text = f"synth: {done:,} / {total:,} tokens ({100 * done / total:.0f}%)"
+        if tty:
+            sys.stderr.write(f"\r{text}{chr(10) if done >= total else ''}")
+        elif time.monotonic() - last[0] >= PROGRESS_LINE_S or (done >= total and printed[0]):
+            sys.stderr.write(text + "\n")
+            last[0] = time.monotonic()
+            printed[0] = True
         sys.stderr.flush()
 
     return show
