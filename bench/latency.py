@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.__main__ import SHARED_DATA
+from placer.cli.summary import judged_text
 from placer.metrics import metric
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -191,7 +192,7 @@ def compare_engines(
         assert summary.judged is not None
         rows.append(Row(
             config=label, engine=engine if workload == "decode" else f"{engine} {workload}",
-            judged=summary.judged.describe(),
+            judged=judged_text(summary.judged),
             eplb_step_p99=theirs["step_p99_us"], eplb_layer_p99=theirs["layer_p99_us_median"],
             cpsat_step_p99=mine["step_p99_us"], cpsat_layer_p99=mine["layer_p99_us_median"],
             change=change, verdict=verdict.outcome if verdict is not None else "-",
