@@ -54,10 +54,11 @@ CASES = {
 TRACES = {"dsv3": (STEPS, SYNTH_ARGS), "qwen3": (STEPS, SYNTH_ARGS)}
 INTERVALS = (100, 250, 500)
 WINDOWS = (50, 200)
-#: placer's decision time charged, ms per MoE layer: the engine-neutral policy's budget
-#: (a 59-layer DeepSeek-V3 decision under 1 s on one core), fixed so that runs repeat;
-#: the bench reports beside it the time placer's policy measured deciding at one cadence.
-PLACER_MS_PER_LAYER = 17
+#: placer's decision time charged, ms per MoE layer, fixed so that runs repeat: the
+#: engine-neutral policy's measured time on one quiet core (``python -m bench online``:
+#: 0.19 s for DeepSeek-V3's 59 layers through vLLM's interface, 3.2 ms a layer), rounded
+#: up; the bench reports beside it the time placer's policy measured deciding in this run.
+PLACER_MS_PER_LAYER = 4
 ORACLE = "oracle:interval=100"
 SHARES = (0.25, 0.5, 1.0)
 #: 32 GB200 in one NVLink domain (vLLM PR #43219's decode cluster: 8 trays of 4 GPUs
