@@ -156,12 +156,9 @@ def render_summary(summary: dict[str, Any]) -> None:
 
 #: What each skew class tells a user of placer's figures.
 _SKEW_MEANING = {
-    "mild": "milder than measured routing: expect less from a static plan than the"
-            " real-skew rows of docs/performance.md",
-    "real": "within measured routing's range: the real-skew rows of docs/performance.md"
-            " apply",
-    "heavy": "heavier than measured routing: the heavy-skew rows of docs/performance.md"
-             " apply, not the real-skew ones",
+    "mild": "milder than measured routing: a static plan gains less here than on it",
+    "real": "within measured routing's range",
+    "heavy": "heavier than measured routing: a static plan gains more here than on it",
 }
 
 
