@@ -39,3 +39,55 @@ def test_a_plan_with_the_redundancy_placer_suggests_finishes_in_bounded_memory(
     assert out.exists()
     assert "floor: no placement with 70 slots per GPU" in done.stdout
     assert took < 60, f"{took:.1f} s"
+
+
+# -- a trace recorded on another model than --model ------------------------------------
+
+
+def _plan(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "placer.cli.main", "plan", str(QWEN3), *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_a_trace_declaring_another_model_is_an_error_naming_both(tmp_path: Path) -> None:
+    """The bundled trace declares qwen3-30b-a3b (48 MoE layers); planning it as
+    qwen3-235b-a22b (94) once succeeded and failed only at export."""
+    out = tmp_path / "plan.json"
+    done = _plan("-m", "qwen3-235b-a22b", "-t", "2x-dgx-h100", "--solver", "eplb",
+                 "-o", str(out), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    error = next(line for line in lines if line.startswith("error:"))
+    assert "qwen3-30b-a3b" in error and "qwen3-235b-a22b" in error
+    assert "covers 48 of qwen3-235b-a22b's 94 MoE layers" in error
+    hint = next(line for line in lines if line.lstrip().startswith("hint:"))
+    assert "--allow-model-mismatch" in hint and "--model qwen3-30b-a3b" in hint
+    assert "Traceback" not in done.stderr
+    assert not out.exists()
+
+
+def test_the_override_turns_the_mismatch_into_a_warning_naming_both(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    done = _plan("-m", "qwen3-235b-a22b", "-t", "2x-dgx-h100", "--solver", "eplb",
+                 "--allow-model-mismatch", "-o", str(out), "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    warning = next(line for line in done.stderr.splitlines()
+                   if line.startswith("warning:") and "declares model" in line)
+    assert "qwen3-30b-a3b" in warning and "qwen3-235b-a22b" in warning
+    assert out.exists()
+
+
+def test_the_trace_on_its_own_model_reads_without_a_word_about_models() -> None:
+    import warnings
+
+    from placer.model import load_model
+    from placer.planning.build import check_trace_model
+    from placer.traces import read_routing
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stats = read_routing(QWEN3).stats
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_trace_model(stats, load_model("qwen3-30b-a3b"))

@@ -265,6 +265,7 @@ def read_trace(
     window_tokens: int | None = None,
     keep_tokens: bool = False,
     keep_warmup: bool = False,
+    allow_model_mismatch: bool = False,
 ) -> RoutingData:
     """Read the TRACE argument(s) of a command into RoutingData.
 
@@ -274,8 +275,11 @@ def read_trace(
     model is an error naming both figures.  ``num_experts`` likewise: ``--num-experts``,
     else the model's, so that an expert id the model does not have is an error naming
     the file and line (or array index) where it is, and a trace whose ids stop short of
-    the model's last expert still has the model's experts.
+    the model's last expert still has the model's experts.  With a model, the trace
+    must have been recorded on it (:func:`placer.planning.build.check_trace_model`;
+    ``allow_model_mismatch`` turns a declared name that differs into a warning).
     """
+    from placer.planning.build import check_trace_model
     from placer.traces import read_routing
 
     for option, given, attr in (("--top-k", top_k, "top_k"),
@@ -293,10 +297,13 @@ def read_trace(
     if model is not None and num_experts is None:
         num_experts = model.num_experts
     source: Any = [str(p) for p in paths] if len(paths) > 1 else paths[0]
-    return read_routing(
+    routing = read_routing(
         source, trace_format, window_tokens=window_tokens, keep_tokens=keep_tokens,
         top_k=top_k, num_experts=num_experts, keep_warmup=keep_warmup,
     )
+    if model is not None:
+        check_trace_model(routing.stats, model, allow_mismatch=allow_model_mismatch)
+    return routing
 
 
 def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,

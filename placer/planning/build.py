@@ -13,13 +13,21 @@ GPU, so the ``G * S - E`` leftover slots hold replicas).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from placer.constants import GB
-from placer.errors import InfeasibleError, Param, TraceError, UsageError
+from placer.errors import (
+    InfeasibleError,
+    Param,
+    PlacerError,
+    TraceError,
+    TraceWarning,
+    UsageError,
+)
 from placer.model.slots import fewest_slots_per_gpu
 from placer.placement import Placement
 from placer.problem import PlacementProblem
@@ -30,7 +38,7 @@ if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.topology import Topology
 
-__all__ = ["ProblemSpec", "build_problem"]
+__all__ = ["ProblemSpec", "build_problem", "check_trace_model"]
 
 
 @dataclass(frozen=True)
@@ -134,14 +142,83 @@ def _source(stats: ExpertStats) -> str | None:
     return sources[0] if len(sources) == 1 else None
 
 
+def check_trace_model(stats: ExpertStats, model: ModelSpec, *,
+                      allow_mismatch: bool = False) -> None:
+    """Check that the trace ``stats`` was recorded on ``model``.
+
+    A trace that declares another catalog model than ``model`` (its header's or
+    array's ``model``), or whose experts, top-k or layers are not the model's, is a
+    TraceError naming the trace's model, ``model`` and what differs; with
+    ``allow_mismatch`` a declared name that differs is a TraceWarning naming both
+    instead (the figures must still agree: a plan cannot place experts or layers the
+    model lacks).  A declared name placer does not know (``synthetic``, a local name)
+    is not compared.
+    """
+    declared = _declared_model(stats, model)
+    if declared is not None:
+        differs = _differences(stats, model)
+        text = (
+            f"the trace declares model {declared} but `model` is {model.name}"
+            + (f" ({'; '.join(differs)})" if differs else "")
+        )
+        if not allow_mismatch:
+            raise TraceError(
+                text, where=_source(stats),
+                hint=f"give `model` {declared}, or pass `allow_model_mismatch` to use"
+                f" {declared}'s routing for {model.name} anyway",
+            )
+        warnings.warn(TraceWarning(f"{text}; read as {model.name}'s routing"
+                                   " (`allow_model_mismatch`)"), stacklevel=2)
+    _check_trace_against_model(stats, model)
+
+
+def _declared_model(stats: ExpertStats, model: ModelSpec) -> str | None:
+    """The catalog model the trace declares, when it is not ``model`` (None otherwise)."""
+    from placer.model import load_model
+
+    declared = stats.provenance.model
+    if not declared or declared.lower() == str(model.name).lower():
+        return None
+    try:
+        spec = load_model(declared)
+    except (PlacerError, OSError, ValueError):
+        return None  # a name placer does not know: nothing to compare it with
+    if spec.name.lower() == str(model.name).lower():
+        return None
+    return str(spec.name)
+
+
+def _differences(stats: ExpertStats, model: ModelSpec) -> list[str]:
+    """What the trace has that ``model`` has not: experts, top-k, layers."""
+    out = []
+    if stats.num_experts != int(model.num_experts):
+        out.append(f"{stats.num_experts} experts per layer, {model.name} has"
+                   f" {model.num_experts}")
+    top_k = getattr(stats, "top_k", None)
+    if top_k is not None and int(top_k) != int(model.top_k):
+        out.append(f"top-k {top_k}, {model.name} has {model.top_k}")
+    layers = [int(i) for i in model.moe_layer_ids]
+    layers += [int(i) for i in getattr(model, "mtp_layer_ids", ())]
+    covered = len(set(int(i) for i in stats.layer_ids) & set(layers))
+    if covered != len(layers) or len(stats.layer_ids) != covered:
+        out.append(f"the trace covers {covered} of {model.name}'s {len(layers)} MoE layers"
+                   f": {format_ranges(stats.layer_ids)}")
+    return out
+
+
+def _trace_name(stats: ExpertStats) -> str:
+    declared = stats.provenance.model
+    return f"the trace ({declared})" if declared else "the trace"
+
+
 def _check_trace_against_model(stats: ExpertStats, model: ModelSpec) -> None:
     name = getattr(model, "name", "the model")
     if stats.num_experts != int(model.num_experts):
         raise TraceError(
-            f"the trace has {stats.num_experts} experts per layer but {name} has"
-            f" {model.num_experts}",
+            f"{_trace_name(stats)} has {stats.num_experts} experts per layer but {name}"
+            f" has {model.num_experts}",
             where=_source(stats),
-            hint="check `model`, or the trace's num_experts",
+            hint="give the model the trace was recorded on as `model`",
         )
     moe_layers = [int(i) for i in model.moe_layer_ids]
     # MTP layers (num_hidden_layers + i) are MoE layers too when the engine ran them
@@ -165,7 +242,8 @@ def _check_trace_against_model(stats: ExpertStats, model: ModelSpec) -> None:
                 " num_nextn_predict_layers (a model YAML or the checkpoint's config.json)"
             )
         raise TraceError(
-            f"trace layer {foreign[0]} is not an MoE layer of {name}"
+            f"{_trace_name(stats).removeprefix('the ')} layer {foreign[0]} is not an MoE"
+            f" layer of {name}"
             f" (trace layers: {trace_layers})",
             where=_source(stats),
             hint=hint,
