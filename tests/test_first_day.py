@@ -7,6 +7,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,45 @@ def test_the_trace_on_its_own_model_reads_without_a_word_about_models() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_trace_model(stats, load_model("qwen3-30b-a3b"))
+
+
+# -- every --redundant a hint suggests passes every check ---------------------------------
+
+DSV3 = REPO / "traces" / "synthetic-dsv3-drift.npz"
+
+
+@pytest.mark.parametrize(("trace", "model", "topology", "redundant"), [
+    (DSV3, "deepseek-v3", "4x-dgx-h100", 1000),   # memory holds 14 slots: 192 at most
+    (DSV3, "deepseek-v3", "4x-dgx-h100", 992),    # splits evenly, overflows the memory
+    (DSV3, "deepseek-v3", "4x-dgx-h100", 100),
+    (DSV3, "deepseek-v3", "4x-dgx-h100", 7),
+    (QWEN3, "qwen3-30b-a3b", "2x-dgx-h100", 1000),
+    (QWEN3, "qwen3-30b-a3b", "2x-dgx-h100", 5),
+    (QWEN3, "qwen3-30b-a3b", "dgx-h100", 3000),   # past one replica of each expert a GPU
+])
+def test_every_redundant_count_a_hint_suggests_plans(trace: Path, model: str, topology: str,
+                                                     redundant: int) -> None:
+    """``-r 1000`` on 4 DGX H100 once suggested 992 or 1024 where the memory holds at most
+    192: each value a hint names must itself build a problem."""
+    import re
+    import warnings
+
+    from placer.errors import PlacerError
+    from placer.model import load_model
+    from placer.planning.build import ProblemSpec, build_problem
+    from placer.topology import load_topology
+    from placer.traces import read_routing
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stats = read_routing(trace).stats
+    spec = ProblemSpec(model=load_model(model), topology=load_topology(topology))
+    with pytest.raises(PlacerError) as info:
+        build_problem(stats, replace(spec, redundant=redundant))
+    hint = info.value.hint or ""
+    suggested = [int(n) for n in re.findall(r"`redundant` (\d+(?: or \d+)*)", hint)
+                 for n in n.split(" or ")]
+    assert suggested, f"no value suggested: {info.value} / {hint}"
+    for value in suggested:
+        problem = build_problem(stats, replace(spec, redundant=value))
+        assert problem.slots_per_gpu * problem.num_gpus == stats.num_experts + value

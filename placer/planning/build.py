@@ -36,6 +36,7 @@ from placer.stats.windows import OpenRange, parse_window_range, resolve_window_r
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
+    from placer.model.capacity import Capacity
     from placer.topology import Topology
 
 __all__ = ["ProblemSpec", "build_problem", "check_trace_model"]
@@ -107,11 +108,20 @@ def build_problem(routing: RoutingData | ExpertStats,
         _check_trace_against_model(stats, model)
 
     gpus, node_of_gpu = _gpus(topology, spec.num_gpus)
-    slots = _slots_per_gpu(stats.num_experts, gpus, spec.slots_per_gpu, redundant)
+    capacity = None
     if model is not None and topology is not None:
+        from placer.model.capacity import plan_capacity  # lands with the hardware modules
+
+        capacity = plan_capacity(model, topology, spec.dtype, kv_reserve_gb=spec.kv_reserve_gb,
+                                 kv_reserve_fraction=spec.kv_reserve_fraction)
+    most = None if capacity is None else int(capacity.slots_per_gpu)
+    try:
+        slots = _slots_per_gpu(stats.num_experts, gpus, spec.slots_per_gpu, redundant, most)
+    except _NoEvenSplitFits as none:
+        slots = none.slots  # the fewest even slots overflow the memory: say so below
+    if model is not None and topology is not None and capacity is not None:
         option = Param("redundant") if redundant is not None else Param("slots_per_gpu")
-        _check_memory(model, topology, slots, option, spec.dtype, spec.kv_reserve_gb,
-                      spec.kv_reserve_fraction)
+        _check_memory(model, topology, capacity, slots, option)
     if spec.current is not None:
         _check_current(spec.current, stats, gpus)
 
@@ -270,9 +280,20 @@ def _gpus(topology: Topology | None, num_gpus: int | None) -> tuple[int, np.ndar
     return int(num_gpus), np.zeros(int(num_gpus), dtype=np.int64)
 
 
+class _NoEvenSplitFits(Exception):
+    """No count of redundant experts both splits evenly and fits the memory budget."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(slots)
+        self.slots = slots
+
+
 def _slots_per_gpu(
-    num_experts: int, num_gpus: int, slots_per_gpu: int | None, redundant: int | None
+    num_experts: int, num_gpus: int, slots_per_gpu: int | None, redundant: int | None,
+    most: int | None = None,
 ) -> int:
+    """``S`` from the options; ``most``: the slots per GPU the memory budget holds (None:
+    unknown), so that a value a hint suggests passes the memory check as well."""
     if slots_per_gpu is not None and redundant is not None:
         raise UsageError(
             "`redundant` and `slots_per_gpu` exclude each other", where=Param("redundant"),
@@ -281,18 +302,27 @@ def _slots_per_gpu(
     minimum = fewest_slots_per_gpu(num_experts, num_gpus)
     if redundant is not None:
         if redundant < 0:
-            raise UsageError(f"expected R >= 0, got {redundant}", where=Param("redundant"))
+            raise UsageError(f"expected R >= 0, got {redundant}", where=Param("redundant"),
+                             hint="0 or more redundant experts per layer")
         total = num_experts + redundant
         if total % num_gpus:
-            lower = max(minimum, total // num_gpus) * num_gpus - num_experts
-            upper = -(-total // num_gpus) * num_gpus - num_experts
-            choices = sorted({lower, upper})
+            # the even splits next to R, within what a GPU can hold: at least the fewest
+            # slots, at most one replica of each expert and what the memory holds
+            cap = num_experts if most is None else min(num_experts, most)
+            if cap < minimum:
+                raise _NoEvenSplitFits(minimum)
+            below = min(max(minimum, total // num_gpus), cap)
+            above = -(-total // num_gpus)
+            choices = sorted({s * num_gpus - num_experts
+                              for s in (below, above) if minimum <= s <= cap})
+            limit = "" if most is None or most >= num_experts else (
+                f"; the memory budget holds at most {most} slots per GPU")
             raise UsageError(
                 f"{num_experts} experts + {redundant} redundant = {total} slots do not split"
                 f" evenly over {num_gpus} GPUs",
                 where=Param("redundant"),
                 hint="engines need equal slots per GPU: try `redundant` "
-                + " or ".join(map(str, choices)),
+                + " or ".join(map(str, choices)) + limit,
             )
         return total // num_gpus
     if slots_per_gpu is None:
@@ -312,20 +342,8 @@ def _slots_per_gpu(
 
 
 def _check_memory(
-    model: ModelSpec,
-    topology: Topology,
-    slots: int,
-    option: str,
-    dtype: str | None,
-    kv_reserve_gb: float | None,
-    kv_reserve_fraction: float | None,
+    model: ModelSpec, topology: Topology, capacity: Capacity, slots: int, option: str,
 ) -> None:
-    from placer.model.capacity import plan_capacity  # lands with the hardware modules
-
-    capacity = plan_capacity(
-        model, topology, dtype, kv_reserve_gb=kv_reserve_gb,
-        kv_reserve_fraction=kv_reserve_fraction,
-    )
     if slots <= capacity.slots_per_gpu:
         return
     slot_gb = capacity.slot_bytes / GB
@@ -338,17 +356,22 @@ def _check_memory(
         f" = {free:.1f} GB for experts"
     )
     fits = min(capacity.slots_per_gpu, model.num_experts)
+    minimum = fewest_slots_per_gpu(model.num_experts, topology.num_gpus)
+    if fits < minimum:
+        hint = (f"{topology.num_gpus} GPUs need {minimum} slots each to hold the"
+                f" {model.num_experts} experts: more GPUs, a smaller `kv_reserve_gb`, or a"
+                " lower-precision `dtype`")
+    else:
+        hint = (f"use at most `slots_per_gpu` {fits}"
+                f" (`redundant` {fits * topology.num_gpus - model.num_experts}),"
+                " a smaller `kv_reserve_gb`, or a lower-precision `dtype`")
     raise InfeasibleError(
         f"{slots} slots per GPU need {slots * slot_gb:.1f} GB of expert weights per GPU"
         f" ({slot_gb:.2f} GB per slot over {model.num_moe_layers} MoE layers, {capacity.dtype}),"
         f" but the memory budget of {topology.name} holds {capacity.slots_per_gpu}"
         f" (GPU {gpu}: {budget})",
         where=option,
-        hint=(
-            f"use at most `slots_per_gpu` {fits}"
-            f" (`redundant` {fits * topology.num_gpus - model.num_experts}),"
-            " a smaller `kv_reserve_gb`, or a lower-precision `dtype`"
-        ),
+        hint=hint,
     )
 
 
