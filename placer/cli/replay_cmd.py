@@ -121,9 +121,14 @@ def replay_cmd(
     specs = rebalance or default_policies(regime.engine)
     policies = swept([parse_policy(s, where="--rebalance") for s in specs], parse_sweep(sweep))
     if report is not None or png_dir is not None:
+        from placer.cli.outputs import check_output, check_output_folder
         from placer.report import require_matplotlib
         from placer.report.files import check_dpi
 
+        if report is not None:
+            check_output(report, where="--report")
+        if png_dir is not None:
+            check_output_folder(png_dir, where="--png-dir")
         require_matplotlib()
         check_dpi(dpi)
     result, setting_notes = _run(trace, policies, model, topology, regime, redundant, dtype,
