@@ -134,3 +134,29 @@ def test_every_redundant_count_a_hint_suggests_plans(trace: Path, model: str, to
     for value in suggested:
         problem = build_problem(stats, replace(spec, redundant=value))
         assert problem.slots_per_gpu * problem.num_gpus == stats.num_experts + value
+
+
+@pytest.fixture(scope="module")
+def qwen3_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("qwen3")
+    done = _plan("-m", "qwen3-30b-a3b", "-t", "2x-dgx-h100", "--solver", "eplb", "-o",
+                 str(folder / "plan.json"), "-q", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    return folder / "plan.json"
+
+
+@pytest.mark.parametrize("command", ["compare", "evaluate", "report"])
+def test_every_command_that_reads_a_trace_for_a_model_checks_the_declared_one(
+        command: str, qwen3_plan: Path, tmp_path: Path) -> None:
+    args = {"compare": ["-t", "2x-dgx-h100"],
+            "evaluate": ["-p", str(qwen3_plan)],
+            "report": ["-p", str(qwen3_plan), "-o", str(tmp_path / "r.html")]}[command]
+    done = subprocess.run(
+        [sys.executable, "-m", "placer.cli.main", command, str(QWEN3),
+         "-m", "qwen3-235b-a22b", *args],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert ("error: " + str(QWEN3) + ": the trace declares model qwen3-30b-a3b but --model"
+            " is qwen3-235b-a22b") in done.stderr
+    assert "hint: give --model qwen3-30b-a3b, or pass --allow-model-mismatch" in done.stderr
+    assert done.stdout == ""
