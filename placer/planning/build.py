@@ -315,8 +315,12 @@ def _slots_per_gpu(
             above = -(-total // num_gpus)
             choices = sorted({s * num_gpus - num_experts
                               for s in (below, above) if minimum <= s <= cap})
-            limit = "" if most is None or most >= num_experts else (
-                f"; the memory budget holds at most {most} slots per GPU")
+            limit = ""
+            if above > cap:
+                limit = (f"; the memory budget holds at most {most} slots per GPU"
+                         if most is not None and most < num_experts else
+                         f"; a GPU holds at most one replica of each of the {num_experts}"
+                         " experts")
             raise UsageError(
                 f"{num_experts} experts + {redundant} redundant = {total} slots do not split"
                 f" evenly over {num_gpus} GPUs",
