@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from placer.model.capacity import Capacity
     from placer.topology import Topology
 
-__all__ = ["ProblemSpec", "build_problem", "check_trace_model"]
+__all__ = ["ProblemSpec", "build_problem", "check_declared_model", "check_trace_model"]
 
 
 @dataclass(frozen=True)
@@ -157,36 +157,47 @@ def check_trace_model(stats: ExpertStats, model: ModelSpec, *,
     """Check that the trace ``stats`` was recorded on ``model``.
 
     A trace that declares another catalog model than ``model`` (its header's or
-    array's ``model``), or whose experts, top-k or layers are not the model's, is a
-    TraceError naming the trace's model, ``model`` and what differs; with
-    ``allow_mismatch`` a declared name that differs is a TraceWarning naming both
-    instead (the figures must still agree: a plan cannot place experts or layers the
-    model lacks).  A declared name placer does not know (``synthetic``, a local name)
-    is not compared.
+    array's ``model``) is a TraceError naming the trace's model, ``model`` and what
+    differs (:func:`check_declared_model`); one whose experts or layers are not the
+    model's is a TraceError too, with or without ``allow_mismatch``: a plan cannot place
+    experts or layers the model lacks.
     """
-    declared = _declared_model(stats, model)
-    if declared is not None:
-        differs = _differences(stats, model)
-        text = (
-            f"the trace declares model {declared} but `model` is {model.name}"
-            + (f" ({'; '.join(differs)})" if differs else "")
-        )
-        if not allow_mismatch:
-            raise TraceError(
-                text, where=_source(stats),
-                hint=f"give `model` {declared}, or pass `allow_model_mismatch` to use"
-                f" {declared}'s routing for {model.name} anyway",
-            )
-        warnings.warn(TraceWarning(f"{text}; read as {model.name}'s routing"
-                                   " (`allow_model_mismatch`)"), stacklevel=2)
+    check_declared_model(stats.provenance.model, model, num_experts=stats.num_experts,
+                         top_k=stats.top_k, layer_ids=stats.layer_ids, where=_source(stats),
+                         allow_mismatch=allow_mismatch)
     _check_trace_against_model(stats, model)
 
 
-def _declared_model(stats: ExpertStats, model: ModelSpec) -> str | None:
-    """The catalog model the trace declares, when it is not ``model`` (None otherwise)."""
+def check_declared_model(declared: str | None, model: ModelSpec, *, num_experts: int,
+                         top_k: int | None, layer_ids: np.ndarray, where: str | None,
+                         allow_mismatch: bool = False) -> None:
+    """The trace at ``where`` declares the model ``declared`` and has ``num_experts``,
+    ``top_k`` and ``layer_ids``: a TraceError when ``declared`` is another catalog model
+    than ``model``, naming both and what differs; with ``allow_mismatch`` a TraceWarning
+    instead.  A declared name placer does not know (``synthetic``, a local name) is not
+    compared."""
+    other = _declared_model(declared, model)
+    if other is None:
+        return
+    differs = _differences(num_experts, top_k, layer_ids, model)
+    text = (
+        f"the trace declares model {other} but `model` is {model.name}"
+        + (f" ({'; '.join(differs)})" if differs else "")
+    )
+    if not allow_mismatch:
+        raise TraceError(
+            text, where=where,
+            hint=f"give `model` {other}, or pass `allow_model_mismatch` to use"
+            f" {other}'s routing for {model.name} anyway",
+        )
+    warnings.warn(TraceWarning(f"{text}; read as {model.name}'s routing"
+                               " (`allow_model_mismatch`)"), stacklevel=3)
+
+
+def _declared_model(declared: str | None, model: ModelSpec) -> str | None:
+    """The catalog model ``declared`` names, when it is not ``model`` (None otherwise)."""
     from placer.model import load_model
 
-    declared = stats.provenance.model
     if not declared or declared.lower() == str(model.name).lower():
         return None
     try:
@@ -198,21 +209,20 @@ def _declared_model(stats: ExpertStats, model: ModelSpec) -> str | None:
     return str(spec.name)
 
 
-def _differences(stats: ExpertStats, model: ModelSpec) -> list[str]:
+def _differences(num_experts: int, top_k: int | None, layer_ids: np.ndarray,
+                 model: ModelSpec) -> list[str]:
     """What the trace has that ``model`` has not: experts, top-k, layers."""
     out = []
-    if stats.num_experts != int(model.num_experts):
-        out.append(f"{stats.num_experts} experts per layer, {model.name} has"
-                   f" {model.num_experts}")
-    top_k = getattr(stats, "top_k", None)
+    if num_experts != int(model.num_experts):
+        out.append(f"{num_experts} experts per layer, {model.name} has {model.num_experts}")
     if top_k is not None and int(top_k) != int(model.top_k):
         out.append(f"top-k {top_k}, {model.name} has {model.top_k}")
     layers = [int(i) for i in model.moe_layer_ids]
     layers += [int(i) for i in getattr(model, "mtp_layer_ids", ())]
-    covered = len(set(int(i) for i in stats.layer_ids) & set(layers))
-    if covered != len(layers) or len(stats.layer_ids) != covered:
+    covered = len({int(i) for i in layer_ids} & set(layers))
+    if covered != len(layers) or len(layer_ids) != covered:
         out.append(f"the trace covers {covered} of {model.name}'s {len(layers)} MoE layers"
-                   f": {format_ranges(stats.layer_ids)}")
+                   f": {format_ranges(np.asarray(layer_ids))}")
     return out
 
 
