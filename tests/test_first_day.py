@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,4 +160,26 @@ def test_every_command_that_reads_a_trace_for_a_model_checks_the_declared_one(
     assert ("error: " + str(QWEN3) + ": the trace declares model qwen3-30b-a3b but --model"
             " is qwen3-235b-a22b") in done.stderr
     assert "hint: give --model qwen3-30b-a3b, or pass --allow-model-mismatch" in done.stderr
+    assert done.stdout == ""
+
+
+def test_replay_checks_the_model_a_per_token_trace_declares(tmp_path: Path) -> None:
+    """Replay streams its trace: the declared model is checked from the NPZ header,
+    before any step is replayed."""
+    from placer.traces import write_npz_trace
+
+    rng = np.random.default_rng(0)
+    topk = np.argsort(rng.random((64, 48, 128)), axis=2)[:, :, :8].astype(np.int32)
+    trace = tmp_path / "q3.npz"
+    write_npz_trace(trace, topk, layer_ids=np.arange(48),
+                    meta={"model": "qwen3-30b-a3b", "num_experts": 128, "top_k": 8})
+    done = subprocess.run(
+        [sys.executable, "-m", "placer.cli.main", "replay", str(trace),
+         "-m", "qwen3-235b-a22b", "-t", "2x-dgx-h100"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert (f"error: {trace}: the trace declares model qwen3-30b-a3b but --model is"
+            " qwen3-235b-a22b (the trace covers 48 of qwen3-235b-a22b's 94 MoE layers: 0-47)"
+            ) in done.stderr
+    assert "--allow-model-mismatch" in done.stderr
     assert done.stdout == ""

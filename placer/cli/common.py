@@ -306,6 +306,34 @@ def read_trace(
     return routing
 
 
+def check_trace_header(paths: Sequence[Path], trace_format: str | None, model: ModelSpec,
+                       allow_model_mismatch: bool = False) -> None:
+    """For a command that streams its trace (``replay``): the model an NPZ trace declares
+    checked against ``model`` from its header alone, before any work
+    (:func:`placer.planning.build.check_declared_model`).  Other inputs are checked
+    where they are read."""
+    from placer.planning.build import check_declared_model
+    from placer.traces import detect_format, read_npz_header
+
+    if len(paths) != 1 or not Path(paths[0]).is_file() or trace_format not in (None, "npz"):
+        return
+    if trace_format is None and detect_format(Path(paths[0])).name != "npz":
+        return
+    try:
+        header = read_npz_header(paths[0])
+    except PlacerError:
+        return  # not per-token routing, or damaged: the reader says so, with its figures
+    if header.get("layer_ids") is None:
+        return
+    shape = header["shape"]
+    check_declared_model(
+        header.get("model"), model,
+        num_experts=int(header.get("num_experts") or model.num_experts),
+        top_k=int(header.get("top_k") or (shape[-1] if len(shape) > 1 else model.top_k)),
+        layer_ids=np.asarray(header["layer_ids"]), where=str(paths[0]),
+        allow_mismatch=allow_model_mismatch)
+
+
 def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,
                    quiet: bool = False) -> None:
     """Each picture as ``folder/<stem>.png`` (:func:`placer.report.files.write_pictures`);
