@@ -265,6 +265,7 @@ def read_trace(
     window_tokens: int | None = None,
     keep_tokens: bool = False,
     keep_warmup: bool = False,
+    allow_model_mismatch: bool = False,
 ) -> RoutingData:
     """Read the TRACE argument(s) of a command into RoutingData.
 
@@ -274,8 +275,11 @@ def read_trace(
     model is an error naming both figures.  ``num_experts`` likewise: ``--num-experts``,
     else the model's, so that an expert id the model does not have is an error naming
     the file and line (or array index) where it is, and a trace whose ids stop short of
-    the model's last expert still has the model's experts.
+    the model's last expert still has the model's experts.  With a model, the trace
+    must have been recorded on it (:func:`placer.planning.build.check_trace_model`;
+    ``allow_model_mismatch`` turns a declared name that differs into a warning).
     """
+    from placer.planning.build import check_trace_model
     from placer.traces import read_routing
 
     for option, given, attr in (("--top-k", top_k, "top_k"),
@@ -293,10 +297,41 @@ def read_trace(
     if model is not None and num_experts is None:
         num_experts = model.num_experts
     source: Any = [str(p) for p in paths] if len(paths) > 1 else paths[0]
-    return read_routing(
+    routing = read_routing(
         source, trace_format, window_tokens=window_tokens, keep_tokens=keep_tokens,
         top_k=top_k, num_experts=num_experts, keep_warmup=keep_warmup,
     )
+    if model is not None:
+        check_trace_model(routing.stats, model, allow_mismatch=allow_model_mismatch)
+    return routing
+
+
+def check_trace_header(paths: Sequence[Path], trace_format: str | None, model: ModelSpec,
+                       allow_model_mismatch: bool = False) -> None:
+    """For a command that streams its trace (``replay``): the model an NPZ trace declares
+    checked against ``model`` from its header alone, before any work
+    (:func:`placer.planning.build.check_declared_model`).  Other inputs are checked
+    where they are read."""
+    from placer.planning.build import check_declared_model
+    from placer.traces import detect_format, read_npz_header
+
+    if len(paths) != 1 or not Path(paths[0]).is_file() or trace_format not in (None, "npz"):
+        return
+    if trace_format is None and detect_format(Path(paths[0])).name != "npz":
+        return
+    try:
+        header = read_npz_header(paths[0])
+    except PlacerError:
+        return  # not per-token routing, or damaged: the reader says so, with its figures
+    if header.get("layer_ids") is None:
+        return
+    shape = header["shape"]
+    check_declared_model(
+        header.get("model"), model,
+        num_experts=int(header.get("num_experts") or model.num_experts),
+        top_k=int(header.get("top_k") or (shape[-1] if len(shape) > 1 else model.top_k)),
+        layer_ids=np.asarray(header["layer_ids"]), where=str(paths[0]),
+        allow_mismatch=allow_model_mismatch)
 
 
 def write_pictures(pictures: tuple[tuple[str, bytes], ...], folder: Path,

@@ -26,6 +26,7 @@ from placer.cli.common import (
     write_pictures,
 )
 from placer.cli.options import (
+    allow_model_mismatch_option,
     dispatch_option,
     dpi_option,
     dtype_option,
@@ -242,6 +243,7 @@ def compare(
     ),
     trace_format: str | None = format_option(),
     keep_warmup: bool = keep_warmup_option(),
+    allow_model_mismatch: bool = allow_model_mismatch_option(),
     jobs: int = jobs_option("Scenarios run"),
     ray: str | None = ray_option("Run the scenarios"),
     json_out: bool = json_option("the rows"),
@@ -283,7 +285,8 @@ def compare(
     from placer.model import load_model
 
     routing = read_trace(list(study.trace), trace_format, model=load_model(study.settings.model),
-                         keep_tokens=True, keep_warmup=keep_warmup)
+                         keep_tokens=True, keep_warmup=keep_warmup,
+                         allow_model_mismatch=allow_model_mismatch)
     description = split_routing(routing, study.settings.holdout).description
     if not quiet:
         sys.stderr.write(f"{len(study.scenarios)} scenario(s), {description}\n")

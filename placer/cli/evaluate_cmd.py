@@ -28,6 +28,7 @@ from placer.cli.common import (
     recorded_name,
 )
 from placer.cli.options import (
+    allow_model_mismatch_option,
     dispatch_option,
     dtype_option,
     engine_option,
@@ -136,6 +137,7 @@ def evaluate_cmd(
     trace_format: str | None = format_option(),
     json_out: bool = json_option("the results"),
     keep_warmup: bool = keep_warmup_option(),
+    allow_model_mismatch: bool = allow_model_mismatch_option(),
     quiet: bool = quiet_option(),
 ) -> None:
     """Evaluate placements on a routing trace: hot shard, traffic and time, side by side."""
@@ -158,7 +160,8 @@ def evaluate_cmd(
     model_spec = load_model(model_name)
     topo = load_topology(topology_name)
     routing = read_trace(trace, trace_format, model=model_spec, window_tokens=window_tokens,
-                         keep_tokens=True, keep_warmup=keep_warmup)
+                         keep_tokens=True, keep_warmup=keep_warmup,
+                         allow_model_mismatch=allow_model_mismatch)
     names = column_names(placement)
     path_of = dict(zip(names, placement, strict=True))
 

@@ -389,6 +389,15 @@ def keep_warmup_option() -> Any:
     )
 
 
+def allow_model_mismatch_option() -> Any:
+    """``--allow-model-mismatch``: read a trace that declares another model as ``--model``'s."""
+    return typer.Option(
+        False, "--allow-model-mismatch",
+        help="Use a trace that declares another model than --model (a warning naming both,"
+        " instead of an error); its experts and layers must still be the model's.",
+    )
+
+
 def window_tokens_option() -> Any:
     """``--window-tokens``: windows of a fixed token count instead of the trace's steps."""
     return typer.Option(None, "--window-tokens", min=1, metavar="TOKENS", show_default=False,

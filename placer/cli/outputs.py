@@ -3,8 +3,8 @@
 A command that plans for a minute must not then fail, or quietly create a folder a typo
 named, when it writes: :func:`check_output` refuses, up front, a path that cannot be
 written (:func:`placer.io.fileio.check_output_path`) and one whose folder does not exist
-(placer creates no folders but the one ``--png-dir`` names), with the command that makes
-the folder as the hint.
+(placer creates no folders: not the one ``--png-dir`` names either), with the command
+that makes the folder as the hint.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ def check_output(path: str | os.PathLike[str], where: str) -> Path:
 
 
 def check_output_folder(path: str | os.PathLike[str], where: str) -> Path:
-    """``path``, a folder the command fills (``--png-dir``): created if missing, so the
-    folder it is in must exist."""
+    """``path``, a folder the command fills (``--png-dir``): it must exist, as the folder
+    of any other output must."""
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} is not a folder", where=where,
-                         hint="give a folder (it is created when missing), not a file")
-    if not folder.exists():
-        _check_folder(folder.parent, where)
+                         hint="give a folder, not a file")
+    _check_folder(folder, where)
     return folder
 
 

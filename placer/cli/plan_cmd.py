@@ -29,6 +29,7 @@ from placer.cli.common import as_flags, handle_errors, print_json, read_trace
 from placer.cli.exports import export_implies_engine
 from placer.cli.options import (
     DEFAULT_LAYER_SECONDS,
+    allow_model_mismatch_option,
     dispatch_option,
     dtype_option,
     engine_option,
@@ -188,6 +189,7 @@ def plan(
     top_k: int | None = top_k_option(),
     num_experts: int | None = num_experts_option(),
     keep_warmup: bool = keep_warmup_option(),
+    allow_model_mismatch: bool = allow_model_mismatch_option(),
     export: list[str] = typer.Option(
         [], "--export", "-x", metavar="FORMAT:FILE",
         help="Also write the placement for a serving engine (repeatable), e.g. sglang:plan.json;"
@@ -233,7 +235,8 @@ def plan(
                       else (False, ""))
     reading = time.perf_counter()
     routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
-                         num_experts=num_experts, keep_tokens=keep, keep_warmup=keep_warmup)
+                         num_experts=num_experts, keep_tokens=keep, keep_warmup=keep_warmup,
+                         allow_model_mismatch=allow_model_mismatch)
     read_s = time.perf_counter() - reading
     current_placement = read_placement(current) if current is not None else None
     auto = redundant is not None and redundant.strip().lower() == "auto"

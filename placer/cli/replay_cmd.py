@@ -14,8 +14,9 @@ from typing import Any
 import typer
 
 from placer.cli.command import PlacerCommand, examples
-from placer.cli.common import err, handle_errors, print_json, write_pictures
+from placer.cli.common import check_trace_header, err, handle_errors, print_json, write_pictures
 from placer.cli.options import (
+    allow_model_mismatch_option,
     dispatch_option,
     dpi_option,
     dtype_option,
@@ -100,6 +101,7 @@ def replay_cmd(
     segments: int = typer.Option(4, "--segments", min=1, help="Parts the figures are also"
                                  " given for."),
     trace_format: str | None = format_option(),
+    allow_model_mismatch: bool = allow_model_mismatch_option(),
     jobs: int = jobs_option("Policies replayed"),
     ray: str | None = ray_option("Replay the policies"),
     json_out: bool = json_option("the results"),
@@ -110,6 +112,7 @@ def replay_cmd(
 ) -> None:
     """Replay a trace step by step under rebalancing policies (static, the engines' online
     EPLB, placer online, foresight) with migration cost, and say which to run."""
+    from placer.model import load_model
     from placer.replay import parse_policy
     from placer.replay.policies import parse_sweep, swept
 
@@ -121,11 +124,17 @@ def replay_cmd(
     specs = rebalance or default_policies(regime.engine)
     policies = swept([parse_policy(s, where="--rebalance") for s in specs], parse_sweep(sweep))
     if report is not None or png_dir is not None:
+        from placer.cli.outputs import check_output, check_output_folder
         from placer.report import require_matplotlib
         from placer.report.files import check_dpi
 
+        if report is not None:
+            check_output(report, where="--report")
+        if png_dir is not None:
+            check_output_folder(png_dir, where="--png-dir")
         require_matplotlib()
         check_dpi(dpi)
+    check_trace_header(trace, trace_format, load_model(model), allow_model_mismatch)
     result, setting_notes = _run(trace, policies, model, topology, regime, redundant, dtype,
                                  initial, trace_steps, segments, trace_format, jobs, ray, quiet)
     deploy = _deploy(result, regime.engine)

@@ -22,6 +22,7 @@ from placer.cli.common import (
     recorded_name,
 )
 from placer.cli.options import (
+    allow_model_mismatch_option,
     dispatch_option,
     dpi_option,
     dtype_option,
@@ -78,6 +79,7 @@ def report(
     dtype: str | None = dtype_option(),
     held_out: str | None = eval_option(),
     trace_format: str | None = format_option(),
+    allow_model_mismatch: bool = allow_model_mismatch_option(),
     png_dir: Path | None = png_dir_option(),
     dpi: int = dpi_option(),
     json_out: bool = json_option("what was written and each placement's metrics"),
@@ -110,7 +112,8 @@ def report(
     regime, note = resolve_regime(engine, workload, tokens_per_gpu, dispatch, mode, seed)
     placements = [read_placement(p) for p in placement]
     model_spec, topo = _cluster(placements, model, topology)
-    routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True)
+    routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True,
+                         allow_model_mismatch=allow_model_mismatch)
     windows = _judged_windows(routing.stats.num_windows, held_out)
     if not quiet:
         sys.stderr.write(f"evaluating {', '.join(labels)} on windows"

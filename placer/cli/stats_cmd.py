@@ -41,6 +41,7 @@ from placer.cli.options import (
     topology_option,
     window_tokens_option,
 )
+from placer.cli.outputs import check_output
 from placer.errors import PlacerWarning, UsageError
 from placer.stats import format_ranges
 from placer.traces.synth.skew import SKEW_PRESETS
@@ -372,6 +373,7 @@ def synth(
     from placer.traces.synth import SynthParams, params_for_model, write_synth
     from placer.traces.synth.skew import with_skew
 
+    check_output(output, where="OUTPUT")
     num_ranks, note = _source_ranks(ranks, topology)
     if format is not None and format not in ("npz", "jsonl"):
         raise UsageError(f"unknown output format {format!r}", where="--format",

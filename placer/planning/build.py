@@ -13,13 +13,21 @@ GPU, so the ``G * S - E`` leftover slots hold replicas).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from placer.constants import GB
-from placer.errors import InfeasibleError, Param, TraceError, UsageError
+from placer.errors import (
+    InfeasibleError,
+    Param,
+    PlacerError,
+    TraceError,
+    TraceWarning,
+    UsageError,
+)
 from placer.model.slots import fewest_slots_per_gpu
 from placer.placement import Placement
 from placer.problem import PlacementProblem
@@ -28,9 +36,10 @@ from placer.stats.windows import OpenRange, parse_window_range, resolve_window_r
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
+    from placer.model.capacity import Capacity
     from placer.topology import Topology
 
-__all__ = ["ProblemSpec", "build_problem"]
+__all__ = ["ProblemSpec", "build_problem", "check_declared_model", "check_trace_model"]
 
 
 @dataclass(frozen=True)
@@ -99,11 +108,20 @@ def build_problem(routing: RoutingData | ExpertStats,
         _check_trace_against_model(stats, model)
 
     gpus, node_of_gpu = _gpus(topology, spec.num_gpus)
-    slots = _slots_per_gpu(stats.num_experts, gpus, spec.slots_per_gpu, redundant)
+    capacity = None
     if model is not None and topology is not None:
+        from placer.model.capacity import plan_capacity  # lands with the hardware modules
+
+        capacity = plan_capacity(model, topology, spec.dtype, kv_reserve_gb=spec.kv_reserve_gb,
+                                 kv_reserve_fraction=spec.kv_reserve_fraction)
+    most = None if capacity is None else int(capacity.slots_per_gpu)
+    try:
+        slots = _slots_per_gpu(stats.num_experts, gpus, spec.slots_per_gpu, redundant, most)
+    except _NoEvenSplitFits as none:
+        slots = none.slots  # the fewest even slots overflow the memory: say so below
+    if model is not None and topology is not None and capacity is not None:
         option = Param("redundant") if redundant is not None else Param("slots_per_gpu")
-        _check_memory(model, topology, slots, option, spec.dtype, spec.kv_reserve_gb,
-                      spec.kv_reserve_fraction)
+        _check_memory(model, topology, capacity, slots, option)
     if spec.current is not None:
         _check_current(spec.current, stats, gpus)
 
@@ -134,14 +152,93 @@ def _source(stats: ExpertStats) -> str | None:
     return sources[0] if len(sources) == 1 else None
 
 
+def check_trace_model(stats: ExpertStats, model: ModelSpec, *,
+                      allow_mismatch: bool = False) -> None:
+    """Check that the trace ``stats`` was recorded on ``model``.
+
+    A trace that declares another catalog model than ``model`` (its header's or
+    array's ``model``) is a TraceError naming the trace's model, ``model`` and what
+    differs (:func:`check_declared_model`); one whose experts or layers are not the
+    model's is a TraceError too, with or without ``allow_mismatch``: a plan cannot place
+    experts or layers the model lacks.
+    """
+    check_declared_model(stats.provenance.model, model, num_experts=stats.num_experts,
+                         top_k=stats.top_k, layer_ids=stats.layer_ids, where=_source(stats),
+                         allow_mismatch=allow_mismatch)
+    _check_trace_against_model(stats, model)
+
+
+def check_declared_model(declared: str | None, model: ModelSpec, *, num_experts: int,
+                         top_k: int | None, layer_ids: np.ndarray, where: str | None,
+                         allow_mismatch: bool = False) -> None:
+    """The trace at ``where`` declares the model ``declared`` and has ``num_experts``,
+    ``top_k`` and ``layer_ids``: a TraceError when ``declared`` is another catalog model
+    than ``model``, naming both and what differs; with ``allow_mismatch`` a TraceWarning
+    instead.  A declared name placer does not know (``synthetic``, a local name) is not
+    compared."""
+    other = _declared_model(declared, model)
+    if other is None:
+        return
+    differs = _differences(num_experts, top_k, layer_ids, model)
+    text = (
+        f"the trace declares model {other} but `model` is {model.name}"
+        + (f" ({'; '.join(differs)})" if differs else "")
+    )
+    if not allow_mismatch:
+        raise TraceError(
+            text, where=where,
+            hint=f"give `model` {other}, or pass `allow_model_mismatch` to use"
+            f" {other}'s routing for {model.name} anyway",
+        )
+    warnings.warn(TraceWarning(f"{text}; read as {model.name}'s routing"
+                               " (`allow_model_mismatch`)"), stacklevel=3)
+
+
+def _declared_model(declared: str | None, model: ModelSpec) -> str | None:
+    """The catalog model ``declared`` names, when it is not ``model`` (None otherwise)."""
+    from placer.model import load_model
+
+    if not declared or declared.lower() == str(model.name).lower():
+        return None
+    try:
+        spec = load_model(declared)
+    except (PlacerError, OSError, ValueError):
+        return None  # a name placer does not know: nothing to compare it with
+    if spec.name.lower() == str(model.name).lower():
+        return None
+    return str(spec.name)
+
+
+def _differences(num_experts: int, top_k: int | None, layer_ids: np.ndarray,
+                 model: ModelSpec) -> list[str]:
+    """What the trace has that ``model`` has not: experts, top-k, layers."""
+    out = []
+    if num_experts != int(model.num_experts):
+        out.append(f"{num_experts} experts per layer, {model.name} has {model.num_experts}")
+    if top_k is not None and int(top_k) != int(model.top_k):
+        out.append(f"top-k {top_k}, {model.name} has {model.top_k}")
+    layers = [int(i) for i in model.moe_layer_ids]
+    layers += [int(i) for i in getattr(model, "mtp_layer_ids", ())]
+    covered = len({int(i) for i in layer_ids} & set(layers))
+    if covered != len(layers) or len(layer_ids) != covered:
+        out.append(f"the trace covers {covered} of {model.name}'s {len(layers)} MoE layers"
+                   f": {format_ranges(np.asarray(layer_ids))}")
+    return out
+
+
+def _trace_name(stats: ExpertStats) -> str:
+    declared = stats.provenance.model
+    return f"the trace ({declared})" if declared else "the trace"
+
+
 def _check_trace_against_model(stats: ExpertStats, model: ModelSpec) -> None:
     name = getattr(model, "name", "the model")
     if stats.num_experts != int(model.num_experts):
         raise TraceError(
-            f"the trace has {stats.num_experts} experts per layer but {name} has"
-            f" {model.num_experts}",
+            f"{_trace_name(stats)} has {stats.num_experts} experts per layer but {name}"
+            f" has {model.num_experts}",
             where=_source(stats),
-            hint="check `model`, or the trace's num_experts",
+            hint="give the model the trace was recorded on as `model`",
         )
     moe_layers = [int(i) for i in model.moe_layer_ids]
     # MTP layers (num_hidden_layers + i) are MoE layers too when the engine ran them
@@ -165,7 +262,8 @@ def _check_trace_against_model(stats: ExpertStats, model: ModelSpec) -> None:
                 " num_nextn_predict_layers (a model YAML or the checkpoint's config.json)"
             )
         raise TraceError(
-            f"trace layer {foreign[0]} is not an MoE layer of {name}"
+            f"{_trace_name(stats).removeprefix('the ')} layer {foreign[0]} is not an MoE"
+            f" layer of {name}"
             f" (trace layers: {trace_layers})",
             where=_source(stats),
             hint=hint,
@@ -192,9 +290,20 @@ def _gpus(topology: Topology | None, num_gpus: int | None) -> tuple[int, np.ndar
     return int(num_gpus), np.zeros(int(num_gpus), dtype=np.int64)
 
 
+class _NoEvenSplitFits(Exception):
+    """No count of redundant experts both splits evenly and fits the memory budget."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(slots)
+        self.slots = slots
+
+
 def _slots_per_gpu(
-    num_experts: int, num_gpus: int, slots_per_gpu: int | None, redundant: int | None
+    num_experts: int, num_gpus: int, slots_per_gpu: int | None, redundant: int | None,
+    most: int | None = None,
 ) -> int:
+    """``S`` from the options; ``most``: the slots per GPU the memory budget holds (None:
+    unknown), so that a value a hint suggests passes the memory check as well."""
     if slots_per_gpu is not None and redundant is not None:
         raise UsageError(
             "`redundant` and `slots_per_gpu` exclude each other", where=Param("redundant"),
@@ -203,18 +312,31 @@ def _slots_per_gpu(
     minimum = fewest_slots_per_gpu(num_experts, num_gpus)
     if redundant is not None:
         if redundant < 0:
-            raise UsageError(f"expected R >= 0, got {redundant}", where=Param("redundant"))
+            raise UsageError(f"expected R >= 0, got {redundant}", where=Param("redundant"),
+                             hint="0 or more redundant experts per layer")
         total = num_experts + redundant
         if total % num_gpus:
-            lower = max(minimum, total // num_gpus) * num_gpus - num_experts
-            upper = -(-total // num_gpus) * num_gpus - num_experts
-            choices = sorted({lower, upper})
+            # the even splits next to R, within what a GPU can hold: at least the fewest
+            # slots, at most one replica of each expert and what the memory holds
+            cap = num_experts if most is None else min(num_experts, most)
+            if cap < minimum:
+                raise _NoEvenSplitFits(minimum)
+            below = min(max(minimum, total // num_gpus), cap)
+            above = -(-total // num_gpus)
+            choices = sorted({s * num_gpus - num_experts
+                              for s in (below, above) if minimum <= s <= cap})
+            limit = ""
+            if above > cap:
+                limit = (f"; the memory budget holds at most {most} slots per GPU"
+                         if most is not None and most < num_experts else
+                         f"; a GPU holds at most one replica of each of the {num_experts}"
+                         " experts")
             raise UsageError(
                 f"{num_experts} experts + {redundant} redundant = {total} slots do not split"
                 f" evenly over {num_gpus} GPUs",
                 where=Param("redundant"),
                 hint="engines need equal slots per GPU: try `redundant` "
-                + " or ".join(map(str, choices)),
+                + " or ".join(map(str, choices)) + limit,
             )
         return total // num_gpus
     if slots_per_gpu is None:
@@ -234,20 +356,8 @@ def _slots_per_gpu(
 
 
 def _check_memory(
-    model: ModelSpec,
-    topology: Topology,
-    slots: int,
-    option: str,
-    dtype: str | None,
-    kv_reserve_gb: float | None,
-    kv_reserve_fraction: float | None,
+    model: ModelSpec, topology: Topology, capacity: Capacity, slots: int, option: str,
 ) -> None:
-    from placer.model.capacity import plan_capacity  # lands with the hardware modules
-
-    capacity = plan_capacity(
-        model, topology, dtype, kv_reserve_gb=kv_reserve_gb,
-        kv_reserve_fraction=kv_reserve_fraction,
-    )
     if slots <= capacity.slots_per_gpu:
         return
     slot_gb = capacity.slot_bytes / GB
@@ -260,17 +370,22 @@ def _check_memory(
         f" = {free:.1f} GB for experts"
     )
     fits = min(capacity.slots_per_gpu, model.num_experts)
+    minimum = fewest_slots_per_gpu(model.num_experts, topology.num_gpus)
+    if fits < minimum:
+        hint = (f"{topology.num_gpus} GPUs need {minimum} slots each to hold the"
+                f" {model.num_experts} experts: more GPUs, a smaller `kv_reserve_gb`, or a"
+                " lower-precision `dtype`")
+    else:
+        hint = (f"use at most `slots_per_gpu` {fits}"
+                f" (`redundant` {fits * topology.num_gpus - model.num_experts}),"
+                " a smaller `kv_reserve_gb`, or a lower-precision `dtype`")
     raise InfeasibleError(
         f"{slots} slots per GPU need {slots * slot_gb:.1f} GB of expert weights per GPU"
         f" ({slot_gb:.2f} GB per slot over {model.num_moe_layers} MoE layers, {capacity.dtype}),"
         f" but the memory budget of {topology.name} holds {capacity.slots_per_gpu}"
         f" (GPU {gpu}: {budget})",
         where=option,
-        hint=(
-            f"use at most `slots_per_gpu` {fits}"
-            f" (`redundant` {fits * topology.num_gpus - model.num_experts}),"
-            " a smaller `kv_reserve_gb`, or a lower-precision `dtype`"
-        ),
+        hint=hint,
     )
 
 

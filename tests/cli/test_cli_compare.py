@@ -114,8 +114,9 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text(STUDY.format(trace=BUNDLED))
     report = tmp_path / "out" / "compare.html"
-    report.parent.mkdir()  # placer creates no folder but --png-dir's
+    report.parent.mkdir()  # placer creates no folder, --png-dir's neither
     pngs = tmp_path / "png"
+    pngs.mkdir()
     result = _compare("--scenarios", str(study), "--json", "--report", str(report),
                       "--png-dir", str(pngs), "--tokens-per-gpu", "64", "--dpi", "30")
     assert result.exit_code == 0, result.stderr

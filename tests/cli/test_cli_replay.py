@@ -200,6 +200,7 @@ def test_a_static_replay_is_placer_evaluate_on_the_same_batches(tmp_path):
 @pytest.mark.slow
 def test_report_and_pictures(trace, tmp_path):
     report = tmp_path / "replay.html"
+    (tmp_path / "png").mkdir()  # placer creates no folder
     result = _replay(str(trace), "-P", "static:default", "-P", "eplb:window=8,interval=8",
                      "-P", "oracle:interval=8", "--report", str(report), "--png-dir",
                      str(tmp_path / "png"))

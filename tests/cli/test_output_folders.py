@@ -71,7 +71,42 @@ COMMANDS = {
                                 "dgx-h100", "-o", "{missing}"]),
     "calibrate -o": ("cluster.yaml", ["calibrate", str(TIMINGS), "--topology", "dgx-h800",
                                       "-o", "{missing}"]),
+    "replay --report": ("replay.html", ["replay", "{trace}", "-m", "{model}", "-t", "dgx-h100",
+                                        "--report", "{missing}"]),
+    "replay --png-dir": ("pictures", ["replay", "{trace}", "-m", "{model}", "-t", "dgx-h100",
+                                      "--png-dir", "{missing}"]),
+    "synth OUTPUT": ("trace.npz", ["synth", "{missing}", "--model", "deepseek-v3",
+                                   "--tokens", "100"]),
+    "synth OUTPUT jsonl": ("trace.jsonl", ["synth", "{missing}", "--model", "deepseek-v3",
+                                           "--tokens", "100"]),
+    "synth OUTPUT jsonl.gz": ("trace.jsonl.gz", ["synth", "{missing}", "--model",
+                                                 "deepseek-v3", "--tokens", "100"]),
 }
+
+#: Options that name a file or folder a command writes; every one is in COMMANDS.
+WRITING = {"output", "report", "png_dir", "export"}
+
+
+def test_every_option_that_writes_a_file_is_walked() -> None:
+    """A new command or option that writes must join COMMANDS, so that its missing folder
+    is checked too."""
+    import typer.main
+
+    root = typer.main.get_command(app)
+    walked = {(name.split()[0], name.split()[1]) for name in COMMANDS}
+    found = set()
+    for command_name, command in root.commands.items():  # type: ignore[attr-defined]
+        for param in command.params:
+            if param.name not in WRITING:
+                continue
+            if param.param_type_name == "argument":
+                found.add((command_name, param.metavar or param.name.upper()))
+            else:
+                flags = sorted(param.opts, key=len)
+                walked_flag = next((f for f in flags if (command_name, f) in walked), None)
+                found.add((command_name, walked_flag or flags[-1]))
+    assert found, "no writing options found: the walk is broken"
+    assert found <= walked, f"not walked: {sorted(found - walked)}"
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -85,9 +120,11 @@ def test_an_output_in_a_missing_folder_is_refused_up_front(
     args = [a.format(**values) for a in command]
     result = runner.invoke(app, args)
     option = "--output" if name.endswith(" -o") else name.split()[1]
+    # --png-dir names the folder it fills: that folder must exist, as any output's must
+    absent = missing / filename if option == "--png-dir" else missing
     assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert f"error: {option}: folder {missing} does not exist" in result.stderr
-    assert f"hint: create it first (mkdir -p {missing})" in result.stderr
+    assert f"error: {option}: folder {absent} does not exist" in result.stderr
+    assert f"hint: create it first (mkdir -p {absent})" in result.stderr
     assert not (tmp_path / "no-such-folder").exists()
     assert result.stdout == ""  # refused before any work: nothing planned, judged or fitted
 

@@ -318,6 +318,7 @@ def two_plans(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_placer_report_writes_every_section(two_plans, tmp_path):
     out, pngs = tmp_path / "report.html", tmp_path / "png"
+    pngs.mkdir()  # placer creates no folder, --png-dir's neither
     result = runner.invoke(app, [
         "report", str(BUNDLED), "-p", str(two_plans[0]), "-p", str(two_plans[1]),
         "-t", "dgx-h100", "-m", "gpt-oss-20b", "-o", str(out), "--png-dir", str(pngs),
