@@ -105,6 +105,8 @@ def _from_record(record: tuple[str, Mapping[str, Any]], engine: str | None,
         words.append(f"{', '.join(names)} as {source} {verb}")
     if overridden:
         words.append("; ".join(overridden))
+    words += [f"--{key} {given[key]}" for key in ("dispatch", "mode")
+              if given[key] is not None and values.get(key) is None]
     words.append("set with --engine/--workload")
     return regime, "; ".join(words)
 

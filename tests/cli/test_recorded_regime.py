@@ -68,6 +68,8 @@ def test_evaluate_judges_as_the_plan_did_unless_a_flag_says_otherwise(tmp_path, 
     assert (f"judged as    vllm decode, 32 tokens per GPU (vllm_hash dispatch, low_latency"
             f" all-to-all); workload, tokens per GPU as {plan} records; --engine vllm over"
             " its sglang") in over
+    expert = runner.invoke(app, [*args[:-1], "--dispatch", "random"]).stdout
+    assert f"as {plan} records; --dispatch random; set with" in expert
     # the same figures as the flags would give: the record is the flags' default, no more
     flagged = json.loads(runner.invoke(app, [*args, "--engine", "sglang", "--tokens-per-gpu",
                                              "32"]).stdout)
