@@ -84,6 +84,22 @@ EXIT_INTERNAL = 3
 EXIT_BROKEN_PIPE = 141
 
 
+#: The warnings each running command has recorded so far (innermost last).
+_RECORDING: list[list[warnings.WarningMessage]] = []
+
+
+def said_warnings() -> list[str]:
+    """placer's warnings the running command has recorded so far, as its ``warning:`` lines
+    will say them (once each): for pages that carry what the terminal says."""
+    texts: list[str] = []
+    for w in _RECORDING[-1] if _RECORDING else []:
+        if issubclass(w.category, PlacerWarning):
+            text = as_flags(str(w.message))
+            if text not in texts:
+                texts.append(text)
+    return texts
+
+
 def handle_errors(fn: F) -> F:
     """Decorator for commands: PlacerError -> clean message and exit code; warnings ->
     stderr (placer's as ``warning:`` lines, others as Python shows them, once each, after
@@ -102,6 +118,7 @@ def handle_errors(fn: F) -> F:
         try:
             with warnings.catch_warnings(record=True) as recorded:
                 caught = recorded
+                _RECORDING.append(recorded)
                 warnings.simplefilter("always", PlacerWarning)
                 try:
                     return fn(*args, **kwargs)
@@ -128,6 +145,8 @@ def handle_errors(fn: F) -> F:
                         raise
                     raise typer.Exit(EXIT_INTERNAL) from None
         finally:
+            if _RECORDING:
+                _RECORDING.pop()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             show_warnings(list(caught))  # after the recording context: not re-recorded

@@ -22,6 +22,7 @@ from placer.cli.common import (
     handle_errors,
     print_json,
     read_trace,
+    said_warnings,
     to_jsonable,
     write_pictures,
 )
@@ -308,7 +309,8 @@ def compare(
         sys.stdout.write(format_table(rows, wide=wide))
         sys.stdout.write(f"\n{choice.line}\n")
     if report is not None or png_dir is not None:
-        _write_report(study, outcomes, routing, description, report, png_dir, dpi, quiet)
+        _write_report(study, outcomes, routing, description, report, png_dir, dpi, quiet,
+                      said=(choice.line, *said_warnings()))
 
 
 def _check_pictures(dpi: int, wanted: bool) -> None:
@@ -331,7 +333,10 @@ def _write_report(
     png_dir: Path | None,
     dpi: int,
     quiet: bool = False,
+    said: tuple[str, ...] = (),
 ) -> None:
+    """The HTML page and pictures; ``said``: the recommendation line, then the warnings,
+    as the terminal says them."""
     from placer import __version__
     from placer.cli.common import write_text_atomic
     from placer.report.sections import compare_report
@@ -348,7 +353,8 @@ def _write_report(
     built = compare_report(outcomes, split.judge_stats, summarize(routing.stats),
                            description=description, node_of_gpu=nodes, subtitle=subtitle,
                            dpi=dpi, settings=study.settings, scenarios=study.scenarios,
-                           command=command_line())
+                           command=command_line(), recommendation=said[:1],
+                           warnings=said[1:])
     if report is not None:
         write_text_atomic(report, built.html(footer=f"placer {__version__}"))
         if not quiet:

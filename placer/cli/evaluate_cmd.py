@@ -47,7 +47,7 @@ from placer.cli.options import (
     window_tokens_option,
     workload_option,
 )
-from placer.cli.regime import judged_as, resolve_regime
+from placer.cli.regime import judged_as, placements_regime
 from placer.errors import PlacerError
 from placer.evaluate import Evaluation, PartEvaluation, evaluate_many
 from placer.metrics import METRICS
@@ -141,7 +141,6 @@ def evaluate_cmd(
     quiet: bool = quiet_option(),
 ) -> None:
     """Evaluate placements on a routing trace: hot shard, traffic and time, side by side."""
-    regime, note = resolve_regime(engine, workload, tokens_per_gpu, dispatch, mode, seed)
     fit_range = parse_window_range(fit, option="--fit") if fit is not None else None
     eval_range = parse_window_range(held_out, option="--eval") if held_out is not None else None
 
@@ -155,6 +154,8 @@ def evaluate_cmd(
         except PlacerError as e:
             e.where = e.where or str(path)
             raise
+    regime, note = placements_regime(placements, placement, engine, workload, tokens_per_gpu,
+                                     dispatch, mode, seed)
     model_name = model or recorded_name(placements, "model", "--model")
     topology_name = topology or recorded_name(placements, "topology", "--topology")
     model_spec = load_model(model_name)

@@ -59,7 +59,7 @@ from placer.cli.options import (
 )
 from placer.cli.outputs import check_output
 from placer.cli.progress import phases, progress
-from placer.cli.regime import resolve_regime
+from placer.cli.regime import recorded, resolve_regime
 from placer.cli.summary import summary_rows
 from placer.errors import UsageError
 from placer.io.fileio import all_or_nothing, check_not_inputs, is_stream
@@ -261,6 +261,7 @@ def plan(
             else routing.stats.provenance.model,
             top_k=model_spec.top_k if model_spec is not None else (routing.stats.top_k or None),
             topology=topo, solver=result.record(), metrics=run.metrics,
+            regime=recorded(target),
         )
         exported = [export_engine(result.placement, fmt, path, model=model_spec)
                     for fmt, path in exports if model_spec is not None]  # _check_flags

@@ -137,6 +137,11 @@ def replay_cmd(
     check_trace_header(trace, trace_format, load_model(model), allow_model_mismatch)
     result, setting_notes = _run(trace, policies, model, topology, regime, redundant, dtype,
                                  initial, trace_steps, segments, trace_format, jobs, ray, quiet)
+    from placer.replay.payback import paybacks, too_short
+
+    short = too_short(result, int(result.info["steps"]))
+    if short is not None:
+        setting_notes.append(short)
     deploy = _deploy(result, regime.engine)
     batch = "the trace's own steps" if trace_steps else None
     if json_out:
@@ -144,6 +149,7 @@ def replay_cmd(
         recommended = None if best is None else {"kind": best.kind, "policy": best.label}
         print_json({**result.to_dict(), "judged_as": regime.describe(batch),
                     "notes": setting_notes, "recommended": recommended,
+                    "payback": [p.to_dict() for p in paybacks(result)],
                     "deploy": dict(deploy)})
     else:
         _print(result, regime, note, setting_notes, deploy, batch)

@@ -43,7 +43,7 @@ from placer.cli.options import (
     topology_option,
     workload_option,
 )
-from placer.cli.regime import judged_as, resolve_regime
+from placer.cli.regime import judged_as, placements_regime
 from placer.errors import UsageError
 from placer.stats.windows import default_split, parse_window_range, resolve_window_range
 
@@ -109,8 +109,9 @@ def report(
     from placer.report.verdicts import placement_judgements
     from placer.stats.analysis import summarize
 
-    regime, note = resolve_regime(engine, workload, tokens_per_gpu, dispatch, mode, seed)
     placements = [read_placement(p) for p in placement]
+    regime, note = placements_regime(placements, placement, engine, workload, tokens_per_gpu,
+                                     dispatch, mode, seed)
     model_spec, topo = _cluster(placements, model, topology)
     routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True,
                          allow_model_mismatch=allow_model_mismatch)

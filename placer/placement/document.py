@@ -8,7 +8,11 @@ A document::
      "num_physical_experts": 288, "slots_per_gpu": 9,
      "layers": [{"layer": 3, "physical_to_logical": [...288 ints...]}, ...],
      "solver": {"name": "eplb", "status": "HEURISTIC", "objective": 1234.0, ...},
-     "metrics": {"hot_shard_ratio_median": 1.01, ...}}
+     "metrics": {"hot_shard_ratio_median": 1.01, ...},
+     "regime": {"engine": "sglang", "workload": "decode", "tokens_per_gpu": 32}}
+
+``regime`` (optional) is what the plan was judged under; commands that read the
+placement take it as their default regime.
 
 The JSON Schema ships as ``placer/data/placement.schema.json`` (:func:`schema`).
 Reading checks the document against it with a small built-in validator (no
@@ -82,6 +86,7 @@ def placement_to_dict(
     topology: Topology | Mapping[str, Any] | None = None,
     solver: Mapping[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
+    regime: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The placement as a JSON-ready v1 document.
 
@@ -97,6 +102,8 @@ def placement_to_dict(
         (:meth:`placer.problem.SolveResult.record`), or None for
         ``placement.meta["solver"]`` (else omitted).
     metrics: flat ``{name: number}``; default ``placement.meta["metrics"]``.
+    regime: what the placement was judged under (:meth:`placer.regime.Regime.record`);
+        default ``placement.meta["regime"]`` (else omitted).
     """
     meta = placement.meta
     model_meta = dict(meta.get("model") or {})
@@ -123,6 +130,9 @@ def placement_to_dict(
     chosen_metrics = metrics if metrics is not None else meta.get("metrics")
     if chosen_metrics is not None:
         doc["metrics"] = _plain(dict(chosen_metrics))
+    chosen_regime = regime if regime is not None else meta.get("regime")
+    if chosen_regime is not None:
+        doc["regime"] = _plain({k: v for k, v in chosen_regime.items() if v is not None})
     return doc
 
 
@@ -135,6 +145,7 @@ def write_placement(
     topology: Topology | Mapping[str, Any] | None = None,
     solver: Mapping[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
+    regime: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``placement`` as placement JSON v1, atomically; return the path.
 
@@ -143,7 +154,7 @@ def write_placement(
     """
     doc = placement_to_dict(
         placement, model_name=model_name, top_k=top_k, topology=topology, solver=solver,
-        metrics=metrics,
+        metrics=metrics, regime=regime,
     )
     problems = schema_errors(doc)
     if problems:  # a bug in this module, not the user's input
@@ -227,8 +238,8 @@ def read_placement(
 
     Returns
     -------
-    The placement; ``meta`` holds ``model``, ``topology``, ``solver``, ``metrics``
-    (as in the file) and ``source`` (the path).
+    The placement; ``meta`` holds ``model``, ``topology``, ``solver``, ``metrics``,
+    ``regime`` (as in the file) and ``source`` (the path).
 
     Raises
     ------
@@ -382,6 +393,7 @@ def placement_from_dict(doc: Any, *, source: str = "<placement>") -> Placement:
         "topology": doc["topology"],
         "solver": doc.get("solver"),
         "metrics": doc.get("metrics"),
+        "regime": doc.get("regime"),
         "source": source,
     }
     return Placement(

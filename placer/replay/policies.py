@@ -220,10 +220,10 @@ def _keys(kind: str, rest: str, text: str, where: str) -> dict[str, str]:
                              f" (policies: {policy_help()})")
         if allowed[key] and eq:
             raise UsageError(f"{key} takes no value in policy {text!r}", where=where,
-                             hint=f"write {kind}:...,{key}")
+                             hint=f"write the bare {key}, e.g. {_example(kind, rest, key)}")
         if not allowed[key] and not eq:
             raise UsageError(f"{key} needs a value in policy {text!r}", where=where,
-                             hint=f"write {key}=N")
+                             hint=f"write {key}=N, e.g. {_example(kind, rest, f'{key}=100')}")
         if key in values:
             raise UsageError(f"{key} is given twice in policy {text!r}", where=where,
                              hint="give each key once")
@@ -231,13 +231,35 @@ def _keys(kind: str, rest: str, text: str, where: str) -> dict[str, str]:
     return values
 
 
+def _split(text: str) -> tuple[str, str]:
+    """``kind:rest`` -> ``(kind, rest)``."""
+    kind, _, rest = text.strip().partition(":")
+    return kind, rest
+
+
+def _example(kind: str, rest: str, item: str) -> str:
+    """The policy ``kind:rest`` with ``item`` in place of its key's written form (an
+    example that parses, for hints).
+
+    >>> _example("eplb", "", "interval=100")
+    'eplb:interval=100'
+    >>> _example("eplb", "window=5,async=1", "async")
+    'eplb:window=5,async'
+    """
+    key = item.partition("=")[0]
+    kept = [p.strip() for p in rest.split(",")
+            if p.strip() and p.partition("=")[0].strip() != key]
+    return f"{kind}:{','.join([*kept, item])}"
+
+
 def _count(values: dict[str, str], key: str, text: str, where: str, default: int | None,
            *, minimum: int = 1) -> int:
     """Whole number ``key`` of ``values`` (>= ``minimum``), or ``default``."""
     if key not in values:
         if default is None:
+            example = _example(*_split(text), f"{key}=100")
             raise UsageError(f"policy {text!r} needs {key}", where=where,
-                             hint=f"add {key}=N (steps), e.g. {text.rstrip(',')},{key}=100")
+                             hint=f"add {key}=N (steps), e.g. {example}")
         return default
     raw = values[key]
     try:

@@ -378,9 +378,11 @@ def compare_report(
     settings: CompareSettings | None = None,
     scenarios: Sequence[Scenario] = (),
     command: str = "",
+    recommendation: Sequence[str] = (),
+    warnings: Sequence[str] = (),
 ) -> Report:
-    """``placer compare --report``: verdicts, the table and what-if chart, settings, then
-    baseline vs best.
+    """``placer compare --report``: the recommendation, verdicts, the table and what-if
+    chart, settings, then baseline vs best.
 
     Parameters
     ----------
@@ -396,6 +398,8 @@ def compare_report(
     scenarios: the study's ``placer.compare.Scenario`` (topologies, redundancy, solvers).
     command: the command line that wrote the report
         (:func:`placer.report.settings.command_line`).
+    recommendation, warnings: the ``recommended:`` line and the ``warning:`` texts the
+        terminal shows, opening the page.
 
     Each scenario's verdict is against its row's baseline (``CompareRow.baseline``,
     else the first scenario that ran on its topology).  The pictures compare the
@@ -412,7 +416,9 @@ def compare_report(
     rows_of_settings = compare_settings_rows(settings, scenarios) if settings is not None else []
     if description:
         rows_of_settings.append(("windows", description))
-    sections = [
+    said = (*recommendation, *(f"warning: {w}" for w in warnings))
+    sections = [Section("Recommendation", tuple(Text(t) for t in said))] if said else []
+    sections += [
         verdict_section(compare_judgements(rows), intro="Each scenario against its baseline"
                         " (the EPLB scenario at the same redundancy on the same topology, else"
                         " that topology's first EPLB scenario; the table names it), on the"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -135,6 +136,14 @@ def test_scenario_file_runs_and_report_is_self_contained(tmp_path):
     # what-if, expert load, 2 maps, 2 co-activation maps, per-GPU load, tail
     assert page.count("data:image/png;base64,") == len(list(pngs.glob("*.png"))) == 8
     assert (pngs / "what-if.png").read_bytes().startswith(b"\x89PNG")
+    # the page opens with what the terminal says: the recommendation and the warnings
+    said = page.split("<h2>Recommendation</h2>", 1)[1].split("<h2>", 1)[0]
+    chosen = doc["recommendation"]
+    assert html.escape(f"recommended: {chosen['scenario']} — {chosen['reason']}") in said
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned  # the bundled trace is synthetic: said on both
+    for line in warned:
+        assert html.escape(line, quote=False) in said or html.escape(line) in said, line
 
 
 @pytest.mark.parametrize(

@@ -208,3 +208,31 @@ def test_report_and_pictures(trace, tmp_path):
     html = report.read_text()
     assert "eplb:window=8,interval=8" in html and "<img" in html
     assert list((tmp_path / "png").glob("*.png"))
+
+
+def test_a_replay_too_short_to_pay_back_says_so_with_the_break_even(trace):
+    args = (str(trace), "--engine", "sglang", "-P", "static:default",
+            "-P", "eplb:window=4,interval=4", "-P", "placer:window=4,interval=4")
+    result = _replay(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    rows = {row["policy"]: row for row in doc["payback"]}
+    for policy in doc["policies"]:
+        if policy["policy"].startswith("static") or not policy["rebalances"]:
+            assert policy["policy"] not in rows
+            continue
+        row = rows[policy["policy"]]
+        assert row["static"] == "static:default"
+        figures = policy["figures"]
+        # the cost a rebalance: its stalls over the replay, per rebalance (sync on SGLang)
+        assert row["cost_s"] == pytest.approx(figures["stall_s"] / figures["rebalances"])
+        if row["gain_us_per_step"] > 0:
+            assert row["break_even_steps"] == pytest.approx(
+                row["cost_s"] * 1e6 / row["gain_us_per_step"])
+    fits = [r for r in rows.values() if r["break_even_steps"] is not None
+            and r["first_rebalance_step"] + r["break_even_steps"] <= doc["steps"]]
+    said = [n for n in doc["notes"] if n.startswith("this replay (32 steps")]
+    # SGLang's synchronous copies stall far longer than 32 steps' gain: said, not hidden
+    assert rows and not fits and len(said) == 1
+    text = _replay(*args)
+    assert f"note: {said[0]}" in text.stdout

@@ -207,7 +207,8 @@ def test_placer_report_states_settings_command_and_verdict(two_plans, tmp_path, 
     assert verdict is not None
     assert verdict.group(1).endswith(("— better", "— worse", "— equal (within 0.1%)"))
     judged = ("judged as    vllm decode, 128 tokens per GPU (sglang dispatch, low_latency"
-              " all-to-all); --dispatch sglang; set with --engine/--workload")
+              " all-to-all); engine, workload, tokens per GPU as the 2 placements record;"
+              " --dispatch sglang; set with --engine/--workload")
     assert result.stdout == judged + "\n" + verdict.group(1) + "\n"  # the answer on stdout
     result = runner.invoke(app, [*args, "--json", "-q"])
     assert result.exit_code == 0, result.stderr
