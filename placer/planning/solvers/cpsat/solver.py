@@ -26,6 +26,7 @@ from placer.evaluate.judge import EQUAL_TIME, LayerJudge, can_judge, faster_rows
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.placement.migration import Frontier, layer_moves
+from placer.planning.solvers.cpsat.distinct import without_duplicates
 from placer.planning.solvers.cpsat.layer import (
     LayerData,
     batch_variance,
@@ -262,27 +263,45 @@ def _placement_of(
 def _judged(
     placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
     problem: PlacementProblem, params: SolveParams, hint_result: SolveResult,
-) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
-    """Judge the plan against the hint, EPLB, spread variants and the current placement."""
+) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None,
+           dict[str, int]]:
+    """Judge the plan against the hint, EPLB, spread variants and the current placement.
+
+    Every candidate but the deployed placement competes without duplicate replicas
+    (:func:`~placer.planning.solvers.cpsat.distinct.without_duplicates`); the reference
+    EPLB itself, untouched, is still what the plan's figures are compared with.  The
+    last item returned counts the layers repaired per candidate.
+    """
     hint = hint_result.placement
-    candidates = [(hint_result.solver, hint)]
+    load = problem.stats.load.sum(axis=0).astype(np.float64)
+    gpus_per_node = problem.num_gpus // problem.num_nodes
+    repaired: dict[str, int] = {}
+
+    def distinct(name: str, candidate: Placement) -> tuple[str, Placement]:
+        fixed, count = without_duplicates(candidate, placement, load, gpus_per_node)
+        if count:
+            repaired[name] = count
+        return name, fixed
+
+    candidates = [distinct(hint_result.solver, hint)]
     # the reference users compare with, or its valid variant where the engine needs one
     baseline = "eplb-valid" if params.distinct else "eplb"
     reference = hint if hint_result.solver == baseline else solve(
         problem, baseline, params.shared()).placement
     if params.regime.dispatch == "sglang" and problem.num_nodes > 1:
         # node-local dispatch: the same plans with replicas spread over nodes
-        load = problem.stats.load.sum(axis=0).astype(np.float64)
         candidates += [
             ("cpsat+spread", spread_replicas(placement, problem.node_of_gpu, load)),
-            ("eplb+spread", spread_replicas(reference, problem.node_of_gpu, load)),
+            ("eplb+spread", spread_replicas(distinct(baseline, reference)[1],
+                                            problem.node_of_gpu, load)),
         ]
     if hint_result.solver != baseline:  # the reference EPLB is what users compare with
-        candidates.append((baseline, reference))
+        candidates.append(distinct(baseline, reference))
     if problem.current is not None and not (
             params.distinct and problem.current.duplicate_gpus.any()):
         candidates.append(("current", problem.current))  # re-planning: moving nothing
-    return _keep_faster(placement, candidates, outcomes, layers, problem, params)
+    return (*_keep_faster(placement, candidates, outcomes, layers, problem, params,
+                          reference), repaired)
 
 
 def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
@@ -299,8 +318,9 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     placement = _placement_of(outcomes, problem, hint)
     layers = [task[0] for task in tasks]
     times = current_times = None
+    repaired: dict[str, int] = {}
     if can_judge(problem):
-        placement, outcomes, times, current_times = _judged(
+        placement, outcomes, times, current_times, repaired = _judged(
             placement, outcomes, layers, problem, params, hint_result)
     budget: dict[str, Any] | None = None
     if problem.current is not None:
@@ -321,8 +341,14 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         baseline = hint_result.solver
     else:
         baseline = "current" if problem.current is not None else "eplb"
-    return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
-                   baseline, OBJECTIVE_UNIT[options.robust], times, budget)
+    result = _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
+                     baseline, OBJECTIVE_UNIT[options.robust], times, budget)
+    # candidates' layers that held an expert twice on a GPU and competed repaired
+    result.details["repaired_layers"] = repaired
+    # (layer, GPU) pairs of the answer holding an expert twice: only where the slots
+    # leave no other choice, or the deployed placement is kept
+    result.details["duplicate_gpus"] = int(placement.duplicate_gpus.sum())
+    return result
 
 
 def _within_budget(
@@ -386,7 +412,7 @@ def _within_budget(
 def _keep_faster(
     placement: Placement, candidates: list[tuple[str, Placement]],
     outcomes: list[LayerOutcome], layers: list[LayerData], problem: PlacementProblem,
-    params: SolveParams,
+    params: SolveParams, reference: Placement,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
     """The fastest of the plan and the ``candidates`` (the hint, the reference EPLB) by
     the evaluator's estimated p99 layer time.
@@ -406,13 +432,14 @@ def _keep_faster(
     Returns the placement, the outcomes (a candidate's rows with the candidate's name as
     winner and its figures, ``FALLBACK`` for the hint's and the baseline's), and
     ``(chosen_times, eplb_times)``: ``[layers]`` estimated p99 layer times, microseconds,
-    of the returned placement and of the reference EPLB (the hint when it is EPLB), and
+    of the returned placement and of ``reference`` (the reference EPLB as users run it,
+    duplicates included, whichever candidate competed in its place), and
     the deployed placement's times (candidate ``current``; None without one).
     """
     # all judged on the same sampled tokens, each distinct layer once, the layers split
     # over the cores the search used
     timed = LayerJudge(problem, params.regime, params.seed)
-    timed.prefetch([placement, *(other for _, other in candidates)],
+    timed.prefetch([placement, *(other for _, other in candidates), reference],
                    1 if params.ray else params.jobs)
 
     def taken(row: int, name: str, other: Placement) -> LayerOutcome:
@@ -440,8 +467,7 @@ def _keep_faster(
     merged_times = timed(merged) if not np.array_equal(rows, placement.physical_to_logical) \
         else plan_times
     baseline_times = whole[-1][2]
-    reference = "eplb-valid" if params.distinct else "eplb"
-    eplb_times = next((t for n, _, t in whole if n == reference), whole[1][2])
+    eplb_times = timed(reference)
     best = ("merged", merged, merged_times)
     for entry in whole:
         if entry[2].sum() < best[2].sum() * (1 - EQUAL_TIME):
