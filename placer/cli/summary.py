@@ -42,6 +42,7 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
         f" {p['slots_per_gpu']} slots per GPU ({p['num_physical_experts']} physical,"
         f" {p['num_redundant']} redundant)",
         f"solver       {solver}",
+        *fallback_rows(s),
         f"hot shard    max/mean GPU load: median {m['hot_shard_ratio_median']:.4f},"
         f" worst {m['hot_shard_ratio_worst']:.4f}"
         f" (hottest GPU {m['hottest_gpu_load']:.6g} tokens)",
@@ -59,6 +60,21 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
     if frontier:
         lines += frontier_rows(summary.replan)
     return lines
+
+def fallback_rows(solver: dict[str, Any]) -> list[str]:
+    """Why a ``FALLBACK`` plan kept the baseline's layout, one line; none otherwise."""
+    reasons = solver.get("fallback") or {}
+    if solver["status"] != "FALLBACK" or not reasons:
+        return []
+    why = "; ".join(f"{r['why']} in {r['layers']} layer{'s' if r['layers'] != 1 else ''}"
+                    for r in sorted(reasons.values(), key=lambda r: -r["layers"]))
+    repaired = (solver.get("repaired_layers") or {}).get(solver.get("baseline") or "")
+    if repaired:
+        why += (f"; {solver['baseline']}'s layout holds an expert twice on a GPU in {repaired}"
+                f" layer{'s' if repaired != 1 else ''}, kept here with the second replica"
+                " swapped onto another GPU")
+    return [f"fallback     no layer is CP-SAT's own: {why}"]
+
 
 def judged_text(judged: Judged) -> str:
     """Where and how a plan was judged, in words: ``held-out windows 6:32 (fitted 0:6),

@@ -216,6 +216,10 @@ def _solver_doc(result: SolveResult) -> dict[str, Any]:
         "hot_shard": result.hot_shard,
         "baseline": result.baseline,
         "seconds": round(result.seconds, 3),
+        # why layers kept the baseline's layout (cpsat): reason -> {"layers", "why"}
+        "fallback": result.details.get("fallback") or None,
+        # candidate -> layers that held an expert twice on a GPU and competed repaired
+        "repaired_layers": result.details.get("repaired_layers") or None,
     }
 
 

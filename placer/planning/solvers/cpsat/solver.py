@@ -38,7 +38,12 @@ from placer.planning.solvers.cpsat.layer import (
 )
 from placer.planning.solvers.cpsat.options import CpsatOptions
 from placer.planning.solvers.cpsat.replicas import replica_range
-from placer.planning.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
+from placer.planning.solvers.cpsat.search import (
+    FALLBACK_REASONS,
+    LayerOutcome,
+    SearchParams,
+    solve_layer,
+)
 from placer.planning.solvers.cpsat.spread import spread_replicas
 from placer.planning.solvers.cpsat.traffic import (
     identical_gpus,
@@ -388,7 +393,7 @@ def _within_budget(
         data = layers[row]
         kept[row] = replace(outcomes[row], x=x > 0, balance=data.balance(x),
                             traffic=data.traffic(x), moves=0, status="FALLBACK",
-                            winner="current")
+                            winner="current", fallback="moves")
     cost = np.where(picked, chosen_cost, current_cost)
     total_current = float(current_cost.sum())
     full = frontier.max_moves
@@ -442,13 +447,14 @@ def _keep_faster(
     timed.prefetch([placement, *(other for _, other in candidates), reference],
                    1 if params.ray else params.jobs)
 
-    def taken(row: int, name: str, other: Placement) -> LayerOutcome:
+    def taken(row: int, name: str, other: Placement, why: str = "judged") -> LayerOutcome:
         x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
         data = layers[row]
         kept_baseline = name in (candidates[0][0], "eplb", "eplb-valid", "current")
         return replace(outcomes[row], x=x > 0, balance=data.balance(x),
                        traffic=data.traffic(x), moves=data.moves(x),
-                       status="FALLBACK" if kept_baseline else "FEASIBLE", winner=name)
+                       status="FALLBACK" if kept_baseline else "FEASIBLE", winner=name,
+                       fallback=why if kept_baseline else "")
 
     plan_times = timed(placement)
     best_times = plan_times.copy()
@@ -472,7 +478,10 @@ def _keep_faster(
     for entry in whole:
         if entry[2].sum() < best[2].sum() * (1 - EQUAL_TIME):
             best = entry
+    why = "judged"  # a candidate's whole placement timed fastest
     if candidates and best[2].sum() > baseline_times.sum() * (1 - constants.JUDGE_MARGIN):
+        if best[0] != whole[-1][0] and best[2].sum() < baseline_times.sum() * (1 - EQUAL_TIME):
+            why = "margin"  # faster, but not by the margin
         best = whole[-1]  # not clearly faster than the baseline (EPLB): keep the baseline
     name, chosen, chosen_times = best
     current_times = next((t for n, _, t in whole if n == "current"), None)
@@ -480,7 +489,7 @@ def _keep_faster(
         return merged, merged_outcomes, (chosen_times, eplb_times), current_times
     if name == "cpsat":
         return placement, list(outcomes), (chosen_times, eplb_times), current_times
-    return chosen, [taken(row, name, chosen) for row in range(len(outcomes))], (
+    return chosen, [taken(row, name, chosen, why) for row in range(len(outcomes))], (
         chosen_times, eplb_times), current_times
 
 
@@ -498,6 +507,7 @@ def _result(
     else:
         status = "FEASIBLE"
     winners = [o.winner for o in outcomes]
+    reasons = [o.fallback or "search" for o in outcomes if o.status == "FALLBACK"]
     per_layer = [
         {
             "layer": int(lid),
@@ -516,6 +526,7 @@ def _result(
             "steps": o.steps,
             "seconds": o.seconds,
             "hit_wall_limit": o.hit_wall_limit,
+            "fallback": o.fallback or None,
         }
         for lid, o in zip(placement.layer_ids.tolist(), outcomes, strict=True)
     ]
@@ -528,6 +539,9 @@ def _result(
         "moves": int(sum(o.moves for o in outcomes)),
         "eplb_moves": int(sum(o.hint_moves for o in outcomes)),
         "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
+        # why the FALLBACK layers kept another layout: reason -> layers and the reason
+        "fallback": {reason: {"layers": reasons.count(reason), "why": FALLBACK_REASONS[reason]}
+                     for reason in sorted(set(reasons))},
         "layers": per_layer,
     }
     if times is not None:
