@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from placer.stats.skew import GINI_MARGIN
 from placer.summary import TIME_FIGURES, PlanSummary
 from placer.summary.figures import EQUAL_TOLERANCE, Judged
 from placer.summary.plan import BATCH_FLOOR_FIGURE, FLOOR_FIGURE
@@ -52,6 +53,7 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
         lines.append(f"judged on    {judged_text(summary.judged)}")
     if summary.calibration_note:
         lines.append(f"calibration  {summary.calibration_note}")
+    lines += traffic_rows(p.get("skew"))
     lines += replan_rows(summary.replan)
     lines.append("")
     lines += time_rows(summary)
@@ -60,6 +62,26 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
     if frontier:
         lines += frontier_rows(summary.replan)
     return lines
+
+#: Where each skew class sits against measured routing (no gain is promised).
+_SKEW_PLACE = {"mild": "milder than measured routing", "real": "within measured routing's range",
+               "heavy": "heavier than measured routing"}
+
+
+def traffic_rows(skew: dict[str, Any] | None) -> list[str]:
+    """How skewed the fitted windows are, one line (``placer.stats.skew.skew_report``)."""
+    if not skew or skew["median"]["gini"] is None:
+        return []
+    m = skew["median"]
+
+    def num(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    low, high = skew["real_gini_medians"]
+    return [f"traffic      fitted windows' median layer: Gini {num(m['gini'], 2)},"
+            f" CV {num(m['cv'], 2)}, max/mean {num(m['max_over_mean'], 1)}:"
+            f" {_SKEW_PLACE[skew['class']]} (Gini {low:.2f}-{high:.2f} ± {GINI_MARGIN:.2f})"]
+
 
 def fallback_rows(solver: dict[str, Any]) -> list[str]:
     """Why a ``FALLBACK`` plan kept the baseline's layout, one line; none otherwise."""

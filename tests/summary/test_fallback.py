@@ -1,4 +1,5 @@
-"""A FALLBACK plan's summary names why it kept the baseline's layout, in text and JSON."""
+"""A FALLBACK plan's summary names why it kept the baseline's layout, and every summary
+says how skewed the fitted traffic is, in text and JSON."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import warnings
 import pytest
 from planner_fixtures import MODEL, skewed_stats
 
-from placer.cli.summary import fallback_rows, summary_rows
+from placer.cli.summary import fallback_rows, summary_rows, traffic_rows
 from placer.planning.solvers import solve
 from placer.problem import PlacementProblem, SolveParams
 from placer.regime import Regime
 from placer.stats import RoutingData
+from placer.stats.skew import skew_report
 from placer.summary import summarize_plan
 from placer.topology import load_topology
 
@@ -64,3 +66,31 @@ def test_a_plan_of_cpsats_own_names_no_reason(fallback):
     own = dict(summary.to_dict()["solver"], status="FEASIBLE")
     assert fallback_rows(own) == []
     assert fallback_rows(dict(own, status="FALLBACK", fallback=None)) == []
+
+
+def test_the_summary_says_how_skewed_the_fitted_windows_are(fallback):
+    """The skew line: the fitted windows' median layer against measured routing."""
+    _, summary = fallback
+    skew = summary.to_dict()["problem"]["skew"]
+    expected = skew_report(skewed_stats().load)
+    assert skew["class"] == expected["class"] and skew["median"] == expected["median"]
+    lines = summary_rows(summary, output="plan.json")
+    line = next(x for x in lines if x.startswith("traffic"))
+    m = skew["median"]
+    assert f"Gini {m['gini']:.2f}, CV {m['cv']:.2f}, max/mean {m['max_over_mean']:.1f}" in line
+    assert line.endswith(f"(Gini {skew['real_gini_medians'][0]:.2f}-"
+                         f"{skew['real_gini_medians'][1]:.2f} ± 0.03)")
+    assert traffic_rows(None) == []
+
+
+@pytest.mark.parametrize(("gini", "name", "words"), [
+    (0.20, "mild", "milder than measured routing"),
+    (0.53, "real", "within measured routing's range"),
+    (0.80, "heavy", "heavier than measured routing"),
+])
+def test_the_skew_line_places_the_class(gini, name, words):
+    skew = {"median": {"gini": gini, "cv": 1.0, "max_over_mean": 4.0, "top_share": 0.1},
+            "class": name, "real_gini_medians": [0.51, 0.56]}
+    assert traffic_rows(skew) == [
+        f"traffic      fitted windows' median layer: Gini {gini:.2f}, CV 1.00, max/mean 4.0:"
+        f" {words} (Gini 0.51-0.56 ± 0.03)"]
