@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from placer.stats.skew import GINI_MARGIN
 from placer.summary import TIME_FIGURES, PlanSummary
 from placer.summary.figures import EQUAL_TOLERANCE, Judged
 from placer.summary.plan import BATCH_FLOOR_FIGURE, FLOOR_FIGURE
@@ -42,6 +43,7 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
         f" {p['slots_per_gpu']} slots per GPU ({p['num_physical_experts']} physical,"
         f" {p['num_redundant']} redundant)",
         f"solver       {solver}",
+        *fallback_rows(s),
         f"hot shard    max/mean GPU load: median {m['hot_shard_ratio_median']:.4f},"
         f" worst {m['hot_shard_ratio_worst']:.4f}"
         f" (hottest GPU {m['hottest_gpu_load']:.6g} tokens)",
@@ -51,6 +53,7 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
         lines.append(f"judged on    {judged_text(summary.judged)}")
     if summary.calibration_note:
         lines.append(f"calibration  {summary.calibration_note}")
+    lines += traffic_rows(p.get("skew"))
     lines += replan_rows(summary.replan)
     lines.append("")
     lines += time_rows(summary)
@@ -59,6 +62,41 @@ def summary_rows(summary: PlanSummary, *, output: str, regime_note: str = "",
     if frontier:
         lines += frontier_rows(summary.replan)
     return lines
+
+#: Where each skew class sits against measured routing (no gain is promised).
+_SKEW_PLACE = {"mild": "milder than measured routing", "real": "within measured routing's range",
+               "heavy": "heavier than measured routing"}
+
+
+def traffic_rows(skew: dict[str, Any] | None) -> list[str]:
+    """How skewed the fitted windows are, one line (``placer.stats.skew.skew_report``)."""
+    if not skew or skew["median"]["gini"] is None:
+        return []
+    m = skew["median"]
+
+    def num(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    low, high = skew["real_gini_medians"]
+    return [f"traffic      fitted windows' median layer: Gini {num(m['gini'], 2)},"
+            f" CV {num(m['cv'], 2)}, max/mean {num(m['max_over_mean'], 1)}:"
+            f" {_SKEW_PLACE[skew['class']]} (Gini {low:.2f}-{high:.2f} ± {GINI_MARGIN:.2f})"]
+
+
+def fallback_rows(solver: dict[str, Any]) -> list[str]:
+    """Why a ``FALLBACK`` plan kept the baseline's layout, one line; none otherwise."""
+    reasons = solver.get("fallback") or {}
+    if solver["status"] != "FALLBACK" or not reasons:
+        return []
+    why = "; ".join(f"{r['why']} in {r['layers']} layer{'s' if r['layers'] != 1 else ''}"
+                    for r in sorted(reasons.values(), key=lambda r: -r["layers"]))
+    repaired = (solver.get("repaired_layers") or {}).get(solver.get("baseline") or "")
+    if repaired:
+        why += (f"; {solver['baseline']}'s layout holds an expert twice on a GPU in {repaired}"
+                f" layer{'s' if repaired != 1 else ''}, kept here with the second replica"
+                " swapped onto another GPU")
+    return [f"fallback     no layer is CP-SAT's own: {why}"]
+
 
 def judged_text(judged: Judged) -> str:
     """Where and how a plan was judged, in words: ``held-out windows 6:32 (fitted 0:6),

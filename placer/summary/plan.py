@@ -19,6 +19,7 @@ from placer.parallel import Background
 from placer.problem import PlacementProblem, SolveResult
 from placer.regime import Regime
 from placer.stats import ExpertStats, RoutingData, format_ranges
+from placer.stats.skew import skew_report
 from placer.summary.figures import (
     TIME_FIGURES,
     VERDICT_FIGURE,
@@ -201,6 +202,9 @@ def _problem_doc(problem: PlacementProblem) -> dict[str, Any]:
         "slots_per_gpu": problem.slots_per_gpu,
         "num_physical_experts": problem.num_physical,
         "num_redundant": problem.num_redundant,
+        # the fitted windows' skew against measured routing (median layer, class)
+        "skew": {k: v for k, v in skew_report(problem.stats.load, problem.stats.layer_ids)
+                 .items() if k != "measured"},
     }
 
 
@@ -216,6 +220,10 @@ def _solver_doc(result: SolveResult) -> dict[str, Any]:
         "hot_shard": result.hot_shard,
         "baseline": result.baseline,
         "seconds": round(result.seconds, 3),
+        # why layers kept the baseline's layout (cpsat): reason -> {"layers", "why"}
+        "fallback": result.details.get("fallback") or None,
+        # candidate -> layers that held an expert twice on a GPU and competed repaired
+        "repaired_layers": result.details.get("repaired_layers") or None,
     }
 
 

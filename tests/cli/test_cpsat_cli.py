@@ -74,7 +74,8 @@ def test_time_rows_layers_faster_and_verdict(clustered_trace, tmp_path):
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     header = lines.index(f"{'estimated time, µs':24}{'cpsat':>12}{'eplb':>12}{'floor':>12}")
-    assert lines[header - 2].startswith("judged on    held-out windows 3:4 (fitted 0:3)")
+    assert lines[header - 3].startswith("judged on    held-out windows 3:4 (fitted 0:3)")
+    assert lines[header - 2].startswith("traffic      fitted windows' median layer: Gini ")
     faster = lines[header + 10]
     assert faster.startswith("layers faster: cpsat ") and ", eplb " in faster
     counts = [int(x.strip(",")) for x in faster.split()[3:8:2]]

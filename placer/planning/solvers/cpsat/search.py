@@ -59,6 +59,8 @@ class LayerOutcome:
         pass kept it under.
     steps: sub-models solved and accepted, per pass.
     seconds: wall time; hit_wall_limit: the wall-clock limit stopped a pass.
+    fallback: why a ``FALLBACK`` layer kept another layout (a key of
+        :data:`FALLBACK_REASONS`), "" otherwise.
     """
 
     x: np.ndarray
@@ -77,6 +79,17 @@ class LayerOutcome:
     steps: dict[str, list[int]] = field(default_factory=dict)
     seconds: float = 0.0
     hit_wall_limit: bool = False
+    fallback: str = ""
+
+
+#: Why a layer kept a layout other than CP-SAT's (``LayerOutcome.fallback``).
+FALLBACK_REASONS = {
+    "search": "CP-SAT found no layout better than the hint's within its budget",
+    "judged": "the evaluator times the kept layout at least as fast as every candidate",
+    "margin": "the plan was estimated less than the judge's margin faster than the kept"
+              " layout over the whole step",
+    "moves": "re-planning the layer did not pay for its weight moves",
+}
 
 
 class _Clock:
@@ -164,6 +177,7 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
         steps=steps,
         seconds=time.perf_counter() - clock.start,
         hit_wall_limit=clock.left() <= 0,
+        fallback="search" if unchanged else "",
     )
 
 

@@ -26,6 +26,7 @@ from placer.evaluate.judge import EQUAL_TIME, LayerJudge, can_judge, faster_rows
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.placement.migration import Frontier, layer_moves
+from placer.planning.solvers.cpsat.distinct import without_duplicates
 from placer.planning.solvers.cpsat.layer import (
     LayerData,
     batch_variance,
@@ -37,7 +38,12 @@ from placer.planning.solvers.cpsat.layer import (
 )
 from placer.planning.solvers.cpsat.options import CpsatOptions
 from placer.planning.solvers.cpsat.replicas import replica_range
-from placer.planning.solvers.cpsat.search import LayerOutcome, SearchParams, solve_layer
+from placer.planning.solvers.cpsat.search import (
+    FALLBACK_REASONS,
+    LayerOutcome,
+    SearchParams,
+    solve_layer,
+)
 from placer.planning.solvers.cpsat.spread import spread_replicas
 from placer.planning.solvers.cpsat.traffic import (
     identical_gpus,
@@ -262,27 +268,45 @@ def _placement_of(
 def _judged(
     placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
     problem: PlacementProblem, params: SolveParams, hint_result: SolveResult,
-) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
-    """Judge the plan against the hint, EPLB, spread variants and the current placement."""
+) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None,
+           dict[str, int]]:
+    """Judge the plan against the hint, EPLB, spread variants and the current placement.
+
+    Every candidate but the deployed placement competes without duplicate replicas
+    (:func:`~placer.planning.solvers.cpsat.distinct.without_duplicates`); the reference
+    EPLB itself, untouched, is still what the plan's figures are compared with.  The
+    last item returned counts the layers repaired per candidate.
+    """
     hint = hint_result.placement
-    candidates = [(hint_result.solver, hint)]
+    load = problem.stats.load.sum(axis=0).astype(np.float64)
+    gpus_per_node = problem.num_gpus // problem.num_nodes
+    repaired: dict[str, int] = {}
+
+    def distinct(name: str, candidate: Placement) -> tuple[str, Placement]:
+        fixed, count = without_duplicates(candidate, placement, load, gpus_per_node)
+        if count:
+            repaired[name] = count
+        return name, fixed
+
+    candidates = [distinct(hint_result.solver, hint)]
     # the reference users compare with, or its valid variant where the engine needs one
     baseline = "eplb-valid" if params.distinct else "eplb"
     reference = hint if hint_result.solver == baseline else solve(
         problem, baseline, params.shared()).placement
     if params.regime.dispatch == "sglang" and problem.num_nodes > 1:
         # node-local dispatch: the same plans with replicas spread over nodes
-        load = problem.stats.load.sum(axis=0).astype(np.float64)
         candidates += [
             ("cpsat+spread", spread_replicas(placement, problem.node_of_gpu, load)),
-            ("eplb+spread", spread_replicas(reference, problem.node_of_gpu, load)),
+            ("eplb+spread", spread_replicas(distinct(baseline, reference)[1],
+                                            problem.node_of_gpu, load)),
         ]
     if hint_result.solver != baseline:  # the reference EPLB is what users compare with
-        candidates.append((baseline, reference))
+        candidates.append(distinct(baseline, reference))
     if problem.current is not None and not (
             params.distinct and problem.current.duplicate_gpus.any()):
         candidates.append(("current", problem.current))  # re-planning: moving nothing
-    return _keep_faster(placement, candidates, outcomes, layers, problem, params)
+    return (*_keep_faster(placement, candidates, outcomes, layers, problem, params,
+                          reference), repaired)
 
 
 def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
@@ -299,8 +323,9 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     placement = _placement_of(outcomes, problem, hint)
     layers = [task[0] for task in tasks]
     times = current_times = None
+    repaired: dict[str, int] = {}
     if can_judge(problem):
-        placement, outcomes, times, current_times = _judged(
+        placement, outcomes, times, current_times, repaired = _judged(
             placement, outcomes, layers, problem, params, hint_result)
     budget: dict[str, Any] | None = None
     if problem.current is not None:
@@ -321,8 +346,14 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
         baseline = hint_result.solver
     else:
         baseline = "current" if problem.current is not None else "eplb"
-    return _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
-                   baseline, OBJECTIVE_UNIT[options.robust], times, budget)
+    result = _result(placement, outcomes, hint_result, time.perf_counter() - started, params,
+                     baseline, OBJECTIVE_UNIT[options.robust], times, budget)
+    # candidates' layers that held an expert twice on a GPU and competed repaired
+    result.details["repaired_layers"] = repaired
+    # (layer, GPU) pairs of the answer holding an expert twice: only where the slots
+    # leave no other choice, or the deployed placement is kept
+    result.details["duplicate_gpus"] = int(placement.duplicate_gpus.sum())
+    return result
 
 
 def _within_budget(
@@ -362,7 +393,7 @@ def _within_budget(
         data = layers[row]
         kept[row] = replace(outcomes[row], x=x > 0, balance=data.balance(x),
                             traffic=data.traffic(x), moves=0, status="FALLBACK",
-                            winner="current")
+                            winner="current", fallback="moves")
     cost = np.where(picked, chosen_cost, current_cost)
     total_current = float(current_cost.sum())
     full = frontier.max_moves
@@ -386,7 +417,7 @@ def _within_budget(
 def _keep_faster(
     placement: Placement, candidates: list[tuple[str, Placement]],
     outcomes: list[LayerOutcome], layers: list[LayerData], problem: PlacementProblem,
-    params: SolveParams,
+    params: SolveParams, reference: Placement,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
     """The fastest of the plan and the ``candidates`` (the hint, the reference EPLB) by
     the evaluator's estimated p99 layer time.
@@ -406,22 +437,24 @@ def _keep_faster(
     Returns the placement, the outcomes (a candidate's rows with the candidate's name as
     winner and its figures, ``FALLBACK`` for the hint's and the baseline's), and
     ``(chosen_times, eplb_times)``: ``[layers]`` estimated p99 layer times, microseconds,
-    of the returned placement and of the reference EPLB (the hint when it is EPLB), and
+    of the returned placement and of ``reference`` (the reference EPLB as users run it,
+    duplicates included, whichever candidate competed in its place), and
     the deployed placement's times (candidate ``current``; None without one).
     """
     # all judged on the same sampled tokens, each distinct layer once, the layers split
     # over the cores the search used
     timed = LayerJudge(problem, params.regime, params.seed)
-    timed.prefetch([placement, *(other for _, other in candidates)],
+    timed.prefetch([placement, *(other for _, other in candidates), reference],
                    1 if params.ray else params.jobs)
 
-    def taken(row: int, name: str, other: Placement) -> LayerOutcome:
+    def taken(row: int, name: str, other: Placement, why: str = "judged") -> LayerOutcome:
         x = other.replicas_on_gpu[other.layer_row(int(placement.layer_ids[row]))]
         data = layers[row]
         kept_baseline = name in (candidates[0][0], "eplb", "eplb-valid", "current")
         return replace(outcomes[row], x=x > 0, balance=data.balance(x),
                        traffic=data.traffic(x), moves=data.moves(x),
-                       status="FALLBACK" if kept_baseline else "FEASIBLE", winner=name)
+                       status="FALLBACK" if kept_baseline else "FEASIBLE", winner=name,
+                       fallback=why if kept_baseline else "")
 
     plan_times = timed(placement)
     best_times = plan_times.copy()
@@ -440,13 +473,15 @@ def _keep_faster(
     merged_times = timed(merged) if not np.array_equal(rows, placement.physical_to_logical) \
         else plan_times
     baseline_times = whole[-1][2]
-    reference = "eplb-valid" if params.distinct else "eplb"
-    eplb_times = next((t for n, _, t in whole if n == reference), whole[1][2])
+    eplb_times = timed(reference)
     best = ("merged", merged, merged_times)
     for entry in whole:
         if entry[2].sum() < best[2].sum() * (1 - EQUAL_TIME):
             best = entry
+    why = "judged"  # a candidate's whole placement timed fastest
     if candidates and best[2].sum() > baseline_times.sum() * (1 - constants.JUDGE_MARGIN):
+        if best[0] != whole[-1][0] and best[2].sum() < baseline_times.sum() * (1 - EQUAL_TIME):
+            why = "margin"  # faster, but not by the margin
         best = whole[-1]  # not clearly faster than the baseline (EPLB): keep the baseline
     name, chosen, chosen_times = best
     current_times = next((t for n, _, t in whole if n == "current"), None)
@@ -454,7 +489,7 @@ def _keep_faster(
         return merged, merged_outcomes, (chosen_times, eplb_times), current_times
     if name == "cpsat":
         return placement, list(outcomes), (chosen_times, eplb_times), current_times
-    return chosen, [taken(row, name, chosen) for row in range(len(outcomes))], (
+    return chosen, [taken(row, name, chosen, why) for row in range(len(outcomes))], (
         chosen_times, eplb_times), current_times
 
 
@@ -472,6 +507,7 @@ def _result(
     else:
         status = "FEASIBLE"
     winners = [o.winner for o in outcomes]
+    reasons = [o.fallback or "search" for o in outcomes if o.status == "FALLBACK"]
     per_layer = [
         {
             "layer": int(lid),
@@ -490,6 +526,7 @@ def _result(
             "steps": o.steps,
             "seconds": o.seconds,
             "hit_wall_limit": o.hit_wall_limit,
+            "fallback": o.fallback or None,
         }
         for lid, o in zip(placement.layer_ids.tolist(), outcomes, strict=True)
     ]
@@ -502,6 +539,9 @@ def _result(
         "moves": int(sum(o.moves for o in outcomes)),
         "eplb_moves": int(sum(o.hint_moves for o in outcomes)),
         "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
+        # why the FALLBACK layers kept another layout: reason -> layers and the reason
+        "fallback": {reason: {"layers": reasons.count(reason), "why": FALLBACK_REASONS[reason]}
+                     for reason in sorted(set(reasons))},
         "layers": per_layer,
     }
     if times is not None:

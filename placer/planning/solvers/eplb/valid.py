@@ -23,7 +23,9 @@ from placer.planning.solvers.eplb.reference import (
     replicate_experts,
 )
 
-__all__ = ["balanced_packing_apart", "eplb_valid_placement", "replicate_experts_capped"]
+__all__ = [
+    "balanced_packing_apart", "eplb_valid_placement", "repair_layer", "replicate_experts_capped",
+]
 
 
 def replicate_experts_capped(
@@ -135,43 +137,63 @@ def eplb_valid_placement(
 def _repair_duplicates(
     phy2log: np.ndarray, weight: np.ndarray, num_gpus: int, num_nodes: int
 ) -> int:
-    """Swap slots in place until no GPU holds an expert twice; return the swaps made.
+    """Swap slots in place until no GPU holds an expert twice; return the swaps made
+    (:func:`repair_layer` on every layer)."""
+    swaps = 0
+    for layer in range(phy2log.shape[0]):
+        made = repair_layer(phy2log[layer], weight[layer], num_gpus, num_gpus // num_nodes)
+        if made is None:
+            raise RuntimeError("EPLB repair found no swap; please report this input")
+        swaps += made
+    return swaps
+
+
+def repair_layer(
+    row: np.ndarray, load: np.ndarray, num_gpus: int, gpus_per_node: int
+) -> int | None:
+    """Swap slots of one layer in place until no GPU holds an expert twice.
 
     A second replica of expert ``e`` on GPU ``g`` is swapped with a slot of another
     GPU ``h`` that lacks ``e`` and holds an expert ``g`` lacks: ``h`` in ``g``'s node
     when possible, choosing the swap whose replica loads are closest (least change to
-    the two GPUs' loads).
+    the two GPUs' loads).  Each swap removes one duplicate and adds none, and the
+    experts' replica counts never change.
+
+    Parameters
+    ----------
+    row: ``[P]`` int64 expert of each slot (GPU-major), modified in place.
+    load: ``[E]`` the layer's expert load; a replica carries ``load / replicas``.
+
+    Returns the swaps made, or None when some duplicate has no such swap (the row is
+    then left partly repaired: copy it first to keep the original).
     """
-    num_layers, num_physical = phy2log.shape
-    slots_per_gpu = num_physical // num_gpus
-    gpus_per_node = num_gpus // num_nodes
+    slots_per_gpu = row.size // num_gpus
+    replica_load = np.asarray(load, dtype=np.float64) / np.maximum(
+        np.bincount(row, minlength=np.size(load)), 1)
     swaps = 0
-    for layer in range(num_layers):
-        row = phy2log[layer]  # a view: swaps write through
-        replica_load = weight[layer] / np.bincount(row, minlength=weight.shape[1])
-        while (duplicate := _first_duplicate(row, num_gpus)) is not None:
-            slot, gpu = duplicate
-            expert = int(row[slot])
-            grid = row.reshape(num_gpus, slots_per_gpu)
-            on_gpu = set(grid[gpu].tolist())
-            node_start = (gpu // gpus_per_node) * gpus_per_node
-            node = range(node_start, node_start + gpus_per_node)
-            in_node = [h for h in node if h != gpu]
-            elsewhere = [h for h in range(num_gpus) if h not in node]
-            target = None
-            for candidates in (in_node, elsewhere):
-                options = [
-                    (abs(replica_load[f] - replica_load[expert]), h * slots_per_gpu + k)
-                    for h in candidates if expert not in grid[h]
-                    for k, f in enumerate(grid[h].tolist()) if f not in on_gpu
-                ]
-                if options:
-                    target = min(options)[1]
-                    break
-            if target is None:
-                raise RuntimeError("EPLB repair found no swap; please report this input")
-            row[slot], row[target] = row[target], row[slot]
-            swaps += 1
+    while (duplicate := _first_duplicate(row, num_gpus)) is not None:
+        slot, gpu = duplicate
+        expert = int(row[slot])
+        grid = row.reshape(num_gpus, slots_per_gpu)
+        on_gpu = set(grid[gpu].tolist())
+        node_start = (gpu // gpus_per_node) * gpus_per_node
+        node = range(node_start, node_start + gpus_per_node)
+        in_node = [h for h in node if h != gpu]
+        elsewhere = [h for h in range(num_gpus) if h not in node]
+        target = None
+        for candidates in (in_node, elsewhere):
+            options = [
+                (abs(replica_load[f] - replica_load[expert]), h * slots_per_gpu + k)
+                for h in candidates if expert not in grid[h]
+                for k, f in enumerate(grid[h].tolist()) if f not in on_gpu
+            ]
+            if options:
+                target = min(options)[1]
+                break
+        if target is None:
+            return None
+        row[slot], row[target] = row[target], row[slot]
+        swaps += 1
     return swaps
 
 
