@@ -86,19 +86,8 @@ def report(
     quiet: bool = quiet_option(),
 ) -> None:
     """Write an HTML report: trace statistics, placements side by side, and pictures."""
-    from placer.report import require_matplotlib
-
-    require_matplotlib()
-    from placer.report.files import check_dpi
-
-    check_dpi(dpi)
     labels = _labels(placement, name)
-    from placer.cli.outputs import check_output, check_output_folder
-
-    check_output(output, where="--output")
-    if png_dir is not None:
-        check_output_folder(png_dir, where="--png-dir")
-
+    _check_outputs(output, png_dir, dpi)
     from placer import __version__
     from placer.cli.common import write_pictures, write_text_atomic
     from placer.evaluate import evaluate_many
@@ -166,6 +155,19 @@ def report(
                       "word": j.word, "line": j.line} for j in judged],
         "command": command_line(),
     })
+
+
+def _check_outputs(output: Path, png_dir: Path | None, dpi: int) -> None:
+    """What the page needs before any work: matplotlib, a valid resolution, the folders."""
+    from placer.cli.outputs import check_output, check_output_folder
+    from placer.report import require_matplotlib
+    from placer.report.files import check_dpi
+
+    require_matplotlib()
+    check_dpi(dpi)
+    check_output(output, where="--output")
+    if png_dir is not None:
+        check_output_folder(png_dir, where="--png-dir")
 
 
 def _labels(placement: list[Path], name: list[str]) -> list[str]:
