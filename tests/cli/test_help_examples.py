@@ -159,6 +159,8 @@ def workdir(folder: Path, command: str) -> Path:
     folder.mkdir(parents=True)
     for shared in ("traces", "bench"):
         (folder / shared).symlink_to(REPO / shared, target_is_directory=True)
+    # the folder the examples' --png-dir names, made as a user makes it (placer makes none)
+    (folder / "pictures").mkdir()
     if command in INPUTS:
         INPUTS[command](folder)
     return folder
