@@ -26,16 +26,23 @@ Configurations (rows whose data is absent are skipped with a line saying so):
   (GSM8K then HumanEval) in windows of 16 tokens, fitted on the first half of the windows
   and replayed on the second;
 - DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant): a synthetic trace with
-  group-limited routing (``placer synth``: 65,536 tokens, 8 groups / top 4, Zipf 1.0,
+  group-limited routing (``placer synth --skew S``: 65,536 tokens, 8 groups / top 4,
   8 clusters, drift 0.02, 4,096 tokens per step over 32 ranks, seed 1), fitted on windows
   0:12 and replayed on 12:16;
 - Kimi-K2 shape on GB200 NVL72 (72 GPUs x 6 slots = 48 redundant): a synthetic trace made
   likewise (no groups: Kimi-K2 has one), 9,216 tokens per step (the decode batch of 72
   ranks) over 72 ranks, fitted on 0:12, replayed on 12:16.
 
+Each synthetic configuration runs at the three skew presets (``S`` = real, mild, heavy;
+:mod:`bench.skews`), same seeds, each under every engine; prefill rows at real skew only.
+Every row states its trace's measured skew (median layer's Gini / CV / max÷mean).  The
+targets are judged on the real-data and real-skew rows; heavy skew is sensitivity only.
+
 Synthetic traces are written under ``bench/out/`` (git-ignored) and reused when present.
-``PLACER_BENCH_LATENCY_ONLY=key,key`` runs only the named configurations (keys:
-``CONFIG_KEYS``) while developing.
+While developing: ``PLACER_BENCH_LATENCY_ONLY=key,key`` runs only the named configurations
+(keys: ``CONFIG_KEYS``; a synthetic one at every skew, or at one as ``deepseek-v3-real``);
+``PLACER_BENCH_LATENCY_ENGINES=vllm,trtllm`` only those engines (add ``prefill`` for the
+prefill rows; unset: every engine and the prefill rows).
 """
 
 from __future__ import annotations
@@ -52,6 +59,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.__main__ import SHARED_DATA
+from bench.skews import (
+    REPORT_SOURCE,
+    SKEW_LABELS,
+    SKEWS,
+    Measured,
+    measure,
+    scaling_table,
+    skew_order,
+)
 from placer.cli.summary import judged_text
 from placer.metrics import metric
 
@@ -89,6 +105,7 @@ class Config:
     slots_per_gpu, redundant: ``--slots-per-gpu`` or ``--redundant`` (one of them).
     fit: ``--fit START:STOP`` (None: every window).
     note: what the table should say about this configuration.
+    skew: the ``placer synth --skew`` preset of a synthetic trace (None: real data).
     """
 
     key: str
@@ -100,6 +117,17 @@ class Config:
     redundant: int | None = None
     fit: tuple[int, int] | Callable[[Any], tuple[int, int]] | None = None
     note: str = ""
+    skew: str | None = None
+
+    @property
+    def name(self) -> str:
+        """``key``, with the skew of a synthetic configuration: ``deepseek-v3-real``."""
+        return self.key if self.skew is None else f"{self.key}-{self.skew}"
+
+    @property
+    def row_label(self) -> str:
+        """The table's configuration cell: the label, with a synthetic trace's skew."""
+        return self.label if self.skew is None else f"{self.label}, {self.skew} skew"
 
 
 @dataclass
@@ -119,6 +147,9 @@ class Row:
     status: str = ""
     key: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    skew: str | None = None  # the synth preset; None: real data
+    measured: Measured | None = None  # the trace's skew
+    base_label: str = ""  # the configuration without its skew
 
     @property
     def not_above(self) -> bool:
@@ -143,13 +174,15 @@ def compare_engines(
     slots_per_gpu: int | None = None, redundant: int | None = None,
     fit: tuple[int, int] | None = None, engines: Sequence[str] = ENGINES,
     jobs: int | None = None, time_limit_s: float | None = None, workload: str = "decode",
+    options: dict[str, Any] | None = None,
 ) -> list[Row]:
     """Plan one configuration as ``placer plan`` does, once per engine, and judge each
     plan against EPLB with ``summarize_plan``.
 
     ``routing`` is what ``read_routing`` returned (every window); ``model`` and
     ``topology`` are specs; ``fit`` the fitted windows.  ``jobs`` defaults to every core
-    (as ``placer plan``); ``time_limit_s`` None keeps the default (tests pass less).
+    (as ``placer plan``); ``time_limit_s`` None keeps the default (tests pass less);
+    ``options``: cpsat's own options (``--option KEY=VALUE``; None: the defaults).
     """
     from placer.planning.build import ProblemSpec, build_problem
     from placer.planning.solvers import solve
@@ -169,7 +202,7 @@ def compare_engines(
     rows = []
     for engine in engines:
         regime = Regime(engine, workload)
-        params = SolveParams(jobs=jobs, regime=regime, **extra)
+        params = SolveParams(jobs=jobs, regime=regime, options=options, **extra)
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -261,14 +294,15 @@ def render_table(rows: Sequence[Row]) -> list[str]:
     step, layer, mean = "step_p99_us", "layer_p99_us_median", "step_mean_us"
     a2a_key, compute_key = "all_to_all_us", "compute_us"
     lines = [
-        f"| configuration | engine | {_header('EPLB', step)} | {_header('EPLB', layer)} |"
+        f"| configuration | engine | skew: Gini / CV / max÷mean (class) |"
+        f" {_header('EPLB', step)} | {_header('EPLB', layer)} |"
         f" {_header('cpsat', step)} | {_header('cpsat', layer)} | cpsat / EPLB - 1 | verdict |"
         f" cpsat <= EPLB | {metric(a2a_key).header} EPLB / cpsat |"
         f" {metric(compute_key).header} EPLB / cpsat |"
         f" {metric(mean).header} EPLB / cpsat / floor | above floor EPLB / cpsat |"
         f" per-batch floor {metric(step).header} EPLB / cpsat counts |"
         " above per-batch floor EPLB / cpsat | cpsat s (status) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         a2a = r.extra.get("a2a", (math.nan, math.nan))
@@ -284,7 +318,7 @@ def render_table(rows: Sequence[Row]) -> list[str]:
             above_batch = (f"{1 - per_batch[0] / r.eplb_step_p99:.1%} /"
                            f" {1 - per_batch[1] / r.cpsat_step_p99:.1%}")
         lines.append(
-            f"| {r.config} | {r.engine} | {_us(step, r.eplb_step_p99)} |"
+            f"| {r.config} | {r.engine} | {_skew_cell(r)} | {_us(step, r.eplb_step_p99)} |"
             f" {_us(layer, r.eplb_layer_p99)} | {_us(step, r.cpsat_step_p99)} |"
             f" {_us(layer, r.cpsat_layer_p99)} | {r.change:+.2%} |"
             f" {r.verdict} | {'pass' if r.not_above else '**FAIL**'} |"
@@ -297,17 +331,32 @@ def render_table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def _skew_cell(row: Row) -> str:
+    """The row's skew: measured figures and class; a synthetic preset's name when it
+    differs from the class; heavy marked as sensitivity."""
+    cell = "-" if row.measured is None else row.measured.cell()
+    if row.skew is not None and (row.measured is None or row.measured.cls != row.skew):
+        cell += f", preset {row.skew}"
+    return cell + (" sensitivity" if row.skew == "heavy" else "")
+
+
+def headline(rows: Sequence[Row]) -> list[Row]:
+    """The rows the targets are judged on: real data and real skew."""
+    return [r for r in rows if r.skew in (None, "real")]
+
+
 def _lower(change: float) -> str:
     """``-0.088`` -> ``8.8% lower``; ``0.012`` -> ``1.2% higher``."""
     return f"{abs(change):.1%} {'lower' if change <= 0 else 'higher'}"
 
 
 def closing_line(rows: Sequence[Row], targets: dict[str, float] = TARGETS) -> str:
-    """How many rows have cpsat's step p99 <= EPLB's, and each multi-node target."""
+    """How many rows have cpsat's step p99 <= EPLB's, and each multi-node target (on the
+    real-data and real-skew rows)."""
     good = sum(r.not_above for r in rows)
     parts = [f"cpsat's held-out step p99 <= EPLB's on {good} of {len(rows)} rows"]
     for key, need in targets.items():
-        mine = [r for r in rows if r.key == key]
+        mine = [r for r in headline(rows) if r.key == key]
         if not mine:
             parts.append(f"{key} >= {need:.0%} lower: not run")
             continue
@@ -321,17 +370,19 @@ def closing_line(rows: Sequence[Row], targets: dict[str, float] = TARGETS) -> st
 def round_robin_targets_line(rows: Sequence[Row]) -> str:
     """The round-robin targets: round-robin rows of the DeepSeek-V3 shape and Qwen3 on 2
     nodes >= 3% below EPLB or EPLB within 3% of its per-batch floor; SGLang DeepSeek-V3
-    >= 10% below; prefill rows never above EPLB."""
+    >= 10% below (real-data and real-skew rows); prefill rows never above EPLB."""
     parts = []
-    for r in rows:
+    for r in headline(rows):
         if r.key not in ("deepseek-v3", "qwen3-2n") or r.engine not in ("vllm", "trtllm"):
             continue
-        floor = (r.extra.get("batch_floor") or (math.nan,))[0]
-        within = 1 - floor / r.eplb_step_p99
+        floors = r.extra.get("batch_floor") or (math.nan, math.nan)
+        within = 1 - floors[0] / r.eplb_step_p99
+        mine = 1 - floors[1] / r.cpsat_step_p99
         met = -r.change >= 0.03 or within <= 0.03
         parts.append(f"{r.config} {r.engine}: {_lower(r.change)}, EPLB {within:.1%} above its"
-                     f" per-batch floor ({'met' if met else 'not met'})")
-    for r in rows:
+                     f" per-batch floor, cpsat {mine:.1%} above its own"
+                     f" ({'met' if met else 'not met'})")
+    for r in headline(rows):
         if r.key == "deepseek-v3" and r.engine == "sglang":
             parts.append(f"{r.config} sglang: {_lower(r.change)}"
                          f" ({'met' if -r.change >= 0.10 else 'not met'})")
@@ -361,20 +412,25 @@ def h100_node(num_gpus: int) -> Any:
     return topology_from_dict(doc)
 
 
-def synth_trace(path: Path, model: str, **overrides: Any) -> Path:
+def synth_trace(path: Path, model: str, skew: str | None = None, **overrides: Any) -> Path:
     """A ``placer synth`` trace of ``model``'s shape at ``path``, written when absent.
 
+    ``skew``: a ``placer synth --skew`` preset (:data:`bench.skews.SKEWS`), as the command
+    applies it (:func:`placer.traces.synth.skew.with_skew`); None keeps ``zipf``.
     ``overrides`` are :class:`placer.traces.synth.SynthParams` fields (``num_tokens``, ``zipf``,
     ``clusters``, ``drift``, ``tokens_per_step``, ``num_ranks``, ``seed``, ...).
     """
     from placer.model import load_model
     from placer.traces.synth import params_for_model, write_synth
+    from placer.traces.synth.skew import with_skew
 
     if path.exists():
         log(f"reusing {path}")
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     params = params_for_model(load_model(model), **overrides)
+    if skew is not None:
+        params = with_skew(params, skew)
     partial = path.with_name(path.name + ".partial.npz")
     info = write_synth(partial, params, format="npz")
     partial.replace(path)
@@ -441,35 +497,47 @@ def _real(folder: Path) -> list[Config]:
     ]
 
 
-#: Synthetic traces: key -> (file under OUT, model, SynthParams overrides).
+#: Synthetic traces: key -> (file stem under OUT, model, SynthParams overrides); the skew
+#: is a ``placer synth --skew`` preset, the same seeds at every skew.
 SYNTH = {
-    "deepseek-v3": ("synth-deepseek-v3.npz", "deepseek-v3", {
-        "num_tokens": 65_536, "num_groups": 8, "top_groups": 4, "zipf": 1.0, "clusters": 8,
+    "deepseek-v3": ("synth-deepseek-v3", "deepseek-v3", {
+        "num_tokens": 65_536, "num_groups": 8, "top_groups": 4, "clusters": 8,
         "drift": 0.02, "tokens_per_step": 4096, "num_ranks": 32, "seed": 1}),
-    "kimi-k2": ("synth-kimi-k2.npz", "kimi-k2", {
-        "num_tokens": 16 * 9216, "zipf": 1.0, "clusters": 8, "drift": 0.02,
+    "kimi-k2": ("synth-kimi-k2", "kimi-k2", {
+        "num_tokens": 16 * 9216, "clusters": 8, "drift": 0.02,
         "tokens_per_step": 9216, "num_ranks": 72, "seed": 1}),
 }
 
 
-def _synthetic() -> list[Config]:
+def synth_path(key: str, skew: str) -> Path:
+    """Where the trace of synthetic configuration ``key`` at ``skew`` is kept."""
+    return OUT / f"{SYNTH[key][0]}-{skew}.npz"
+
+
+def _synthetic(skews: Sequence[str] = SKEWS) -> list[Config]:
+    """Every synthetic configuration at each of ``skews``, skew by skew (real first)."""
     from placer.topology import load_topology
 
-    def trace(key: str) -> Callable[[], Any]:
-        name, model, overrides = SYNTH[key]
-        return lambda: read(synth_trace(OUT / name, model, **overrides), model,
-                            keep_tokens=True)
+    def trace(key: str, skew: str) -> Callable[[], Any]:
+        _, model, overrides = SYNTH[key]
+        return lambda: read(synth_trace(synth_path(key, skew), model, skew=skew, **overrides),
+                            model, keep_tokens=True)
 
-    return [
-        Config("deepseek-v3", "DeepSeek-V3 shape 4x-dgx-h100 EP32 (+32)", "deepseek-v3",
-               lambda: load_topology("4x-dgx-h100"), trace("deepseek-v3"), redundant=32,
-               fit=(0, 12), note="synthetic (`placer synth`), group-limited routing (top 4 of 8"
-               " groups), 65,536 tokens in 16 steps of 4,096"),
-        Config("kimi-k2", "Kimi-K2 shape gb200-nvl72 72x6 (+48)", "kimi-k2",
-               lambda: load_topology("gb200-nvl72"), trace("kimi-k2"), redundant=48,
-               fit=(0, 12), note="synthetic (`placer synth`), no expert groups, 147,456 tokens in"
-               " 16 steps of 9,216"),
-    ]
+    out = []
+    for skew in skews:
+        made = f"synthetic (`placer synth --skew {skew}`)"
+        out += [
+            Config("deepseek-v3", "DeepSeek-V3 shape 4x-dgx-h100 EP32 (+32)", "deepseek-v3",
+                   lambda: load_topology("4x-dgx-h100"), trace("deepseek-v3", skew),
+                   redundant=32, fit=(0, 12), skew=skew,
+                   note=f"{made}, group-limited routing (top 4 of 8 groups), 65,536 tokens in"
+                   " 16 steps of 4,096"),
+            Config("kimi-k2", "Kimi-K2 shape gb200-nvl72 72x6 (+48)", "kimi-k2",
+                   lambda: load_topology("gb200-nvl72"), trace("kimi-k2", skew), redundant=48,
+                   fit=(0, 12), skew=skew,
+                   note=f"{made}, no expert groups, 147,456 tokens in 16 steps of 9,216"),
+        ]
+    return out
 
 
 CONFIG_KEYS = ("gpt-oss-4x9", "gpt-oss-8x5", "qwen3-1n", "qwen3-2n", "mixtral-4x3",
@@ -484,32 +552,56 @@ def run() -> str:
         return _run(Path(folder))
 
 
-def _run(folder: Path) -> str:
-    from placer.model import load_model
+INTRO = (
+    "Each row runs `placer plan`'s path: `read_routing`, `build_problem`, cpsat with"
+    " default settings (`jobs` = {cores} cores, `--engine` as shown,"
+    " `--workload decode`, 128 tokens per GPU), EPLB = `--solver eplb`, and"
+    " `summarize_plan` side by side on held-out windows (per-token replay when the"
+    " data is per-token). Step = one batch through every MoE layer; layer p99 ="
+    " each layer's p99 over batches, median layer. Verdict: `summarize_plan`'s, on"
+    " step p99 (equal within 0.1%); pass: cpsat's step p99 not above EPLB's at all"
+    " (the target: \"never above\"). Skew: the trace's median layer's Gini / CV /"
+    " max÷mean (`placer.stats.skew`) and its class against measured routing; synthetic"
+    " configurations run at the three `placer synth --skew` presets with the same seeds"
+    " (real first; heavy is heavier than any measured routing: sensitivity only); the"
+    " targets are judged on the real-data and real-skew rows. a2a / compute: the slowest"
+    " GPU's all-to-all and"
+    " expert GEMM time, mean over (batch, layer). Status FALLBACK: cpsat kept its"
+    " EPLB hint. cpsat's search is time-limited (the default budgets), so on a"
+    " loaded machine a row can differ from run to run. Floor: `placer.evaluate.time_bound`,"
+    " the mean step no placement with these slots per GPU can beat on the judged"
+    " tokens under the evaluator's model (docs/planner.md, the floor); above floor:"
+    " how far each plan's mean step is above it, as a share of its own. Per-batch"
+    " floor (round-robin engines: vLLM's hash, TensorRT-LLM's blocks):"
+    " the plan summary's `batch_floor` (`placer.evaluate.hot_floor.counts_floor`), each"
+    " batch's hottest GPU under every placement with EPLB's / cpsat's replica counts,"
+    " summed over layers, p99 over batches; above it: share of the plan's own step"
+    " p99. Rows `vllm prefill`:"
+    " `--workload prefill` (4,096 tokens per GPU, normal all-to-all), at real skew only.")
 
+
+def selected(configs: Sequence[Config], only: set[str]) -> list[Config]:
+    """``configs`` named in ``only`` by key (every skew) or name (``deepseek-v3-real``);
+    all of them when ``only`` is empty."""
+    return [c for c in configs if not only or c.key in only or c.name in only]
+
+
+def chosen_engines() -> tuple[tuple[str, ...], bool]:
+    """``PLACER_BENCH_LATENCY_ENGINES``: the decode engines to run, and whether to run the
+    prefill rows (every engine and prefill when unset)."""
+    named = [e.strip() for e in os.environ.get("PLACER_BENCH_LATENCY_ENGINES", "").split(",")
+             if e.strip()]
+    if not named:
+        return ENGINES, True
+    return tuple(e for e in ENGINES if e in named), "prefill" in named
+
+
+def _run(folder: Path) -> str:
     only = {k.strip() for k in os.environ.get("PLACER_BENCH_LATENCY_ONLY", "").split(",")
             if k.strip()}
+    engines, prefill = chosen_engines()
     out = ["## latency: estimated MoE-layer time, cpsat vs EPLB", "",
-           "Each row runs `placer plan`'s path: `read_routing`, `build_problem`, cpsat with"
-           f" default settings (`jobs` = {os.cpu_count()} cores, `--engine` as shown,"
-           " `--workload decode`, 128 tokens per GPU), EPLB = `--solver eplb`, and"
-           " `summarize_plan` side by side on held-out windows (per-token replay when the"
-           " data is per-token). Step = one batch through every MoE layer; layer p99 ="
-           " each layer's p99 over batches, median layer. Verdict: `summarize_plan`'s, on"
-           " step p99 (equal within 0.1%); pass: cpsat's step p99 not above EPLB's at all"
-           " (the target: \"never above\"). a2a / compute: the slowest GPU's all-to-all and"
-           " expert GEMM time, mean over (batch, layer). Status FALLBACK: cpsat kept its"
-           " EPLB hint. cpsat's search is time-limited (the default budgets), so on a"
-           " loaded machine a row can differ from run to run. Floor: `placer.evaluate.time_bound`,"
-           " the mean step no placement with these slots per GPU can beat on the judged"
-           " tokens under the evaluator's model (docs/planner.md, the floor); above floor:"
-           " how far each plan's mean step is above it, as a share of its own. Per-batch"
-           " floor (round-robin engines: vLLM's hash, TensorRT-LLM's blocks):"
-           " the plan summary's `batch_floor` (`placer.evaluate.hot_floor.counts_floor`), each"
-           " batch's hottest GPU under every placement with EPLB's / cpsat's replica counts,"
-           " summed over layers, p99 over batches; above it: share of the plan's own step"
-           " p99. Rows `vllm prefill`:"
-           " `--workload prefill` (4,096 tokens per GPU, normal all-to-all).", ""]
+           INTRO.format(cores=os.cpu_count()), "", f"Sources: {REPORT_SOURCE}.", ""]
     configs: list[Config] = []
     notes: list[str] = []
     if SHARED_DATA.exists():
@@ -517,36 +609,50 @@ def _run(folder: Path) -> str:
     else:
         notes.append(f"- real-data rows skipped: {SHARED_DATA} is absent")
     configs += _synthetic()
-    if only:
-        configs = [c for c in configs if c.key in only]
-        out += [f"(only: {', '.join(sorted(only))})", ""]
+    if only or engines != ENGINES or not prefill:
+        configs = selected(configs, only)
+        out += [f"(subset: {', '.join(sorted(only)) or 'every configuration'};"
+                f" engines {', '.join(engines)}{', prefill' if prefill else ''})", ""]
     rows: list[Row] = []
     for config in configs:
-        started = time.perf_counter()
-        log(f"{config.label} ...")
-        routing = config.routing()
-        if routing is None:
-            notes.append(f"- {config.label}: skipped, data absent")
-            log(f"{config.label}: data absent, skipped")
-            continue
-        fit = config.fit(routing) if callable(config.fit) else config.fit
-        got = compare_engines(config.key, config.label, routing, load_model(config.model),
-                              config.topology(), slots_per_gpu=config.slots_per_gpu,
-                              redundant=config.redundant, fit=fit)
-        if config.key in PREFILL_KEYS:
-            got += compare_engines(config.key, config.label, routing,
-                                   load_model(config.model), config.topology(),
-                                   slots_per_gpu=config.slots_per_gpu,
-                                   redundant=config.redundant, fit=fit, engines=("vllm",),
-                                   workload="prefill")
+        got, note = run_config(config, engines, prefill)
         rows += got
-        judged = got[0].judged if got else ""
-        notes.append(f"- {config.label}: {config.note}; judged on {judged}")
-        log(f"{config.label} done in {time.perf_counter() - started:.1f} s")
+        notes.append(note)
+    rows.sort(key=lambda r: skew_order(r.skew))  # stable: configuration order within
     out += render_table(rows)
-    out += ["", *notes, "", *render_traffic(rows), "", closing_line(rows), "",
-            round_robin_targets_line(rows)]
+    out += ["", *notes, "", *scaling_table(rows), "", *render_traffic(rows), "",
+            closing_line(rows), "", round_robin_targets_line(rows)]
     return "\n".join(out) + "\n"
+
+
+def run_config(config: Config, engines: Sequence[str] = ENGINES,
+               prefill: bool = True) -> tuple[list[Row], str]:
+    """The rows of one configuration (each engine; prefill where :data:`PREFILL_KEYS` and
+    the skew is real or real data) with its measured skew, and its note line."""
+    from placer.model import load_model
+
+    started = time.perf_counter()
+    label = config.row_label
+    log(f"{label} ...")
+    routing = config.routing()
+    if routing is None:
+        log(f"{label}: data absent, skipped")
+        return [], f"- {label}: skipped, data absent"
+    measured = measure(routing.stats.load, routing.stats.layer_ids)
+    fit = config.fit(routing) if callable(config.fit) else config.fit
+    shape = {"slots_per_gpu": config.slots_per_gpu, "redundant": config.redundant, "fit": fit}
+    got = compare_engines(config.key, label, routing, load_model(config.model),
+                          config.topology(), engines=engines, **shape) if engines else []
+    if prefill and config.key in PREFILL_KEYS and config.skew in (None, "real"):
+        got += compare_engines(config.key, label, routing, load_model(config.model),
+                               config.topology(), engines=("vllm",), workload="prefill",
+                               **shape)
+    for r in got:
+        r.skew, r.measured, r.base_label = config.skew, measured, config.label
+    judged = got[0].judged if got else "(no engine run)"
+    log(f"{label} done in {time.perf_counter() - started:.1f} s")
+    return got, (f"- {label}: {config.note}; skew {SKEW_LABELS[config.skew]}, measured"
+                 f" {measured.cell()}; judged on {judged}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Serving over time: ``placer replay`` against vLLM's online EPLB, decisions charged.
 
 1. **Quality, at the engine's own cadence.**  Drifting synthetic traces made by ``placer
-   synth`` (request topics whose dominant topic switches in bursts, every 150 steps on
-   average; 1,000 decode steps of 128 tokens per GPU), four MoE layers each (two
-   shallow, two deep): the DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant) and
+   synth --skew S`` (request topics whose dominant topic switches in bursts, every 150
+   steps on average; 1,000 decode steps of 128 tokens per GPU), four MoE layers each (two
+   shallow, two deep), at the three skew presets ``S`` = real, mild, heavy (the same seed;
+   heavy is sensitivity only, :mod:`bench.skews`), each row stating its trace's measured
+   skew: the DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant) and
    Qwen3-30B-A3B on 2 x DGX H100 (EP16, 16 redundant), under vLLM's dispatch.  For each
    of 3 intervals x 2 windows, vLLM's default policy (``eplb:...,async``, the reference
    EPLB, decided in :data:`placer.replay.policies.EPLB_MS_PER_LAYER` a layer) and
@@ -24,6 +26,8 @@
    user runs it, wall and peak memory.  Target: under 60 s and 2 GB on 2 cores.
 
 Every figure comes from the ``placer replay`` command (``--json``), run as a user runs it.
+Calibration and speed use the real-skew DeepSeek-V3 trace.  While developing,
+``PLACER_BENCH_REPLAY_SKEWS=real`` runs the quality rows at the named skews only.
 """
 
 from __future__ import annotations
@@ -39,10 +43,13 @@ import numpy as np
 
 from bench.latency import OUT, log
 from bench.replan import _timed
+from bench.skews import REPORT_SOURCE, SKEW_LABELS, Measured, chosen_skews, measure
 
 CACHE = OUT / "cache"
 STEPS = 1000
-SYNTH_ARGS = ["--zipf", "0.6", "--clusters", "8", "--topics", "8", "--burst-every", "150",
+#: ``placer synth`` arguments of every drifting trace but its ``--skew`` (same seed at
+#: every skew).
+SYNTH_ARGS = ["--clusters", "8", "--topics", "8", "--burst-every", "150",
               "--burst-share", "0.5", "--mix-period", "2000", "--request-steps", "150",
               "--seed", "1"]
 #: name: (model, topology, layers, GPUs, redundant)
@@ -88,18 +95,41 @@ def run() -> str:
     return "\n".join(out) + "\n"
 
 
-def _trace(key: str) -> Path:
-    """The four-layer drifting trace of a case (made once, kept in bench/out/cache)."""
+def synth_command(key: str, skew: str, path: Path, steps: int = STEPS) -> list[str]:
+    """The ``placer synth`` command line of case ``key``'s drifting trace at ``skew``."""
     model, topology, layers, gpus, _ = CASES[key]
-    steps, synth_args = TRACES[key]
-    path = CACHE / f"{key}-drift-{steps}.npz"
+    return [sys.executable, "-m", "placer.cli.main", "synth", str(path), "-m", model,
+            "--layers", layers, "-t", topology, "--tokens", str(steps * gpus * 128),
+            "--tokens-per-step", str(gpus * 128), "--skew", skew, "--json", "-q",
+            *TRACES[key][1]]
+
+
+def _trace(key: str, skew: str = "real") -> Path:
+    """The four-layer drifting trace of a case at ``skew`` (made once, kept in
+    bench/out/cache, with what ``placer synth --json`` said of it beside it)."""
+    steps = TRACES[key][0]
+    path = CACHE / f"{key}-{skew}-drift-{steps}.npz"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         log(f"replay: synthesizing {path.name} (once) ...")
-        subprocess.run([sys.executable, "-m", "placer.cli.main", "synth", str(path), "-m", model,
-                        "--layers", layers, "-t", topology, "--tokens", str(steps * gpus * 128),
-                        "--tokens-per-step", str(gpus * 128), "-q", *synth_args], check=True)
+        done = subprocess.run(synth_command(key, skew, path, steps), check=True,
+                              capture_output=True, text=True)
+        path.with_suffix(".json").write_text(done.stdout)
     return path
+
+
+def trace_skew(path: Path) -> Measured:
+    """The skew of a trace: from ``placer synth --json``'s record beside it, else read."""
+    record = path.with_suffix(".json")
+    if record.exists():
+        skew = json.loads(record.read_text())["skew"]
+        m = skew["median"]
+        return Measured(gini=m["gini"], cv=m["cv"], max_over_mean=m["max_over_mean"],
+                        cls=skew["class"])
+    from placer.traces import read_routing
+
+    stats = read_routing(str(path), coact=False).stats
+    return measure(stats.load, stats.layer_ids)
 
 
 def _replay(trace: Path, args: list[str]) -> dict[str, Any]:
@@ -118,60 +148,91 @@ def _pairs() -> list[tuple[str, str]]:
             for i in INTERVALS for w in WINDOWS]
 
 
+CASE_LABELS = (("DeepSeek-V3 shape, 4 x DGX H100", "dsv3"),
+               ("Qwen3-30B-A3B, 2 x DGX H100", "qwen3"))
+
+
 def _quality() -> list[str]:
+    skews = chosen_skews("PLACER_BENCH_REPLAY_SKEWS")
     lines = ["### Quality: placer's policy against vLLM's at the same cadence", "",
              f"{STEPS} decode steps, 128 tokens per GPU, vLLM's dispatch; both policies copy in"
              " the background one layer a step, their decisions landing once their compute"
              f" time has passed (EPLB 0.6 ms a layer, placer {PLACER_MS_PER_LAYER} ms a layer);"
              " copies at the topology's async_share (1.0) and re-timed at 0.25 and 0.5."
-             " Placer moves what pays within the interval (`horizon` = interval).", "",
-             "| case | window | interval | vLLM mean µs | placer mean µs | mean (<= -5%) |"
-             " vLLM p99 µs | placer p99 µs | p99 (<= -20%) | GB placer / vLLM (<= 0.5) |"
-             " skipped placer / vLLM | mean at share 0.25 / 0.5 / 1.0 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    notes = []
-    for label, key in (("DeepSeek-V3 shape, 4 x DGX H100", "dsv3"),
-                       ("Qwen3-30B-A3B, 2 x DGX H100", "qwen3")):
-        model, topology, _, _, redundant = CASES[key]
-        trace = _trace(key)
-        args = ["-m", model, "-t", topology, "-r", str(redundant), "--engine", "vllm",
-                "-P", "static:default"]
-        for eplb, placer in _pairs():
-            args += ["-P", eplb, "-P", placer]
-        first = INTERVALS[0]
-        measured = f"placer:window={WINDOWS[0]},interval={first},horizon={first},async"
-        args += ["-P", measured, "-P", ORACLE, "-j", "2"]
-        log(f"replay: {label} ...")
-        doc = _replay(trace, args)
-        rows = {p["policy"]: p for p in doc["policies"]}
-        shares = {s["async_share"]: s for s in doc["by_async_share"]}
-        for eplb, placer in _pairs():
-            e, m = rows[eplb]["figures"], rows[placer]["figures"]
-            mean = m["step_mean_us"] / e["step_mean_us"] - 1
-            p99 = m["step_p99_us"] / e["step_p99_us"] - 1
-            gb = m["gb_moved"] / e["gb_moved"] if e["gb_moved"] else float("nan")
-            by_share = " / ".join(
-                f"{shares[s]['step_mean_us'][placer] / shares[s]['step_mean_us'][eplb] - 1:+.1%}"
-                for s in SHARES)
-            policy = parse_cadence(eplb)
-            lines.append(
-                f"| {label} | {policy[0]} | {policy[1]} | {e['step_mean_us']:,.1f} |"
-                f" {m['step_mean_us']:,.1f} | {mean:+.1%} {_verdict(mean <= -0.05)} |"
-                f" {e['step_p99_us']:,.1f} | {m['step_p99_us']:,.1f} |"
-                f" {p99:+.1%} {_verdict(p99 <= -0.20)} | {gb:.2f} {_verdict(gb <= 0.5)} |"
-                f" {m['skipped']:.0f} / {e['skipped']:.0f} | {by_share} |")
-        oracle = rows[ORACLE]["figures"]["step_mean_us"]
-        above = [name for name, p in rows.items()
-                 if name != ORACLE and p["figures"]["step_mean_us"] < oracle]
-        seconds = [d["seconds"] for d in rows[measured]["decisions"]]
-        per_layer = [1e3 * x / int(doc["layers"]) for x in seconds]
-        notes += [f"- {label}: {doc['verdict']}", f"  {doc['share_verdict']}",
-                  f"  placer's decisions measured (`{measured}`, {len(seconds)} decisions):"
-                  f" {min(per_layer, default=0):.1f}-{max(per_layer, default=0):.1f} ms a"
-                  f" layer (charged: {PLACER_MS_PER_LAYER})",
-                  f"  oracle {oracle:,.1f} µs: "
-                  + ("at or below every row" if not above else f"**above** {', '.join(above)}")]
-    return [*lines, "", *notes]
+             " Placer moves what pays within the interval (`horizon` = interval). Each case"
+             f" at the skews {', '.join(skews)} (`placer synth --skew`, same seed; heavy:"
+             " sensitivity only), each row with its trace's measured skew (median layer's"
+             f" Gini / CV / max÷mean, class). Sources: {REPORT_SOURCE}.", "",
+             "| case | skew | Gini / CV / max÷mean | window | interval | vLLM mean µs |"
+             " placer mean µs | mean (<= -5%) | vLLM p99 µs | placer p99 µs | p99 (<= -20%) |"
+             " GB placer / vLLM (<= 0.5) | skipped placer / vLLM |"
+             " mean at share 0.25 / 0.5 / 1.0 |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    notes: list[str] = []
+    scaling: list[str] = []
+    for skew in skews:
+        for label, key in CASE_LABELS:
+            rows, case_notes, summary = _quality_case(label, key, skew)
+            lines += rows
+            notes += case_notes
+            scaling.append(summary)
+    return [*lines, "", *notes, "", "How it scales with skew (over the six cadences):", "",
+            "| case | skew | Gini | mean change | p99 change | GB placer / vLLM |",
+            "|---|---|---:|---|---|---|", *scaling]
+
+
+def _quality_case(label: str, key: str, skew: str) -> tuple[list[str], list[str], str]:
+    """One case at one skew: its table rows, its note lines, its scaling line."""
+    model, topology, _, _, redundant = CASES[key]
+    trace = _trace(key, skew)
+    measured = trace_skew(trace)
+    args = ["-m", model, "-t", topology, "-r", str(redundant), "--engine", "vllm",
+            "-P", "static:default"]
+    for eplb, placer in _pairs():
+        args += ["-P", eplb, "-P", placer]
+    first = INTERVALS[0]
+    measured_policy = f"placer:window={WINDOWS[0]},interval={first},horizon={first},async"
+    args += ["-P", measured_policy, "-P", ORACLE, "-j", "2"]
+    log(f"replay: {label}, {skew} skew ...")
+    doc = _replay(trace, args)
+    rows = {p["policy"]: p for p in doc["policies"]}
+    shares = {s["async_share"]: s for s in doc["by_async_share"]}
+    lines, means, p99s, gbs = [], [], [], []
+    for eplb, placer in _pairs():
+        e, m = rows[eplb]["figures"], rows[placer]["figures"]
+        mean = m["step_mean_us"] / e["step_mean_us"] - 1
+        p99 = m["step_p99_us"] / e["step_p99_us"] - 1
+        gb = m["gb_moved"] / e["gb_moved"] if e["gb_moved"] else float("nan")
+        means.append(mean)
+        p99s.append(p99)
+        gbs.append(gb)
+        by_share = " / ".join(
+            f"{shares[s]['step_mean_us'][placer] / shares[s]['step_mean_us'][eplb] - 1:+.1%}"
+            for s in SHARES)
+        window, interval = parse_cadence(eplb)
+        lines.append(
+            f"| {label} | {SKEW_LABELS[skew]} | {measured.cell()} | {window} | {interval} |"
+            f" {e['step_mean_us']:,.1f} | {m['step_mean_us']:,.1f} |"
+            f" {mean:+.1%} {_verdict(mean <= -0.05)} |"
+            f" {e['step_p99_us']:,.1f} | {m['step_p99_us']:,.1f} |"
+            f" {p99:+.1%} {_verdict(p99 <= -0.20)} | {gb:.2f} {_verdict(gb <= 0.5)} |"
+            f" {m['skipped']:.0f} / {e['skipped']:.0f} | {by_share} |")
+    oracle = rows[ORACLE]["figures"]["step_mean_us"]
+    above = [name for name, p in rows.items()
+             if name != ORACLE and p["figures"]["step_mean_us"] < oracle]
+    seconds = [d["seconds"] for d in rows[measured_policy]["decisions"]]
+    per_layer = [1e3 * x / int(doc["layers"]) for x in seconds]
+    notes = [f"- {label}, {SKEW_LABELS[skew]} skew: {doc['verdict']}",
+             f"  {doc['share_verdict']}",
+             f"  placer's decisions measured (`{measured_policy}`, {len(seconds)} decisions):"
+             f" {min(per_layer, default=0):.1f}-{max(per_layer, default=0):.1f} ms a"
+             f" layer (charged: {PLACER_MS_PER_LAYER})",
+             f"  oracle {oracle:,.1f} µs: "
+             + ("at or below every row" if not above else f"**above** {', '.join(above)}")]
+    summary = (f"| {label} | {SKEW_LABELS[skew]} | {measured.gini:.2f} |"
+               f" {min(means):+.1%} to {max(means):+.1%} | {min(p99s):+.1%} to {max(p99s):+.1%}"
+               f" | {min(gbs):.2f}-{max(gbs):.2f} |")
+    return lines, notes, summary
 
 
 def parse_cadence(policy: str) -> tuple[int, int]:
@@ -232,7 +293,7 @@ def _widened(source: Path) -> Path:
     permuted too), so layers differ but keep group-limited routing."""
     from placer.model import load_model
 
-    path = CACHE / f"dsv3-drift-{STEPS}-58layers.npz"
+    path = CACHE / f"{source.stem}-58layers.npz"
     if path.exists():
         return path
     log("replay: dealing the trace to 58 layers (once) ...")
