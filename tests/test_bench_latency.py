@@ -89,3 +89,79 @@ def test_closing_line_counts_and_targets() -> None:
     assert "c >= 5% lower: not run" in line
     met = latency.closing_line(rows[:1], {"a": 0.10})
     assert "A >= 10% lower on every engine: met" in met
+
+
+# -- the three skews --------------------------------------------------------------------------
+
+from bench import skews  # noqa: E402
+
+
+def test_synthetic_configurations_run_at_every_skew_with_the_same_seeds() -> None:
+    configs = latency._synthetic()
+    assert [c.skew for c in configs] == [s for s in skews.SKEWS for _ in latency.SYNTH]
+    assert skews.SKEWS[0] == "real"  # the headline first
+    names = [c.name for c in configs]
+    assert len(set(names)) == len(names) and "deepseek-v3-real" in names
+    for key, (_, _, overrides) in latency.SYNTH.items():
+        assert "zipf" not in overrides  # the skew is the preset's, never a fixed exponent
+        assert overrides["seed"] == 1
+        paths = {latency.synth_path(key, s) for s in skews.SKEWS}
+        assert len(paths) == len(skews.SKEWS)
+    # a key selects every skew, a name one
+    assert [c.name for c in latency.selected(configs, {"deepseek-v3"})] == [
+        f"deepseek-v3-{s}" for s in skews.SKEWS]
+    assert [c.name for c in latency.selected(configs, {"kimi-k2-heavy"})] == ["kimi-k2-heavy"]
+    assert latency.selected(configs, set()) == configs
+
+
+@pytest.fixture(scope="module")
+def three_skews(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny DeepSeek-V3-shaped trace (4 layers, group-limited) at each preset, with the
+    same overrides and seed, as ``_synthetic`` writes them."""
+    folder = tmp_path_factory.mktemp("skews")
+    _, model, overrides = latency.SYNTH["deepseek-v3"]
+    tiny = {**overrides, "layer_ids": (3, 4, 5, 6), "num_tokens": 8192,
+            "tokens_per_step": 1024}
+    out = {}
+    for skew in skews.SKEWS:
+        path = latency.synth_trace(folder / f"{skew}.npz", model, skew=skew, **tiny)
+        out[skew] = latency.read(path, model, coact=False)
+    return out
+
+
+def test_each_generated_trace_has_its_presets_skew(three_skews) -> None:
+    ginis = []
+    for skew, routing in three_skews.items():
+        measured = skews.measure(routing.stats.load, routing.stats.layer_ids)
+        assert measured.cls == skew, (skew, measured)
+        assert skews.in_preset_range(measured, skew), (skew, measured)
+        ginis.append(measured.gini)
+    by_name = dict(zip(three_skews, ginis, strict=True))
+    assert by_name["mild"] < by_name["real"] < by_name["heavy"]
+
+
+def test_rows_state_their_skew_and_the_targets_read_real_rows_only() -> None:
+    def row(skew: str | None, change: float, gini: float) -> latency.Row:
+        r = latency.Row(config=f"X, {skew} skew", engine="vllm", judged="",
+                        eplb_step_p99=100.0, eplb_layer_p99=1.0,
+                        cpsat_step_p99=100.0 * (1 + change), cpsat_layer_p99=1.0,
+                        change=change, verdict="", seconds=0.0, key="deepseek-v3",
+                        extra={"batch_floor": (90.0, 85.0)})
+        r.skew, r.base_label = skew, "X"
+        r.measured = skews.Measured(gini=gini, cv=1.0, max_over_mean=5.0,
+                                    cls=skew or "real")
+        return r
+
+    rows = [row("real", -0.05, 0.53), row("mild", -0.01, 0.30), row("heavy", -0.20, 0.70)]
+    assert latency.headline(rows) == rows[:1]
+    line = latency.round_robin_targets_line(rows)
+    assert "X, real skew vllm: 5.0% lower" in line and "mild" not in line
+    assert "EPLB 10.0% above its per-batch floor, cpsat 10.5% above its own (met)" in line
+    closing = latency.closing_line(rows, {"deepseek-v3": 0.10})
+    assert "on 3 of 3 rows" in closing and "(vllm 5.0% lower)" in closing
+    table = skews.scaling_table(rows)
+    assert table[-1] == "| X | vllm | -5.0% (0.53) | -1.0% (0.30) | -20.0% (0.70) |"
+    assert latency._skew_cell(rows[2]).endswith("(heavy) sensitivity")
+    cells = latency.render_table(rows)
+    assert all(line.count("|") == cells[0].count("|") for line in cells)
+    assert "| 0.53 / 1.00 / 5.0 (real) |" in cells[2]
