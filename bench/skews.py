@@ -23,6 +23,8 @@ from typing import Any
 
 #: The presets, in report order: the headline first, then the sensitivity range.
 SKEWS = ("real", "mild", "heavy")
+#: The presets from mildest to heaviest: the columns of the scaling tables.
+MILDEST_FIRST = ("mild", "real", "heavy")
 #: What the tables call each preset.
 SKEW_LABELS = {"real": "real", "mild": "mild", "heavy": "heavy (sensitivity)",
                None: "real data"}
@@ -99,14 +101,14 @@ def scaling_table(rows: Sequence[Any]) -> list[str]:
     lines = ["How the gain scales with skew (synthetic rows; cpsat's held-out step p99 against"
              " EPLB's, measured median-layer Gini in brackets; heavy = sensitivity only,"
              " heavier than any measured routing):", "",
-             "| configuration | engine | real | mild | heavy (sensitivity) |",
+             "| configuration | engine | mild | real | heavy (sensitivity) |",
              "|---|---|---:|---:|---:|"]
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for r in synthetic:
         seen.setdefault((r.base_label, r.engine), {})[r.skew] = r
     for (label, engine), by_skew in seen.items():
         cells = []
-        for skew in SKEWS:
+        for skew in MILDEST_FIRST:
             r = by_skew.get(skew)
             cells.append("not run" if r is None else
                          f"{r.change:+.1%} ({r.measured.gini:.2f})")

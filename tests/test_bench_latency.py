@@ -160,7 +160,7 @@ def test_rows_state_their_skew_and_the_targets_read_real_rows_only() -> None:
     closing = latency.closing_line(rows, {"deepseek-v3": 0.10})
     assert "on 3 of 3 rows" in closing and "(vllm 5.0% lower)" in closing
     table = skews.scaling_table(rows)
-    assert table[-1] == "| X | vllm | -5.0% (0.53) | -1.0% (0.30) | -20.0% (0.70) |"
+    assert table[-1] == "| X | vllm | -1.0% (0.30) | -5.0% (0.53) | -20.0% (0.70) |"
     assert latency._skew_cell(rows[2]).endswith("(heavy) sensitivity")
     cells = latency.render_table(rows)
     assert all(line.count("|") == cells[0].count("|") for line in cells)
