@@ -27,7 +27,8 @@
 
 Every figure comes from the ``placer replay`` command (``--json``), run as a user runs it.
 Calibration and speed use the real-skew DeepSeek-V3 trace.  While developing,
-``PLACER_BENCH_REPLAY_SKEWS=real`` runs the quality rows at the named skews only.
+``PLACER_BENCH_REPLAY_SKEWS=real`` runs the quality rows at the named skews only,
+``PLACER_BENCH_REPLAY_CASES=dsv3`` the named cases only (keys of :data:`CASES`).
 """
 
 from __future__ import annotations
@@ -174,8 +175,12 @@ def _quality() -> list[str]:
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     notes: list[str] = []
     scaling: list[str] = []
+    cases = {c.strip() for c in os.environ.get("PLACER_BENCH_REPLAY_CASES", "").split(",")
+             if c.strip()}
     for skew in skews:
         for label, key in CASE_LABELS:
+            if cases and key not in cases:
+                continue
             rows, case_notes, summary = _quality_case(label, key, skew)
             lines += rows
             notes += case_notes
