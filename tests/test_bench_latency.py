@@ -55,11 +55,13 @@ def test_compare_engines_rows_and_rendering(tiny) -> None:
         assert r.seconds > 0
 
     table = latency.render_table(rows)
-    assert table[0].startswith("| configuration | engine | EPLB step p99")
+    assert table[0].startswith("| configuration | engine | skew: Gini / CV / max÷mean (class) |"
+                               " EPLB step p99")
     from placer.metrics import metric  # headings and numbers as every placer table shows them
 
     assert f"cpsat {metric('layer_p99_us_median').header} |" in table[0]
     assert f"| {metric('step_p99_us').cell(rows[0].eplb_step_p99)} |" in table[2]
+    assert table[2].startswith("| tiny 4x9 | sglang | - |")  # no skew measured: a dash
     assert len(table) == 2 + len(rows)
     assert all(line.count("|") == table[0].count("|") for line in table)
 
