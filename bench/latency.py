@@ -497,21 +497,29 @@ def _real(folder: Path) -> list[Config]:
     ]
 
 
-#: Synthetic traces: key -> (file stem under OUT, model, SynthParams overrides); the skew
-#: is a ``placer synth --skew`` preset, the same seeds at every skew.
+#: Synthetic traces: key -> (file under OUT, model, SynthParams overrides).  The latency
+#: rows take every override but ``zipf`` and apply a ``placer synth --skew`` preset instead
+#: (:func:`skew_overrides`, :func:`synth_path`), the same seed at every skew; the file and
+#: ``zipf`` 1.0 are the Zipf-1.0 trace ``bench replan`` still reads.
 SYNTH = {
-    "deepseek-v3": ("synth-deepseek-v3", "deepseek-v3", {
-        "num_tokens": 65_536, "num_groups": 8, "top_groups": 4, "clusters": 8,
+    "deepseek-v3": ("synth-deepseek-v3.npz", "deepseek-v3", {
+        "num_tokens": 65_536, "num_groups": 8, "top_groups": 4, "zipf": 1.0, "clusters": 8,
         "drift": 0.02, "tokens_per_step": 4096, "num_ranks": 32, "seed": 1}),
-    "kimi-k2": ("synth-kimi-k2", "kimi-k2", {
-        "num_tokens": 16 * 9216, "clusters": 8, "drift": 0.02,
+    "kimi-k2": ("synth-kimi-k2.npz", "kimi-k2", {
+        "num_tokens": 16 * 9216, "zipf": 1.0, "clusters": 8, "drift": 0.02,
         "tokens_per_step": 9216, "num_ranks": 72, "seed": 1}),
 }
 
 
+def skew_overrides(key: str) -> dict[str, Any]:
+    """The overrides of synthetic configuration ``key`` without its Zipf exponent (a skew
+    preset sets one per layer)."""
+    return {k: v for k, v in SYNTH[key][2].items() if k != "zipf"}
+
+
 def synth_path(key: str, skew: str) -> Path:
     """Where the trace of synthetic configuration ``key`` at ``skew`` is kept."""
-    return OUT / f"{SYNTH[key][0]}-{skew}.npz"
+    return OUT / f"{Path(SYNTH[key][0]).stem}-{skew}.npz"
 
 
 def _synthetic(skews: Sequence[str] = SKEWS) -> list[Config]:
@@ -519,9 +527,9 @@ def _synthetic(skews: Sequence[str] = SKEWS) -> list[Config]:
     from placer.topology import load_topology
 
     def trace(key: str, skew: str) -> Callable[[], Any]:
-        _, model, overrides = SYNTH[key]
-        return lambda: read(synth_trace(synth_path(key, skew), model, skew=skew, **overrides),
-                            model, keep_tokens=True)
+        model = SYNTH[key][1]
+        return lambda: read(synth_trace(synth_path(key, skew), model, skew=skew,
+                                        **skew_overrides(key)), model, keep_tokens=True)
 
     out = []
     for skew in skews:

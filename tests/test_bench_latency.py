@@ -104,11 +104,13 @@ def test_synthetic_configurations_run_at_every_skew_with_the_same_seeds() -> Non
     assert skews.SKEWS[0] == "real"  # the headline first
     names = [c.name for c in configs]
     assert len(set(names)) == len(names) and "deepseek-v3-real" in names
-    for key, (_, _, overrides) in latency.SYNTH.items():
-        assert "zipf" not in overrides  # the skew is the preset's, never a fixed exponent
-        assert overrides["seed"] == 1
+    for key, (name, _, overrides) in latency.SYNTH.items():
+        mine = latency.skew_overrides(key)
+        assert "zipf" not in mine  # the skew is the preset's, never a fixed exponent
+        assert mine == {k: v for k, v in overrides.items() if k != "zipf"}
+        assert mine["seed"] == 1
         paths = {latency.synth_path(key, s) for s in skews.SKEWS}
-        assert len(paths) == len(skews.SKEWS)
+        assert len(paths) == len(skews.SKEWS) and latency.OUT / name not in paths
     # a key selects every skew, a name one
     assert [c.name for c in latency.selected(configs, {"deepseek-v3"})] == [
         f"deepseek-v3-{s}" for s in skews.SKEWS]
@@ -121,8 +123,8 @@ def three_skews(tmp_path_factory: pytest.TempPathFactory):
     """A tiny DeepSeek-V3-shaped trace (4 layers, group-limited) at each preset, with the
     same overrides and seed, as ``_synthetic`` writes them."""
     folder = tmp_path_factory.mktemp("skews")
-    _, model, overrides = latency.SYNTH["deepseek-v3"]
-    tiny = {**overrides, "layer_ids": (3, 4, 5, 6), "num_tokens": 8192,
+    model = latency.SYNTH["deepseek-v3"][1]
+    tiny = {**latency.skew_overrides("deepseek-v3"), "layer_ids": (3, 4, 5, 6), "num_tokens": 8192,
             "tokens_per_step": 1024}
     out = {}
     for skew in skews.SKEWS:
