@@ -231,7 +231,8 @@ def _quality_case(label: str, key: str, skew: str) -> tuple[list[str], list[str]
              if name != ORACLE and p["figures"]["step_mean_us"] < oracle]
     seconds = [d["seconds"] for d in rows[measured_policy]["decisions"]]
     per_layer = [1e3 * x / int(doc["layers"]) for x in seconds]
-    notes = [f"- {label}, {SKEW_LABELS[skew]} skew: {doc['verdict']}",
+    notes = [f"- {label}, {skew} skew{' (sensitivity)' if skew == 'heavy' else ''}:"
+             f" {doc['verdict']}",
              f"  {doc['share_verdict']}",
              f"  placer's decisions measured (`{measured_policy}`, {len(seconds)} decisions):"
              f" {min(per_layer, default=0):.1f}-{max(per_layer, default=0):.1f} ms a"
