@@ -15,13 +15,14 @@ which method won are in ``details``.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from placer import constants
-from placer.errors import Param, UsageError
+from placer.errors import Param, PlacerWarning, UsageError
 from placer.evaluate.judge import EQUAL_TIME, LayerJudge, can_judge, faster_rows
 from placer.parallel import Backend
 from placer.placement import Placement
@@ -178,12 +179,15 @@ OBJECTIVE_UNIT = {
     "mean": "hot-shard ratio of the fitted load summed over windows, mean over layers",
 }
 
-#: Share of a whole-plan time limit (``SolveParams.total_time_limit_s``) the layer search
-#: may use; the rest is for the hint, the judge and the summary.
+#: Share of a whole-plan budget (``SolveParams.total_time_limit_s``) the layer search
+#: gets; the rest is for the hint, the judge and the summary.
 SEARCH_SHARE = 0.7
-#: Least wall seconds a layer gets however tight the whole plan's limit.
-MIN_LAYER_SECONDS = 0.2
-
+#: The budget is deterministic work, in reference seconds
+#: (:data:`~placer.planning.solvers.cpsat.search.STEP_WORK`): what the layer search of a
+#: 2-core machine running its layers 2 at a time does in ``SEARCH_SHARE`` of the budget.
+REFERENCE_CORES = 2
+#: Least wall-clock cap of a layer, seconds (the cap is a safety net, not the budget).
+MIN_LAYER_WALL_S = 2.0
 
 def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
                 params: SolveParams) -> list[LayerOutcome]:
@@ -232,15 +236,20 @@ def _layer_tasks(
     return tasks
 
 
-def _split_budget(tasks: list[_Task], params: SolveParams, started: float) -> list[_Task]:
-    """Share the whole plan's time budget (what is left of it) over the layers."""
-    if params.total_time_limit_s is None:
-        return tasks
-    spent = time.perf_counter() - started
-    share = (params.total_time_limit_s * SEARCH_SHARE - spent) * min(
-        params.jobs, len(tasks)) / max(len(tasks), 1)
-    per_layer = min(params.time_limit_s, max(MIN_LAYER_SECONDS, share))
-    return [(data, mask, replace(search, time_limit_s=per_layer))
+def _split_budget(tasks: list[_Task], params: SolveParams) -> list[_Task]:
+    """Share the whole plan's budget over the layers: deterministic work, the same
+    whatever ``jobs``, the machine or the backend, so the same inputs and seed give the
+    same plan.  Each layer gets ``total x SEARCH_SHARE x REFERENCE_CORES / layers``
+    reference seconds of work (at most ``params.time_limit_s``).  The wall clock is only a
+    safety cap, counted from the layer's own start (a layer queued behind others, or on a
+    Ray worker still starting, loses nothing): ``params.wall_factor`` times the layer's
+    work, at least ``MIN_LAYER_WALL_S``."""
+    per_layer = params.time_limit_s
+    if params.total_time_limit_s is not None:
+        share = params.total_time_limit_s * SEARCH_SHARE * REFERENCE_CORES / max(len(tasks), 1)
+        per_layer = min(per_layer, share)
+    wall = max(params.wall_factor * per_layer, MIN_LAYER_WALL_S)
+    return [(data, mask, replace(search, work=per_layer, time_limit_s=wall))
             for data, mask, search in tasks]
 
 
@@ -315,7 +324,7 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     options = CpsatOptions.from_options(params.options)
     hint_result = solve(problem, options.hint, params.shared())
     hint = hint_result.placement
-    tasks = _split_budget(_layer_tasks(problem, hint, options, params), params, started)
+    tasks = _split_budget(_layer_tasks(problem, hint, options, params), params)
     outcomes = _run_layers(tasks, params)
 
     outcomes = [replace(o, winner=hint_result.solver) if o.winner == "hint" else o
@@ -526,6 +535,8 @@ def _result(
             "steps": o.steps,
             "seconds": o.seconds,
             "hit_wall_limit": o.hit_wall_limit,
+            "work": o.work,
+            "hit_work_limit": o.hit_work_limit,
             "fallback": o.fallback or None,
         }
         for lid, o in zip(placement.layer_ids.tolist(), outcomes, strict=True)
@@ -539,6 +550,10 @@ def _result(
         "moves": int(sum(o.moves for o in outcomes)),
         "eplb_moves": int(sum(o.hint_moves for o in outcomes)),
         "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
+        # the deterministic budget (reproducible) and the wall-clock safety cap (not)
+        "work_limit_hit_layers": int(sum(o.hit_work_limit for o in outcomes)),
+        "work": float(sum(o.work for o in outcomes)),
+        "reproducible": not any(o.hit_wall_limit for o in outcomes),
         # why the FALLBACK layers kept another layout: reason -> layers and the reason
         "fallback": {reason: {"layers": reasons.count(reason), "why": FALLBACK_REASONS[reason]}
                      for reason in sorted(set(reasons))},
@@ -556,6 +571,15 @@ def _result(
                                        strict=True):
             entry["layer_time_us"] = mine
             entry["eplb_layer_time_us"] = theirs
+    walled = int(sum(o.hit_wall_limit for o in outcomes))
+    if walled:  # said with the placement too: it depends on the machine's load
+        warnings.warn(
+            f"the wall-clock safety cap stopped the search in {walled} of {len(outcomes)}"
+            " layers before its deterministic budget: this plan depends on the machine's"
+            " speed and load, and the same inputs and seed may give another one (a smaller"
+            " --time-limit fits the machine)", PlacerWarning, stacklevel=3)
+        placement = replace(placement, meta={**placement.meta, "reproducible": False,
+                                             "wall_limit_hit_layers": walled})
     return SolveResult(
         placement=placement,
         solver="cpsat",
