@@ -35,10 +35,11 @@ STALL_GROWTH = 3
 #: The search's deterministic work measure, in *reference seconds* (about a second of one
 #: core of a quiet 2-core machine): each neighbourhood step or full model costs
 #: ``STEP_WORK`` (building the model, re-scoring the answer) plus ``DTIME_WORK`` per
-#: deterministic second CP-SAT reports for it.  Fitted on the DeepSeek-V3 bench layers
-#: (process time of a layer's steps against their count and deterministic time: 0.017 s
-#: a step plus 0.99 s per deterministic second, loaded machine; 0.012 quiet).
-STEP_WORK = 0.012
+#: deterministic second CP-SAT reports for it.  Fitted on 15-20 layers of the DeepSeek-V3
+#: bench trace, process time of a layer's search against its steps and deterministic time
+#: (2 cores shared with other jobs, load 3 and 9): 0.017 and 0.016 s a step plus 0.99 and
+#: 1.25 s per deterministic second (the second under heavier load).
+STEP_WORK = 0.016
 DTIME_WORK = 1.0
 
 

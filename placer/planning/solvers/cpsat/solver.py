@@ -22,11 +22,10 @@ from typing import Any
 import numpy as np
 
 from placer import constants
-from placer.errors import Param, PlacerWarning, UsageError
+from placer.errors import PlacerWarning
 from placer.evaluate.judge import EQUAL_TIME, LayerJudge, can_judge, faster_rows
 from placer.parallel import Backend
 from placer.placement import Placement
-from placer.placement.migration import Frontier, layer_moves
 from placer.planning.solvers.cpsat.distinct import without_duplicates
 from placer.planning.solvers.cpsat.layer import (
     LayerData,
@@ -38,6 +37,7 @@ from placer.planning.solvers.cpsat.layer import (
     window_variance,
 )
 from placer.planning.solvers.cpsat.options import CpsatOptions
+from placer.planning.solvers.cpsat.replan import shown_figures, within_budget
 from placer.planning.solvers.cpsat.replicas import replica_range
 from placer.planning.solvers.cpsat.search import (
     FALLBACK_REASONS,
@@ -187,7 +187,7 @@ SEARCH_SHARE = 0.7
 #: 2-core machine running its layers 2 at a time does in ``SEARCH_SHARE`` of the budget.
 REFERENCE_CORES = 2
 #: Least wall-clock cap of a layer, seconds (the cap is a safety net, not the budget).
-MIN_LAYER_WALL_S = 2.0
+MIN_LAYER_WALL_S = 3.0
 
 def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
                 params: SolveParams) -> list[LayerOutcome]:
@@ -277,6 +277,7 @@ def _placement_of(
 def _judged(
     placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
     problem: PlacementProblem, params: SolveParams, hint_result: SolveResult,
+    judge: LayerJudge,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None,
            dict[str, int]]:
     """Judge the plan against the hint, EPLB, spread variants and the current placement.
@@ -315,7 +316,7 @@ def _judged(
             params.distinct and problem.current.duplicate_gpus.any()):
         candidates.append(("current", problem.current))  # re-planning: moving nothing
     return (*_keep_faster(placement, candidates, outcomes, layers, problem, params,
-                          reference), repaired)
+                          reference, judge), repaired)
 
 
 def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
@@ -333,22 +334,14 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     layers = [task[0] for task in tasks]
     times = current_times = None
     repaired: dict[str, int] = {}
-    if can_judge(problem):
+    judge = LayerJudge(problem, params.regime, params.seed) if can_judge(problem) else None
+    if judge is not None:
         placement, outcomes, times, current_times, repaired = _judged(
-            placement, outcomes, layers, problem, params, hint_result)
+            placement, outcomes, layers, problem, params, hint_result, judge)
     budget: dict[str, Any] | None = None
     if problem.current is not None:
-        if times is None or current_times is None:  # no judge: the hot shard is the cost
-            chosen_cost = np.array([o.balance for o in outcomes])
-            current_cost = np.array([
-                data.balance(problem.current.replicas_on_gpu[
-                    problem.current.layer_row(data.layer_id)]) for data in layers])
-        else:
-            chosen_cost, current_cost = times[0], current_times
-        placement, outcomes, chosen_cost, budget = _within_budget(
-            placement, outcomes, layers, problem, params, chosen_cost, current_cost)
-        if times is not None:
-            times = (chosen_cost, times[1])
+        placement, outcomes, times, budget = _replanned(
+            placement, outcomes, layers, problem, params, times, current_times, judge)
     # what the plan had to beat and would have kept: the judge's last candidate, or the
     # hint layer by layer when there is no judge
     if times is None:
@@ -365,68 +358,37 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     return result
 
 
-def _within_budget(
+def _replanned(
     placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
-    problem: PlacementProblem, params: SolveParams, chosen_cost: np.ndarray,
-    current_cost: np.ndarray,
-) -> tuple[Placement, list[LayerOutcome], np.ndarray, dict[str, Any]]:
-    """Re-plan only the layers that pay (:class:`placer.placement.migration.Frontier`).
-
-    ``chosen_cost`` / ``current_cost``: ``[layers]`` estimated p99 layer times (or hot
-    shards without a judge) of the plan and of the deployed placement.  Within
-    ``params.max_moves`` / ``max_move_gb`` the layers with the largest total gain are
-    re-planned; without a budget, the fewest moves within ``params.move_tolerance`` of
-    the best re-plan.  Returns the placement, outcomes, costs and the ``details`` block.
-    """
+    problem: PlacementProblem, params: SolveParams,
+    times: tuple[np.ndarray, np.ndarray] | None, current_times: np.ndarray | None,
+    judge: LayerJudge | None,
+) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray] | None,
+           dict[str, Any]]:
+    """Re-plan only the layers that pay (:func:`placer.planning.solvers.cpsat.replan.
+    within_budget`); with a judge, each layer may also take a fresh plan's row (the same
+    trace planned with nothing deployed), and the answer is judged on the shown figures."""
     current = problem.current
     assert current is not None
-    moves = layer_moves(placement, current)
-    frontier = Frontier.of(moves, current_cost - chosen_cost)
-    limits = []
-    if params.max_moves is not None:
-        limits.append(params.max_moves)
-    if params.max_move_gb is not None:
-        if problem.model is None:
-            raise UsageError("`max_move_gb` needs the model to size expert weights",
-                             where=Param("max_move_gb"), hint="pass `model`, or use `max_moves`")
-        per_expert = problem.model.expert_bytes(problem.model.default_dtype) / constants.GB
-        limits.append(int(np.floor(params.max_move_gb / per_expert + 1e-9)))
-    budget = min(limits) if limits else frontier.fewest_within(
-        params.move_tolerance, float(chosen_cost.sum()))
-    picked = frontier.chosen(budget)
-    rows = placement.physical_to_logical.copy()
-    kept = list(outcomes)
-    for row in np.flatnonzero(~picked).tolist():
-        x = current.replicas_on_gpu[current.layer_row(int(placement.layer_ids[row]))]
-        rows[row] = current.physical_to_logical[current.layer_row(int(placement.layer_ids[row]))]
-        data = layers[row]
-        kept[row] = replace(outcomes[row], x=x > 0, balance=data.balance(x),
-                            traffic=data.traffic(x), moves=0, status="FALLBACK",
-                            winner="current", fallback="moves")
-    cost = np.where(picked, chosen_cost, current_cost)
-    total_current = float(current_cost.sum())
-    full = frontier.max_moves
-    budgets = sorted({round(share * full) for share in constants.FRONTIER_SHARES})
-    details = {
-        "budget": None if not limits else int(budget),
-        "tolerance": None if limits else params.move_tolerance,
-        "moves": int(moves[picked].sum()),
-        "best_moves": full,
-        "cost": "estimated p99 layer time, µs, summed over layers" if problem.model
-        is not None and problem.topology is not None else "hot shard, summed over layers",
-        "current_cost": total_current,
-        "cost_after": float(cost.sum()),
-        "best_cost": total_current - float(frontier.best[-1]),
-        "frontier": [{"budget": b, "moves": m, "cost": total_current - gain}
-                     for b, (m, gain) in zip(budgets, frontier.points(budgets), strict=True)],
-    }
-    return replace(placement, physical_to_logical=rows), kept, cost, details
+    if judge is None or times is None or current_times is None:  # the hot shard is the cost
+        cost = np.array([o.balance for o in outcomes])
+        current_cost = np.array([data.balance(current.replicas_on_gpu[
+            current.layer_row(data.layer_id)]) for data in layers])
+        placement, outcomes, _, budget = within_budget(
+            [("cpsat", placement, cost)], outcomes, layers, problem, params, current_cost)
+        return placement, outcomes, times, budget
+    fresh = solve_cpsat(replace(problem, current=None), replace(params, progress=None))
+    plans = [("cpsat", placement, times[0]), ("fresh", fresh.placement, judge(fresh.placement))]
+    placement, outcomes, cost, budget = within_budget(
+        plans, outcomes, layers, problem, params, current_times,
+        shown_figures(problem, params, judge))
+    return placement, outcomes, (cost, times[1]), budget
 
 
 def _keep_faster(
     placement: Placement, candidates: list[tuple[str, Placement]],
     outcomes: list[LayerOutcome], layers: list[LayerData], problem: PlacementProblem,
-    params: SolveParams, reference: Placement,
+    params: SolveParams, reference: Placement, timed: LayerJudge,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
     """The fastest of the plan and the ``candidates`` (the hint, the reference EPLB) by
     the evaluator's estimated p99 layer time.
@@ -452,7 +414,6 @@ def _keep_faster(
     """
     # all judged on the same sampled tokens, each distinct layer once, the layers split
     # over the cores the search used
-    timed = LayerJudge(problem, params.regime, params.seed)
     timed.prefetch([placement, *(other for _, other in candidates), reference],
                    1 if params.ray else params.jobs)
 
