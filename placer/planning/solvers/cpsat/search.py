@@ -114,7 +114,8 @@ FALLBACK_REASONS = {
     "judged": "the evaluator times the kept layout at least as fast as every candidate",
     "margin": "the plan was estimated less than the judge's margin faster than the kept"
               " layout over the whole step",
-    "moves": "re-planning the layer did not pay for its weight moves",
+    "moves": "re-planning the layer did not pay for its weight moves (or the move budget"
+             " had no room for them)",
 }
 
 

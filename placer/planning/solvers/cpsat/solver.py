@@ -478,6 +478,8 @@ def _result(
         status = "FEASIBLE"
     winners = [o.winner for o in outcomes]
     reasons = [o.fallback or "search" for o in outcomes if o.status == "FALLBACK"]
+    fell = [(int(lid), o.fallback or "search") for lid, o in zip(
+        placement.layer_ids.tolist(), outcomes, strict=True) if o.status == "FALLBACK"]
     per_layer = [
         {
             "layer": int(lid),
@@ -515,8 +517,9 @@ def _result(
         "work_limit_hit_layers": int(sum(o.hit_work_limit for o in outcomes)),
         "work": float(sum(o.work for o in outcomes)),
         "reproducible": not any(o.hit_wall_limit for o in outcomes),
-        # why the FALLBACK layers kept another layout: reason -> layers and the reason
-        "fallback": {reason: {"layers": reasons.count(reason), "why": FALLBACK_REASONS[reason]}
+        # why the FALLBACK layers kept another layout: reason -> layers, which, the reason
+        "fallback": {reason: {"layers": reasons.count(reason), "why": FALLBACK_REASONS[reason],
+                              "layer_ids": [lid for lid, r in fell if r == reason]}
                      for reason in sorted(set(reasons))},
         "layers": per_layer,
     }
