@@ -463,24 +463,9 @@ def _keep_faster(
         chosen_times, eplb_times), current_times
 
 
-def _result(
-    placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
-    seconds: float, params: SolveParams, baseline: str, objective_unit: str,
-    times: tuple[np.ndarray, np.ndarray] | None = None,
-    budget: dict[str, Any] | None = None,
-) -> SolveResult:
-    statuses = {o.status for o in outcomes}
-    if statuses == {"FALLBACK"}:
-        status = "FALLBACK"
-    elif statuses <= {"OPTIMAL"}:
-        status = "OPTIMAL"
-    else:
-        status = "FEASIBLE"
-    winners = [o.winner for o in outcomes]
-    reasons = [o.fallback or "search" for o in outcomes if o.status == "FALLBACK"]
-    fell = [(int(lid), o.fallback or "search") for lid, o in zip(
-        placement.layer_ids.tolist(), outcomes, strict=True) if o.status == "FALLBACK"]
-    per_layer = [
+def _layer_entries(placement: Placement, outcomes: list[LayerOutcome]) -> list[dict[str, Any]]:
+    """The per-layer entries of the solve result's ``details["layers"]``."""
+    return [
         {
             "layer": int(lid),
             "status": o.status,
@@ -504,6 +489,26 @@ def _result(
         }
         for lid, o in zip(placement.layer_ids.tolist(), outcomes, strict=True)
     ]
+
+
+def _result(
+    placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
+    seconds: float, params: SolveParams, baseline: str, objective_unit: str,
+    times: tuple[np.ndarray, np.ndarray] | None = None,
+    budget: dict[str, Any] | None = None,
+) -> SolveResult:
+    statuses = {o.status for o in outcomes}
+    if statuses == {"FALLBACK"}:
+        status = "FALLBACK"
+    elif statuses <= {"OPTIMAL"}:
+        status = "OPTIMAL"
+    else:
+        status = "FEASIBLE"
+    winners = [o.winner for o in outcomes]
+    reasons = [o.fallback or "search" for o in outcomes if o.status == "FALLBACK"]
+    fell = [(int(lid), o.fallback or "search") for lid, o in zip(
+        placement.layer_ids.tolist(), outcomes, strict=True) if o.status == "FALLBACK"]
+    per_layer = _layer_entries(placement, outcomes)
     details: dict[str, Any] = {
         "hint": hint_result.solver,
         "winners": {name: winners.count(name) for name in sorted({"cpsat", *winners})},
@@ -541,7 +546,7 @@ def _result(
             f"the wall-clock safety cap stopped the search in {walled} of {len(outcomes)}"
             " layers before its deterministic budget: this plan depends on the machine's"
             " speed and load, and the same inputs and seed may give another one (a smaller"
-            " --time-limit fits the machine)", PlacerWarning, stacklevel=3)
+            " budget for the whole plan fits the machine)", PlacerWarning, stacklevel=3)
         placement = replace(placement, meta={**placement.meta, "reproducible": False,
                                              "wall_limit_hit_layers": walled})
     return SolveResult(
