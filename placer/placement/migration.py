@@ -11,8 +11,9 @@ GPU, not moved.  Per layer::
 chooses which layers to re-plan under a budget.  A layer is re-planned whole or kept as
 deployed (a part of a layer's new plan is not a valid placement in general: an expert
 moved off one GPU must land on another), so the choice is a 0/1 knapsack over layers:
-``gain[l]`` (estimated time saved) for ``moves[l]``, solved exactly by dynamic
-programming over the move count.
+``gain[l, k]`` (estimated time saved) for ``moves[l, k]``, at most one of a layer's new
+plans ``k`` taken (a multiple-choice knapsack: the re-plan's row or a fresh plan's),
+solved exactly by dynamic programming over the move count.
 """
 
 from __future__ import annotations

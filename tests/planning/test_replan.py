@@ -124,3 +124,23 @@ def test_the_fresh_plan_is_the_answer_when_no_replan_comes_close():
     assert int(answer.layer_ids[0]) == 4  # every layer from the fresh plan (build's view)
     assert report["tried"][-1]["plan"] == "fresh"
     assert report["references"]["fresh"]["step_p99_us"] == 90.0
+
+
+def test_the_multiple_choice_frontier_matches_brute_force():
+    import itertools
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        layers, plans = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        moves = rng.integers(0, 6, size=(layers, plans))
+        gain = rng.normal(1.0, 1.5, size=(layers, plans)).round(2)
+        frontier = Frontier.of(moves, gain)
+        for budget in range(frontier.max_moves + 1):
+            best = max(
+                sum(gain[r, k] for r, k in enumerate(pick) if k >= 0)
+                for pick in itertools.product(range(-1, plans), repeat=layers)
+                if sum(moves[r, k] for r, k in enumerate(pick) if k >= 0) <= budget)
+            choice = frontier.choice(budget)
+            taken = [(r, k) for r, k in enumerate(choice.tolist()) if k >= 0]
+            assert sum(moves[r, k] for r, k in taken) <= budget
+            assert sum(gain[r, k] for r, k in taken) == pytest.approx(max(best, 0.0))
