@@ -77,6 +77,9 @@ def _replan() -> list[str]:
             warnings.simplefilter("ignore")
             result = solve(problem(fit, current), "cpsat",
                            SolveParams(jobs=jobs, regime=workload, **extra))
+        walled = result.details.get("wall_limit_hit_layers", 0)
+        if walled:  # the plan is then not what the deterministic budget gives
+            log(f"replan: the wall-clock safety cap stopped {walled} layers (machine loaded)")
         return result, time.perf_counter() - started
 
     log("replan: deployed plan on windows 0:8 ...")
