@@ -115,7 +115,7 @@ class SolveParams:
         many wall seconds: the same work, hence the same plan, on any machine, with any
         ``jobs`` or backend.
     wall_factor: the wall clock is a safety cap only: a layer's search stops after
-        ``wall_factor`` times its budget in wall seconds (``cpsat``: at least 3 s); a plan
+        ``wall_factor`` times its budget in wall seconds (``cpsat``: at least 5 s); a plan
         the cap stopped depends on the machine's load and says so (``cpsat``:
         ``details["reproducible"]``, a warning).
     seed: random seed; same inputs and seed give the same placement (unless the wall-clock
@@ -144,7 +144,7 @@ class SolveParams:
 
     time_limit_s: float = 10.0
     total_time_limit_s: float | None = constants.DEFAULT_PLAN_SECONDS
-    wall_factor: float = 5.0
+    wall_factor: float = 10.0
     seed: int = 0
     jobs: int = 1
     regime: Regime = field(default_factory=Regime)

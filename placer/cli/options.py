@@ -197,7 +197,7 @@ def time_limit_option() -> Any:
         " the layers (each at most --layer-time-limit). Counted as deterministic work, sized"
         " so a quiet 2-core machine takes about that many seconds: the same inputs and --seed"
         " give the same plan on any machine, with any --jobs or --ray. The wall clock only"
-        " caps a layer at 5x its share (at least 3 s); a plan it stopped warns that it is not"
+        " caps a layer at 10x its share (at least 5 s); a plan it stopped warns that it is not"
         f" reproducible. Small plans stop earlier. Default {constants.DEFAULT_PLAN_SECONDS:g}.")
 
 

@@ -187,7 +187,7 @@ SEARCH_SHARE = 0.7
 #: 2-core machine running its layers 2 at a time does in ``SEARCH_SHARE`` of the budget.
 REFERENCE_CORES = 2
 #: Least wall-clock cap of a layer, seconds (the cap is a safety net, not the budget).
-MIN_LAYER_WALL_S = 3.0
+MIN_LAYER_WALL_S = 5.0
 
 def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
                 params: SolveParams) -> list[LayerOutcome]:
