@@ -189,6 +189,7 @@ REFERENCE_CORES = 2
 #: Least wall-clock cap of a layer, seconds (the cap is a safety net, not the budget).
 MIN_LAYER_WALL_S = 5.0
 
+
 def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
                 params: SolveParams) -> list[LayerOutcome]:
     """Solve every layer where ``params`` says (this process, ``params.jobs`` local
@@ -382,6 +383,11 @@ def _replanned(
     placement, outcomes, cost, budget = within_budget(
         plans, outcomes, layers, problem, params, current_times,
         shown_figures(problem, params, judge))
+    # the answer depends on the fresh plan too: a layer whose fresh search the wall-clock
+    # cap stopped makes it as unreproducible as its own
+    walled = [bool(entry["hit_wall_limit"]) for entry in fresh.details["layers"]]
+    outcomes = [replace(o, hit_wall_limit=True) if hit and not o.hit_wall_limit else o
+                for o, hit in zip(outcomes, walled, strict=True)]
     return placement, outcomes, (cost, times[1]), budget
 
 
