@@ -122,9 +122,9 @@ FALLBACK_REASONS = {
 class _Clock:
     """A layer's budget: deterministic work first, the wall clock only as a safety cap.
 
-    Every pass asks :meth:`go` before a step and solves it with :meth:`dtime` (the step's
-    deterministic-time limit, cut to the work left) and :meth:`left` (wall seconds left);
-    :meth:`charge` books what CP-SAT reports.  The work check comes first, so a search
+    Every pass asks :meth:`go` before a step and solves it with :meth:`solve` (the step's
+    deterministic-time limit cut to the work left, the wall seconds left as CP-SAT's wall
+    limit), which books the work CP-SAT reports.  The work check comes first, so a search
     the wall clock never stops gives the same answer on any machine and under any load.
     """
 
