@@ -105,11 +105,21 @@ class SolveParams:
 
     Attributes
     ----------
-    time_limit_s: wall-clock budget per layer for search-based solvers.
-    total_time_limit_s: wall-clock budget for the whole plan, split over the layers (each
-        layer gets at most ``time_limit_s``; ``constants.DEFAULT_PLAN_SECONDS``); None:
-        only the per-layer budget.
-    seed: random seed; same inputs and seed give the same placement.
+    time_limit_s: most search budget of one layer for search-based solvers, reference
+        seconds (below).
+    total_time_limit_s: the whole plan's budget, reference seconds
+        (``constants.DEFAULT_PLAN_SECONDS``), split evenly over the layers (each at most
+        ``time_limit_s``); None: only the per-layer budget.  ``cpsat`` counts it as
+        deterministic work (CP-SAT's deterministic time plus a fixed cost per step),
+        sized so that a quiet 2-core machine planning 2 layers at a time takes about that
+        many wall seconds: the same work, hence the same plan, on any machine, with any
+        ``jobs`` or backend.
+    wall_factor: the wall clock is a safety cap only: a layer's search stops after
+        ``wall_factor`` times its budget in wall seconds (``cpsat``: at least 5 s); a plan
+        the cap stopped depends on the machine's load and says so (``cpsat``:
+        ``details["reproducible"]``, a warning).
+    seed: random seed; same inputs and seed give the same placement (unless the wall-clock
+        cap stopped the search).
     jobs: layers solved in parallel (processes).
     regime: the engine and batch regime the plan is judged under (the evaluator's
         dispatch policy, all-to-all mode and batch size; :class:`placer.regime.Regime`).
@@ -134,6 +144,7 @@ class SolveParams:
 
     time_limit_s: float = 10.0
     total_time_limit_s: float | None = constants.DEFAULT_PLAN_SECONDS
+    wall_factor: float = 10.0
     seed: int = 0
     jobs: int = 1
     regime: Regime = field(default_factory=Regime)
@@ -164,6 +175,9 @@ class SolveParams:
                              where=Param("layer_time_limit_s"))
         if self.jobs < 1:
             raise UsageError("jobs must be at least 1", where=Param("jobs"))
+        if not self.wall_factor > 0:
+            raise UsageError(f"expected a wall factor > 0, got {self.wall_factor}",
+                             where=Param("wall_factor"))
 
     def shared(self) -> SolveParams:
         """These parameters without the solver's own options: for running another solver

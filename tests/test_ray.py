@@ -147,6 +147,25 @@ def test_compare_on_ray_gives_the_local_table(ray_instance, routing) -> None:
     assert all(o.row.ok for o in remote)
 
 
+def test_compare_cpsat_on_ray_gives_the_local_placements(ray_instance, routing) -> None:
+    # a budget small enough to stop every layer's search: the deterministic work decides,
+    # not the wall clock, so Ray's workers plan what local processes plan, to the byte
+    scenarios = expand_scenarios(["2x-dgx-h100"], [16], ["cpsat"])
+    settings = CompareSettings(model="gpt-oss-20b", time_limit_s=0.6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local = compare(routing, scenarios, settings, jobs=1)
+        remote = compare(routing, scenarios, settings, ray=RAY_LOCAL)
+    for mine, theirs in zip(remote, local, strict=True):
+        assert mine.row.ok and theirs.row.ok
+        assert mine.placement is not None and theirs.placement is not None
+        assert "reproducible" not in mine.placement.meta  # the wall-clock cap never stopped it
+        assert mine.placement.physical_to_logical.tobytes() == \
+            theirs.placement.physical_to_logical.tobytes()
+        assert {k: v for k, v in asdict(mine.row).items() if not k.endswith("_seconds")} == \
+            {k: v for k, v in asdict(theirs.row).items() if not k.endswith("_seconds")}
+
+
 def test_replay_on_ray_gives_the_local_figures(ray_instance) -> None:
     from placer.model import load_model
     from placer.regime import Regime

@@ -190,20 +190,24 @@ def solver_option(*, many: bool = False) -> Any:
 
 
 def time_limit_option() -> Any:
-    """``--time-limit``: wall seconds of a whole plan."""
+    """``--time-limit``: the whole plan's search budget."""
     return typer.Option(
         None, "--time-limit", min=0.001, metavar="SECONDS", show_default=False,
-        help="Wall seconds for the whole plan (in compare: each scenario's), split over the"
-        " layers (each gets at most --layer-time-limit); small plans stop earlier. Default"
-        f" {constants.DEFAULT_PLAN_SECONDS:g}.")
+        help="The whole plan's search budget (in compare: each scenario's), split evenly over"
+        " the layers (each at most --layer-time-limit). Counted as deterministic work, sized"
+        " so a quiet 2-core machine takes about that many seconds: the same inputs and --seed"
+        " give the same plan on any machine, with any --jobs or --ray. The wall clock only"
+        " caps a layer at 10x its share (at least 5 s); a plan it stopped warns that it is not"
+        f" reproducible. Small plans stop earlier. Default {constants.DEFAULT_PLAN_SECONDS:g}.")
 
 
 def layer_time_limit_option() -> Any:
-    """``--layer-time-limit``: wall seconds per layer of a search."""
+    """``--layer-time-limit``: the most search budget of one layer."""
     return typer.Option(
         None, "--layer-time-limit", min=0.001, metavar="SECONDS", show_default=False,
-        help="Wall seconds per layer for search-based solvers (a cap: the search normally"
-        f" stops earlier). Default {DEFAULT_LAYER_SECONDS:g}.")
+        help="The most search budget of one layer for search-based solvers, in the same"
+        " deterministic seconds as --time-limit (the search normally stops earlier)."
+        f" Default {DEFAULT_LAYER_SECONDS:g}.")
 
 
 def jobs_option(what: str, *, default: int | None = 1) -> Any:

@@ -84,18 +84,34 @@ def traffic_rows(skew: dict[str, Any] | None) -> list[str]:
 
 
 def fallback_rows(solver: dict[str, Any]) -> list[str]:
-    """Why a ``FALLBACK`` plan kept the baseline's layout, one line; none otherwise."""
+    """Why layers kept a layout other than the solver's own (the baseline's, the deployed
+    one), reason by reason with the layers named, one line; none when every layer is the
+    solver's own."""
     reasons = solver.get("fallback") or {}
-    if solver["status"] != "FALLBACK" or not reasons:
+    if not reasons:
         return []
-    why = "; ".join(f"{r['why']} in {r['layers']} layer{'s' if r['layers'] != 1 else ''}"
+    why = "; ".join(f"{r['why']} in {_layers(r)}"
                     for r in sorted(reasons.values(), key=lambda r: -r["layers"]))
     repaired = (solver.get("repaired_layers") or {}).get(solver.get("baseline") or "")
-    if repaired:
+    if repaired and solver["status"] == "FALLBACK":
         why += (f"; {solver['baseline']}'s layout holds an expert twice on a GPU in {repaired}"
                 f" layer{'s' if repaired != 1 else ''}, kept here with the second replica"
                 " swapped onto another GPU")
-    return [f"fallback     no layer is CP-SAT's own: {why}"]
+    if solver["status"] == "FALLBACK":
+        return [f"fallback     no layer is CP-SAT's own: {why}"]
+    kept = sum(r["layers"] for r in reasons.values())
+    return [f"fallback     {kept} layer{'s' if kept != 1 else ''} kept another layout: {why}"]
+
+
+def _layers(reason: dict[str, Any]) -> str:
+    """``2 layers (3, 7)``: a reason's layer count and, when known, which (at most 8)."""
+    count = reason["layers"]
+    text = f"{count} layer{'s' if count != 1 else ''}"
+    ids = reason.get("layer_ids") or []
+    if ids:
+        shown = ", ".join(str(i) for i in ids[:8]) + (", ..." if len(ids) > 8 else "")
+        text += f" ({shown})"
+    return text
 
 
 def judged_text(judged: Judged) -> str:

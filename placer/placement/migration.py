@@ -11,8 +11,9 @@ GPU, not moved.  Per layer::
 chooses which layers to re-plan under a budget.  A layer is re-planned whole or kept as
 deployed (a part of a layer's new plan is not a valid placement in general: an expert
 moved off one GPU must land on another), so the choice is a 0/1 knapsack over layers:
-``gain[l]`` (estimated time saved) for ``moves[l]``, solved exactly by dynamic
-programming over the move count.
+``gain[l, k]`` (estimated time saved) for ``moves[l, k]``, at most one of a layer's new
+plans ``k`` taken (a multiple-choice knapsack: the re-plan's row or a fresh plan's),
+solved exactly by dynamic programming over the move count.
 """
 
 from __future__ import annotations
@@ -142,61 +143,68 @@ def copy_seconds(local: np.ndarray, remote: np.ndarray, topology: Topology) -> n
 
 @dataclass(frozen=True)
 class Frontier:
-    """Which layers to re-plan for each move budget (0/1 knapsack over layers).
+    """Which layers to re-plan for each move budget, and with which of their new plans
+    (a multiple-choice 0/1 knapsack over layers).
 
     Attributes
     ----------
-    moves: ``[L]`` moves each layer's new plan costs.
-    gain: ``[L]`` what re-planning each layer saves (e.g. estimated p99 layer time, µs);
-        layers that save nothing are never re-planned.
+    moves: ``[L, K]`` moves each of a layer's ``K`` new plans costs (``[L]``: one plan).
+    gain: ``[L, K]`` what each saves (e.g. estimated p99 layer time, µs); plans that save
+        nothing are never taken, and a layer takes at most one.
     best: ``[M + 1]`` the largest total gain within a budget of ``b`` moves, ``b = 0..M``
-        (``M`` the moves of every layer worth re-planning).
+        (``M`` the moves of every layer's costliest plan worth taking).
     """
 
     moves: np.ndarray
     gain: np.ndarray
     best: np.ndarray
-    _take: np.ndarray  # [L, M + 1] bool: layer l taken in the optimum of budget b
+    _take: np.ndarray  # [L, M + 1] int: the plan layer l takes in the optimum of budget b
 
     @classmethod
     def of(cls, moves: np.ndarray, gain: np.ndarray) -> Frontier:
         moves = np.asarray(moves, dtype=np.int64)
         gain = np.asarray(gain, dtype=np.float64)
+        if moves.ndim == 1:
+            moves, gain = moves[:, None], gain[:, None]
         worth = gain > 0
-        total = int(moves[worth].sum())
+        total = int(np.where(worth, moves, 0).max(axis=1).sum()) if moves.size else 0
         best = np.zeros(total + 1)
-        take = np.zeros((moves.size, total + 1), dtype=bool)
-        for layer in np.flatnonzero(worth).tolist():
-            m, v = int(moves[layer]), float(gain[layer])
-            if m == 0:  # free: always taken
-                best += v
-                take[layer] = True
-                continue
-            with_it = np.full(total + 1, -np.inf)
-            with_it[m:] = best[:-m] + v
-            better = with_it > best
-            take[layer] = better
-            best = np.where(better, with_it, best)
+        take = np.full((moves.shape[0], total + 1), -1, dtype=np.int64)
+        for layer in range(moves.shape[0]):
+            new = best.copy()
+            for k in np.flatnonzero(worth[layer]).tolist():
+                m, v = int(moves[layer, k]), float(gain[layer, k])
+                with_it = np.full(total + 1, -np.inf)
+                with_it[m:] = best[: total + 1 - m] + v
+                better = with_it > new
+                take[layer, better] = k
+                new = np.where(better, with_it, new)
+            best = new
         return cls(moves, gain, best, take)
 
     @property
     def max_moves(self) -> int:
-        """Moves of the best plan (every layer worth re-planning)."""
+        """Moves of the best plan (every layer's costliest plan worth taking)."""
         return int(self.best.size - 1)
 
-    def chosen(self, budget: int) -> np.ndarray:
-        """``[L]`` bool: the layers to re-plan within ``budget`` moves (optimal gain;
-        among equal gains, the fewest moves)."""
+    def choice(self, budget: int) -> np.ndarray:
+        """``[L]`` int: the plan each layer takes within ``budget`` moves, -1 to keep the
+        deployed layer (optimal gain; among equal gains, the fewest moves)."""
         budget = max(0, min(int(budget), self.max_moves))
         # the fewest moves reaching the best gain of this budget
         reach = int(np.flatnonzero(self.best[: budget + 1] >= self.best[budget] - 1e-12)[0])
-        picked = np.zeros(self.moves.size, dtype=bool)
+        picked = np.full(self.moves.shape[0], -1, dtype=np.int64)
         left = reach
-        for layer in range(self.moves.size - 1, -1, -1):  # walk the DP back
-            if self._take[layer, left]:
-                picked[layer] = True
-                left -= int(self.moves[layer])
+        for layer in range(self.moves.shape[0] - 1, -1, -1):  # walk the DP back
+            k = int(self._take[layer, left])
+            if k >= 0:
+                picked[layer] = k
+                left -= int(self.moves[layer, k])
         return picked
+
+    def chosen(self, budget: int) -> np.ndarray:
+        """``[L]`` bool: the layers to re-plan within ``budget`` moves."""
+        return self.choice(budget) >= 0
 
     def fewest_within(self, tolerance: float, total: float) -> int:
         """The fewest moves whose gain is within ``tolerance x total`` of the best (``total``:
@@ -207,9 +215,12 @@ class Frontier:
     def points(self, budgets: list[int]) -> list[tuple[int, float]]:
         """``(moves used, gain)`` of the optimum within each budget."""
         out = []
+        rows = np.arange(self.moves.shape[0])
         for budget in budgets:
-            picked = self.chosen(budget)
-            out.append((int(self.moves[picked].sum()), float(self.gain[picked].sum())))
+            k = self.choice(budget)
+            taken = k >= 0
+            out.append((int(self.moves[rows[taken], k[taken]].sum()),
+                        float(self.gain[rows[taken], k[taken]].sum())))
         return out
 
 

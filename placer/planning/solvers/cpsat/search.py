@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 
 from placer import constants
 from placer.planning.solvers.cpsat.layer import LayerData
-from placer.planning.solvers.cpsat.model import BALANCE, COST, LayerModel
+from placer.planning.solvers.cpsat.model import BALANCE, COST, LayerModel, SubResult
 from placer.planning.solvers.cpsat.options import CpsatOptions
 from placer.planning.solvers.cpsat.packing import window_packing
 
@@ -32,13 +32,34 @@ from placer.planning.solvers.cpsat.packing import window_packing
 STALL_GROWTH = 3
 
 
+#: The search's deterministic work measure, in *reference seconds* (about a second of one
+#: core of a quiet 2-core machine): each neighbourhood step or full model costs
+#: ``STEP_WORK`` (building the model, re-scoring the answer) plus ``DTIME_WORK`` per
+#: deterministic second CP-SAT reports for it.  Fitted on 15-20 layers of the DeepSeek-V3
+#: bench trace, process time of a layer's search against its steps and deterministic time
+#: (2 cores shared with other jobs, load 3 and 9): 0.017 and 0.016 s a step plus 0.99 and
+#: 1.25 s per deterministic second (the second under heavier load).
+STEP_WORK = 0.016
+DTIME_WORK = 1.0
+
+
 @dataclass(frozen=True)
 class SearchParams:
-    """What one layer's search reads: the seed, its wall-clock cap and the options."""
+    """What one layer's search reads.
+
+    Attributes
+    ----------
+    seed: the search's seed (with the layer id).
+    time_limit_s: wall-clock safety cap of the layer, seconds.
+    options: the solver's options.
+    work: the layer's deterministic budget, reference seconds (:data:`STEP_WORK`); None:
+        only the passes' step counts and the wall-clock cap stop it.
+    """
 
     seed: int
     time_limit_s: float
     options: CpsatOptions = field(default_factory=CpsatOptions)
+    work: float | None = None
 
 
 @dataclass
@@ -58,7 +79,10 @@ class LayerOutcome:
     balance_first, cap: objective 1 after the balance pass, and the cap the second
         pass kept it under.
     steps: sub-models solved and accepted, per pass.
-    seconds: wall time; hit_wall_limit: the wall-clock limit stopped a pass.
+    seconds: wall time; hit_wall_limit: the wall-clock safety cap stopped a pass (the
+        answer then depends on the machine's speed and load: not reproducible).
+    work: the deterministic work spent, reference seconds; hit_work_limit: the
+        deterministic budget stopped a pass (reproducible).
     fallback: why a ``FALLBACK`` layer kept another layout (a key of
         :data:`FALLBACK_REASONS`), "" otherwise.
     """
@@ -80,6 +104,8 @@ class LayerOutcome:
     seconds: float = 0.0
     hit_wall_limit: bool = False
     fallback: str = ""
+    work: float = 0.0
+    hit_work_limit: bool = False
 
 
 #: Why a layer kept a layout other than CP-SAT's (``LayerOutcome.fallback``).
@@ -88,23 +114,66 @@ FALLBACK_REASONS = {
     "judged": "the evaluator times the kept layout at least as fast as every candidate",
     "margin": "the plan was estimated less than the judge's margin faster than the kept"
               " layout over the whole step",
-    "moves": "re-planning the layer did not pay for its weight moves",
+    "moves": "re-planning the layer did not pay for its weight moves (or the move budget"
+             " had no room for them)",
 }
 
 
 class _Clock:
-    def __init__(self, limit: float) -> None:
+    """A layer's budget: deterministic work first, the wall clock only as a safety cap.
+
+    Every pass asks :meth:`go` before a step and solves it with :meth:`solve` (the step's
+    deterministic-time limit cut to the work left, the wall seconds left as CP-SAT's wall
+    limit), which books the work CP-SAT reports.  The work check comes first, so a search
+    the wall clock never stops gives the same answer on any machine and under any load.
+    """
+
+    def __init__(self, limit: float, work: float | None = None) -> None:
         self.start = time.perf_counter()
         self.limit = limit
+        self.work_left = float("inf") if work is None else float(work)
+        self.spent = 0.0
+        self.wall_hit = False
+        self.work_hit = False
 
     def left(self) -> float:
-        return self.limit - (time.perf_counter() - self.start)
+        """Wall seconds left (the safety cap); noted when none are."""
+        left = self.limit - (time.perf_counter() - self.start)
+        if left <= 0:
+            self.wall_hit = True
+        return left
+
+    def go(self) -> bool:
+        """Whether another step fits: work left for more than a step's fixed cost, then
+        wall time left."""
+        if self.work_left <= STEP_WORK:
+            self.work_hit = True
+            return False
+        return self.left() > 0
+
+    def dtime(self, cap: float) -> float:
+        """A step's deterministic-time limit: ``cap``, cut to the work left."""
+        return max(1e-3, min(cap, (self.work_left - STEP_WORK) / DTIME_WORK))
+
+    def solve(self, model: LayerModel, cap: float, seed: int, lns: bool = False) -> SubResult:
+        """One step: ``model`` solved within ``cap`` deterministic seconds cut to the work
+        left, and the wall seconds left; the step's work booked, and the wall cap noted
+        when it is what ended the solve."""
+        wall = max(self.left(), 1e-3)
+        began = time.perf_counter()
+        result = model.solve(self.dtime(cap), wall, seed, lns=lns)
+        if time.perf_counter() - began >= wall:
+            self.wall_hit = True
+        cost = STEP_WORK + DTIME_WORK * float(result.dtime)
+        self.work_left -= cost
+        self.spent += cost
+        return result
 
 
 def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> LayerOutcome:
     """Plan one layer from the hint placement ``hint: [E, G] bool``."""
     opts = params.options
-    clock = _Clock(params.time_limit_s)
+    clock = _Clock(params.time_limit_s, params.work)
     rng = np.random.default_rng([params.seed, data.layer_id])
     scale = data.scale
     full = _full_model_size(data) <= opts.full_model_max_vars
@@ -176,8 +245,10 @@ def solve_layer(data: LayerData, hint: np.ndarray, params: SearchParams) -> Laye
         cap=cap,
         steps=steps,
         seconds=time.perf_counter() - clock.start,
-        hit_wall_limit=clock.left() <= 0,
+        hit_wall_limit=clock.wall_hit,
         fallback="search" if unchanged else "",
+        work=clock.spent,
+        hit_work_limit=clock.work_hit,
     )
 
 
@@ -235,7 +306,9 @@ def _full_balance(
     model = LayerModel(
         data, x0, np.arange(data.num_gpus), mode=BALANCE, scale=scale, symmetry=symmetric
     )
-    result = model.solve(opts.full_model_dtime, clock.left(), params.seed)
+    if not clock.go():
+        return start, 0.0, False
+    result = clock.solve(model, opts.full_model_dtime, params.seed)
     if result.x is None or data.balance_key(result.x) >= data.balance_key(x0):
         return start, 0.0, False
     unit = scale / data.num_gpus
@@ -254,7 +327,9 @@ def _full_cost(
         traffic_weight=opts.traffic_weight, migration_weight=opts.migration_weight,
         free_counts=data.current is not None,
     )
-    result = model.solve(opts.full_model_dtime, clock.left(), params.seed)
+    if not clock.go():
+        return start
+    result = clock.solve(model, opts.full_model_dtime, params.seed)
     if result.x is None or not _better_cost(data, result.x, start, cap, params):
         return start
     return result.x
@@ -278,7 +353,7 @@ def _lns_balance(
     opts = params.options
     key = data.balance_key(x)
     tried = kept = stall = 0
-    while tried < opts.balance_iterations and stall < opts.patience and clock.left() > 0:
+    while tried < opts.balance_iterations and stall < opts.patience and clock.go():
         if key[0] <= bound * (1 + constants.CPSAT_BALANCE_GAP):
             break
         size = _neighbourhood_size(data, params, stall)
@@ -286,7 +361,7 @@ def _lns_balance(
         hottest = int(np.argmax(worst))
         gpus = _draw(rng, hottest, worst.max() - worst + 1e-9, size)
         model = LayerModel(data, x, gpus, mode=BALANCE, scale=scale)
-        result = model.solve(opts.submodel_dtime, clock.left(), params.seed + tried, lns=True)
+        result = clock.solve(model, opts.submodel_dtime, params.seed + tried, lns=True)
         tried += 1
         if result.x is not None and (new := data.balance_key(result.x)) < key:
             x, key = result.x, new
@@ -305,7 +380,7 @@ def _lns_cost(
     opts = params.options
     tried = kept = stall = 0
     patience = min(opts.patience, opts.cost_patience)
-    while tried < opts.cost_iterations and stall < patience and clock.left() > 0:
+    while tried < opts.cost_iterations and stall < patience and clock.go():
         size = _neighbourhood_size(data, params, stall)
         gpus = _cost_neighbourhood(data, x, rng, size, tried)
         model = LayerModel(
@@ -313,7 +388,7 @@ def _lns_cost(
             traffic_weight=opts.traffic_weight, migration_weight=opts.migration_weight,
             free_counts=data.current is not None,
         )
-        result = model.solve(opts.submodel_dtime, clock.left(), params.seed + tried, lns=True)
+        result = clock.solve(model, opts.submodel_dtime, params.seed + tried, lns=True)
         tried += 1
         if result.x is not None and _better_cost(data, result.x, x, cap, params):
             x = result.x

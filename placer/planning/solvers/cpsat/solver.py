@@ -15,17 +15,17 @@ which method won are in ``details``.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from placer import constants
-from placer.errors import Param, UsageError
+from placer.errors import PlacerWarning
 from placer.evaluate.judge import EQUAL_TIME, LayerJudge, can_judge, faster_rows
 from placer.parallel import Backend
 from placer.placement import Placement
-from placer.placement.migration import Frontier, layer_moves
 from placer.planning.solvers.cpsat.distinct import without_duplicates
 from placer.planning.solvers.cpsat.layer import (
     LayerData,
@@ -37,6 +37,7 @@ from placer.planning.solvers.cpsat.layer import (
     window_variance,
 )
 from placer.planning.solvers.cpsat.options import CpsatOptions
+from placer.planning.solvers.cpsat.replan import shown_figures, within_budget
 from placer.planning.solvers.cpsat.replicas import replica_range
 from placer.planning.solvers.cpsat.search import (
     FALLBACK_REASONS,
@@ -178,11 +179,15 @@ OBJECTIVE_UNIT = {
     "mean": "hot-shard ratio of the fitted load summed over windows, mean over layers",
 }
 
-#: Share of a whole-plan time limit (``SolveParams.total_time_limit_s``) the layer search
-#: may use; the rest is for the hint, the judge and the summary.
+#: Share of a whole-plan budget (``SolveParams.total_time_limit_s``) the layer search
+#: gets; the rest is for the hint, the judge and the summary.
 SEARCH_SHARE = 0.7
-#: Least wall seconds a layer gets however tight the whole plan's limit.
-MIN_LAYER_SECONDS = 0.2
+#: The budget is deterministic work, in reference seconds
+#: (:data:`~placer.planning.solvers.cpsat.search.STEP_WORK`): what the layer search of a
+#: 2-core machine running its layers 2 at a time does in ``SEARCH_SHARE`` of the budget.
+REFERENCE_CORES = 2
+#: Least wall-clock cap of a layer, seconds (the cap is a safety net, not the budget).
+MIN_LAYER_WALL_S = 5.0
 
 
 def _run_layers(tasks: list[tuple[LayerData, np.ndarray, SearchParams]],
@@ -232,15 +237,20 @@ def _layer_tasks(
     return tasks
 
 
-def _split_budget(tasks: list[_Task], params: SolveParams, started: float) -> list[_Task]:
-    """Share the whole plan's time budget (what is left of it) over the layers."""
-    if params.total_time_limit_s is None:
-        return tasks
-    spent = time.perf_counter() - started
-    share = (params.total_time_limit_s * SEARCH_SHARE - spent) * min(
-        params.jobs, len(tasks)) / max(len(tasks), 1)
-    per_layer = min(params.time_limit_s, max(MIN_LAYER_SECONDS, share))
-    return [(data, mask, replace(search, time_limit_s=per_layer))
+def _split_budget(tasks: list[_Task], params: SolveParams) -> list[_Task]:
+    """Share the whole plan's budget over the layers: deterministic work, the same
+    whatever ``jobs``, the machine or the backend, so the same inputs and seed give the
+    same plan.  Each layer gets ``total x SEARCH_SHARE x REFERENCE_CORES / layers``
+    reference seconds of work (at most ``params.time_limit_s``).  The wall clock is only a
+    safety cap, counted from the layer's own start (a layer queued behind others, or on a
+    Ray worker still starting, loses nothing): ``params.wall_factor`` times the layer's
+    work, at least ``MIN_LAYER_WALL_S``."""
+    per_layer = params.time_limit_s
+    if params.total_time_limit_s is not None:
+        share = params.total_time_limit_s * SEARCH_SHARE * REFERENCE_CORES / max(len(tasks), 1)
+        per_layer = min(per_layer, share)
+    wall = max(params.wall_factor * per_layer, MIN_LAYER_WALL_S)
+    return [(data, mask, replace(search, work=per_layer, time_limit_s=wall))
             for data, mask, search in tasks]
 
 
@@ -268,6 +278,7 @@ def _placement_of(
 def _judged(
     placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
     problem: PlacementProblem, params: SolveParams, hint_result: SolveResult,
+    judge: LayerJudge,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None,
            dict[str, int]]:
     """Judge the plan against the hint, EPLB, spread variants and the current placement.
@@ -306,7 +317,7 @@ def _judged(
             params.distinct and problem.current.duplicate_gpus.any()):
         candidates.append(("current", problem.current))  # re-planning: moving nothing
     return (*_keep_faster(placement, candidates, outcomes, layers, problem, params,
-                          reference), repaired)
+                          reference, judge), repaired)
 
 
 def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
@@ -315,7 +326,7 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     options = CpsatOptions.from_options(params.options)
     hint_result = solve(problem, options.hint, params.shared())
     hint = hint_result.placement
-    tasks = _split_budget(_layer_tasks(problem, hint, options, params), params, started)
+    tasks = _split_budget(_layer_tasks(problem, hint, options, params), params)
     outcomes = _run_layers(tasks, params)
 
     outcomes = [replace(o, winner=hint_result.solver) if o.winner == "hint" else o
@@ -324,22 +335,14 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     layers = [task[0] for task in tasks]
     times = current_times = None
     repaired: dict[str, int] = {}
-    if can_judge(problem):
+    judge = LayerJudge(problem, params.regime, params.seed) if can_judge(problem) else None
+    if judge is not None:
         placement, outcomes, times, current_times, repaired = _judged(
-            placement, outcomes, layers, problem, params, hint_result)
+            placement, outcomes, layers, problem, params, hint_result, judge)
     budget: dict[str, Any] | None = None
     if problem.current is not None:
-        if times is None or current_times is None:  # no judge: the hot shard is the cost
-            chosen_cost = np.array([o.balance for o in outcomes])
-            current_cost = np.array([
-                data.balance(problem.current.replicas_on_gpu[
-                    problem.current.layer_row(data.layer_id)]) for data in layers])
-        else:
-            chosen_cost, current_cost = times[0], current_times
-        placement, outcomes, chosen_cost, budget = _within_budget(
-            placement, outcomes, layers, problem, params, chosen_cost, current_cost)
-        if times is not None:
-            times = (chosen_cost, times[1])
+        placement, outcomes, times, budget = _replanned(
+            placement, outcomes, layers, problem, params, times, current_times, judge)
     # what the plan had to beat and would have kept: the judge's last candidate, or the
     # hint layer by layer when there is no judge
     if times is None:
@@ -356,68 +359,42 @@ def solve_cpsat(problem: PlacementProblem, params: SolveParams) -> SolveResult:
     return result
 
 
-def _within_budget(
+def _replanned(
     placement: Placement, outcomes: list[LayerOutcome], layers: list[LayerData],
-    problem: PlacementProblem, params: SolveParams, chosen_cost: np.ndarray,
-    current_cost: np.ndarray,
-) -> tuple[Placement, list[LayerOutcome], np.ndarray, dict[str, Any]]:
-    """Re-plan only the layers that pay (:class:`placer.placement.migration.Frontier`).
-
-    ``chosen_cost`` / ``current_cost``: ``[layers]`` estimated p99 layer times (or hot
-    shards without a judge) of the plan and of the deployed placement.  Within
-    ``params.max_moves`` / ``max_move_gb`` the layers with the largest total gain are
-    re-planned; without a budget, the fewest moves within ``params.move_tolerance`` of
-    the best re-plan.  Returns the placement, outcomes, costs and the ``details`` block.
-    """
+    problem: PlacementProblem, params: SolveParams,
+    times: tuple[np.ndarray, np.ndarray] | None, current_times: np.ndarray | None,
+    judge: LayerJudge | None,
+) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray] | None,
+           dict[str, Any]]:
+    """Re-plan only the layers that pay (:func:`placer.planning.solvers.cpsat.replan.
+    within_budget`); with a judge, each layer may also take a fresh plan's row (the same
+    trace planned with nothing deployed), and the answer is judged on the shown figures."""
     current = problem.current
     assert current is not None
-    moves = layer_moves(placement, current)
-    frontier = Frontier.of(moves, current_cost - chosen_cost)
-    limits = []
-    if params.max_moves is not None:
-        limits.append(params.max_moves)
-    if params.max_move_gb is not None:
-        if problem.model is None:
-            raise UsageError("`max_move_gb` needs the model to size expert weights",
-                             where=Param("max_move_gb"), hint="pass `model`, or use `max_moves`")
-        per_expert = problem.model.expert_bytes(problem.model.default_dtype) / constants.GB
-        limits.append(int(np.floor(params.max_move_gb / per_expert + 1e-9)))
-    budget = min(limits) if limits else frontier.fewest_within(
-        params.move_tolerance, float(chosen_cost.sum()))
-    picked = frontier.chosen(budget)
-    rows = placement.physical_to_logical.copy()
-    kept = list(outcomes)
-    for row in np.flatnonzero(~picked).tolist():
-        x = current.replicas_on_gpu[current.layer_row(int(placement.layer_ids[row]))]
-        rows[row] = current.physical_to_logical[current.layer_row(int(placement.layer_ids[row]))]
-        data = layers[row]
-        kept[row] = replace(outcomes[row], x=x > 0, balance=data.balance(x),
-                            traffic=data.traffic(x), moves=0, status="FALLBACK",
-                            winner="current", fallback="moves")
-    cost = np.where(picked, chosen_cost, current_cost)
-    total_current = float(current_cost.sum())
-    full = frontier.max_moves
-    budgets = sorted({round(share * full) for share in constants.FRONTIER_SHARES})
-    details = {
-        "budget": None if not limits else int(budget),
-        "tolerance": None if limits else params.move_tolerance,
-        "moves": int(moves[picked].sum()),
-        "best_moves": full,
-        "cost": "estimated p99 layer time, µs, summed over layers" if problem.model
-        is not None and problem.topology is not None else "hot shard, summed over layers",
-        "current_cost": total_current,
-        "cost_after": float(cost.sum()),
-        "best_cost": total_current - float(frontier.best[-1]),
-        "frontier": [{"budget": b, "moves": m, "cost": total_current - gain}
-                     for b, (m, gain) in zip(budgets, frontier.points(budgets), strict=True)],
-    }
-    return replace(placement, physical_to_logical=rows), kept, cost, details
+    if judge is None or times is None or current_times is None:  # the hot shard is the cost
+        cost = np.array([o.balance for o in outcomes])
+        current_cost = np.array([data.balance(current.replicas_on_gpu[
+            current.layer_row(data.layer_id)]) for data in layers])
+        placement, outcomes, _, budget = within_budget(
+            [("cpsat", placement, cost)], outcomes, layers, problem, params, current_cost)
+        return placement, outcomes, times, budget
+    fresh = solve_cpsat(replace(problem, current=None), replace(params, progress=None))
+    plans = [("cpsat", placement, times[0]), ("fresh", fresh.placement, judge(fresh.placement))]
+    placement, outcomes, cost, budget = within_budget(
+        plans, outcomes, layers, problem, params, current_times,
+        shown_figures(problem, params, judge))
+    # the answer depends on the fresh plan too: a layer whose fresh search the wall-clock
+    # cap stopped makes it as unreproducible as its own
+    walled = [bool(entry["hit_wall_limit"]) for entry in fresh.details["layers"]]
+    outcomes = [replace(o, hit_wall_limit=True) if hit and not o.hit_wall_limit else o
+                for o, hit in zip(outcomes, walled, strict=True)]
+    return placement, outcomes, (cost, times[1]), budget
 
 
 def _keep_faster(
     placement: Placement, candidates: list[tuple[str, Placement]],
     outcomes: list[LayerOutcome], layers: list[LayerData], problem: PlacementProblem,
-    params: SolveParams, reference: Placement,
+    params: SolveParams, reference: Placement, timed: LayerJudge,
 ) -> tuple[Placement, list[LayerOutcome], tuple[np.ndarray, np.ndarray], np.ndarray | None]:
     """The fastest of the plan and the ``candidates`` (the hint, the reference EPLB) by
     the evaluator's estimated p99 layer time.
@@ -443,7 +420,6 @@ def _keep_faster(
     """
     # all judged on the same sampled tokens, each distinct layer once, the layers split
     # over the cores the search used
-    timed = LayerJudge(problem, params.regime, params.seed)
     timed.prefetch([placement, *(other for _, other in candidates), reference],
                    1 if params.ray else params.jobs)
 
@@ -493,22 +469,9 @@ def _keep_faster(
         chosen_times, eplb_times), current_times
 
 
-def _result(
-    placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
-    seconds: float, params: SolveParams, baseline: str, objective_unit: str,
-    times: tuple[np.ndarray, np.ndarray] | None = None,
-    budget: dict[str, Any] | None = None,
-) -> SolveResult:
-    statuses = {o.status for o in outcomes}
-    if statuses == {"FALLBACK"}:
-        status = "FALLBACK"
-    elif statuses <= {"OPTIMAL"}:
-        status = "OPTIMAL"
-    else:
-        status = "FEASIBLE"
-    winners = [o.winner for o in outcomes]
-    reasons = [o.fallback or "search" for o in outcomes if o.status == "FALLBACK"]
-    per_layer = [
+def _layer_entries(placement: Placement, outcomes: list[LayerOutcome]) -> list[dict[str, Any]]:
+    """The per-layer entries of the solve result's ``details["layers"]``."""
+    return [
         {
             "layer": int(lid),
             "status": o.status,
@@ -526,10 +489,32 @@ def _result(
             "steps": o.steps,
             "seconds": o.seconds,
             "hit_wall_limit": o.hit_wall_limit,
+            "work": o.work,
+            "hit_work_limit": o.hit_work_limit,
             "fallback": o.fallback or None,
         }
         for lid, o in zip(placement.layer_ids.tolist(), outcomes, strict=True)
     ]
+
+
+def _result(
+    placement: Placement, outcomes: list[LayerOutcome], hint_result: SolveResult,
+    seconds: float, params: SolveParams, baseline: str, objective_unit: str,
+    times: tuple[np.ndarray, np.ndarray] | None = None,
+    budget: dict[str, Any] | None = None,
+) -> SolveResult:
+    statuses = {o.status for o in outcomes}
+    if statuses == {"FALLBACK"}:
+        status = "FALLBACK"
+    elif statuses <= {"OPTIMAL"}:
+        status = "OPTIMAL"
+    else:
+        status = "FEASIBLE"
+    winners = [o.winner for o in outcomes]
+    reasons = [o.fallback or "search" for o in outcomes if o.status == "FALLBACK"]
+    fell = [(int(lid), o.fallback or "search") for lid, o in zip(
+        placement.layer_ids.tolist(), outcomes, strict=True) if o.status == "FALLBACK"]
+    per_layer = _layer_entries(placement, outcomes)
     details: dict[str, Any] = {
         "hint": hint_result.solver,
         "winners": {name: winners.count(name) for name in sorted({"cpsat", *winners})},
@@ -539,8 +524,13 @@ def _result(
         "moves": int(sum(o.moves for o in outcomes)),
         "eplb_moves": int(sum(o.hint_moves for o in outcomes)),
         "wall_limit_hit_layers": int(sum(o.hit_wall_limit for o in outcomes)),
-        # why the FALLBACK layers kept another layout: reason -> layers and the reason
-        "fallback": {reason: {"layers": reasons.count(reason), "why": FALLBACK_REASONS[reason]}
+        # the deterministic budget (reproducible) and the wall-clock safety cap (not)
+        "work_limit_hit_layers": int(sum(o.hit_work_limit for o in outcomes)),
+        "work": float(sum(o.work for o in outcomes)),
+        "reproducible": not any(o.hit_wall_limit for o in outcomes),
+        # why the FALLBACK layers kept another layout: reason -> layers, which, the reason
+        "fallback": {reason: {"layers": reasons.count(reason), "why": FALLBACK_REASONS[reason],
+                              "layer_ids": [lid for lid, r in fell if r == reason]}
                      for reason in sorted(set(reasons))},
         "layers": per_layer,
     }
@@ -556,6 +546,15 @@ def _result(
                                        strict=True):
             entry["layer_time_us"] = mine
             entry["eplb_layer_time_us"] = theirs
+    walled = int(sum(o.hit_wall_limit for o in outcomes))
+    if walled:  # said with the placement too: it depends on the machine's load
+        warnings.warn(
+            f"the wall-clock safety cap stopped the search in {walled} of {len(outcomes)}"
+            " layers before its deterministic budget: this plan depends on the machine's"
+            " speed and load, and the same inputs and seed may give another one (a smaller"
+            " budget for the whole plan fits the machine)", PlacerWarning, stacklevel=3)
+        placement = replace(placement, meta={**placement.meta, "reproducible": False,
+                                             "wall_limit_hit_layers": walled})
     return SolveResult(
         placement=placement,
         solver="cpsat",
