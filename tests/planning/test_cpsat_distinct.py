@@ -35,6 +35,17 @@ def test_repair_by_hand():
     assert np.bincount(row, minlength=3).tolist() == [2, 1, 1]
 
 
+def test_a_layer_where_swaps_corner_themselves_is_dealt_afresh():
+    """Found by hypothesis: 4 GPUs x 5 slots whose greedy swaps run out while a layout
+    without duplicates exists (experts 0-3 on every GPU): the row is dealt afresh, the
+    replica counts kept."""
+    row = np.array([0, 0, 0, 0, 1, 1, 1, 3, 2, 2, 2, 2, 3, 3, 3, 1, 4, 4, 4, 5], dtype=np.int64)
+    counts = np.bincount(row, minlength=6).tolist()
+    assert repair_layer(row, np.arange(1.0, 7.0), 4, 4) is not None
+    assert not _placement([row.tolist()], 6, 4).duplicate_gpus.any()
+    assert np.bincount(row, minlength=6).tolist() == counts
+
+
 def test_a_layer_no_swap_can_repair_takes_the_plans_row():
     """3 replicas of expert 0 on 2 GPUs: some GPU must hold it twice; that layer of the
     candidate becomes the plan's, the other layer is repaired."""

@@ -5,10 +5,10 @@ never holds an expert twice on a GPU.  The candidates it is judged against -- th
 hint, EPLB's reference layout and its spread variant -- may: DeepSeek's reference
 packs replicas by load alone.  A second replica on one GPU takes a slot of memory but
 adds no dispatch bandwidth, so before such a layer competes its duplicates are removed
-by swaps between GPUs (:func:`placer.planning.solvers.eplb.valid.repair_layer`), which
-keep every expert's replica count.  A layer no swap can repair (an expert with more
-replicas than there are GPUs, or more slots on a GPU than distinct experts) takes the
-plan's row instead, so the candidate does not compete there.
+by swaps between GPUs (:func:`placer.planning.solvers.eplb.valid.repair_layer`; where
+the swaps corner themselves, the layer's replicas are dealt afresh), which keep every
+expert's replica count.  A layer no repair can fix (an expert with more replicas than
+there are GPUs) takes the plan's row instead, so the candidate does not compete there.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def eplb_valid_placement(
 def _repair_duplicates(
     phy2log: np.ndarray, weight: np.ndarray, num_gpus: int, num_nodes: int
 ) -> int:
-    """Swap slots in place until no GPU holds an expert twice; return the swaps made
+    """Swap slots in place until no GPU holds an expert twice; return the slots changed
     (:func:`repair_layer` on every layer)."""
     swaps = 0
     for layer in range(phy2log.shape[0]):
@@ -164,8 +164,12 @@ def repair_layer(
     row: ``[P]`` int64 expert of each slot (GPU-major), modified in place.
     load: ``[E]`` the layer's expert load; a replica carries ``load / replicas``.
 
-    Returns the swaps made, or None when some duplicate has no such swap (the row is
-    then left partly repaired: copy it first to keep the original).
+    Where no single swap is left but every expert has at most one replica per GPU to
+    give (no expert with more replicas than GPUs), the row is dealt afresh
+    (:func:`_deal`): the swaps can corner themselves where a chain of moves is needed.
+
+    Returns the slots changed, or None when an expert has more replicas than there are
+    GPUs (the row is then left partly repaired: copy it first to keep the original).
     """
     slots_per_gpu = row.size // num_gpus
     replica_load = np.asarray(load, dtype=np.float64) / np.maximum(
@@ -191,10 +195,31 @@ def repair_layer(
                 target = min(options)[1]
                 break
         if target is None:
-            return None
+            return _deal(row, replica_load, num_gpus)
         row[slot], row[target] = row[target], row[slot]
         swaps += 1
     return swaps
+
+
+def _deal(row: np.ndarray, replica_load: np.ndarray, num_gpus: int) -> int | None:
+    """Lay ``row``'s replicas out again, in place, so no GPU holds an expert twice: the
+    experts by replica load, heaviest first, each expert's replicas in a run, the k-th
+    replica of the run order on GPU ``k mod G``.  An expert's run is at most ``G`` long,
+    so its replicas land on distinct GPUs, and every GPU gets ``S`` slots; the replica
+    counts are kept.  Returns the slots changed, or None when an expert has more
+    replicas than GPUs (the row untouched)."""
+    counts = np.bincount(row, minlength=replica_load.size)
+    if counts.max() > num_gpus:
+        return None
+    slots_per_gpu = row.size // num_gpus
+    experts = np.argsort(-replica_load, kind="stable")
+    order = np.repeat(experts, counts[experts])
+    dealt = np.empty_like(row)
+    k = np.arange(order.size)
+    dealt[(k % num_gpus) * slots_per_gpu + k // num_gpus] = order
+    changed = int((dealt != row).sum())
+    row[:] = dealt
+    return changed
 
 
 def _first_duplicate(row: np.ndarray, num_gpus: int) -> tuple[int, int] | None:
