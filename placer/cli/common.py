@@ -172,8 +172,15 @@ def as_flags(text: str) -> str:
 
 def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
     """Write recorded warnings on stderr as ``warning: ...`` lines, once each
-    (:func:`warning_lines`)."""
-    for line in warning_lines(caught):
+    (:func:`warning_lines`), after what the command wrote on stdout (flushed first, so a
+    terminal or a file taking both streams shows the warnings last)."""
+    lines = warning_lines(caught)
+    if lines:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):  # the reader of stdout went away
+            pass
+    for line in lines:
         sys.stderr.write(f"warning: {line}\n")
 
 

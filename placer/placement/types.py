@@ -260,14 +260,20 @@ class Placement:
         forced = self.replica_counts.max(axis=1) > self.num_gpus
         return bool(dup.any() and not (dup & ~forced).any())
 
-    def duplicate_warning(self, source: str | None = None, why: str | None = None) -> str | None:
+    def duplicate_warning(self, source: str | None = None, why: str | None = None,
+                          said: set[tuple[int, int]] | None = None) -> str | None:
         """A sentence on this placement's duplicates for the user, or None without any.
 
         ``source`` (a file name) starts the sentence when given; ``why`` (how the plan came
         to hold them: ``"as ..."``) follows the duplicates it names.  Duplicates the
-        replica counts force are said to be forced.
+        replica counts force are said to be forced.  ``said``: ``(layer id, GPU)`` pairs
+        already said, left out (None when every one is left out).
         """
-        dup = self.duplicate_gpus
+        dup = self.duplicate_gpus.copy()
+        for layer, gpu in said or ():
+            rows = np.flatnonzero(self.layer_ids == layer)
+            if rows.size and 0 <= gpu < self.num_gpus:
+                dup[rows[0], gpu] = False
         if not dup.any():
             return None
         row, gpu = (int(x) for x in np.argwhere(dup)[0])
@@ -294,16 +300,15 @@ class Placement:
 
     def warn_duplicates(self, source: str | None = None, stacklevel: int = 2,
                         why: str | None = None) -> None:
-        """Issue :meth:`duplicate_warning` as a :class:`PlacerWarning`, once: unless every
-        duplicate is one ``meta["duplicates"]`` records as said (placer wrote the file and
-        said them when it did), and recording them there after saying them, so that the
-        placement written from this one does not say them again.
+        """Issue :meth:`duplicate_warning` as a :class:`PlacerWarning`, once: of the
+        duplicates ``meta["duplicates"]`` does not record as said (placer wrote the file and
+        said them when it did), none when it records every one; then record them all
+        there, so that the placement written from this one does not say them again.
         """
-        pairs = self.duplicate_pairs
-        if not pairs or set(pairs) <= said_pairs(self.meta):
+        message = self.duplicate_warning(source, why, said_pairs(self.meta))
+        if message is None:
             return
-        warnings.warn(str(self.duplicate_warning(source, why)), PlacerWarning,
-                      stacklevel=stacklevel + 1)
+        warnings.warn(message, PlacerWarning, stacklevel=stacklevel + 1)
         self.meta[DUPLICATES_KEY] = duplicates_record(self, why)
 
     def check_distinct(self, reader: str, hint: str, where: str | None = None,
@@ -318,7 +323,7 @@ class Placement:
         values, counts = np.unique(self.experts_on_gpu(row, gpu), return_counts=True)
         raise PlacementError(
             f"{unit} {gpu} holds expert {int(values[np.argmax(counts)])} twice in layer"
-            f" {int(self.layer_ids[row])} ({int(dup.sum())} (layer, {unit.lower()}) pairs in"
+            f" {int(self.layer_ids[row])} ({int(dup.sum())} (layer, {unit}) pairs in"
             f" all); {reader}", where=where, hint=hint,
         )
 
