@@ -305,6 +305,27 @@ def test_6_the_tours_plans_warn_only_what_is_worth_acting_on(tmp_path: Path) -> 
     assert not any("replicas of expert" in w for c in commands if c != eplb for w in said[c])
 
 
+@pytest.mark.parametrize("command", ["plan", "evaluate", "replay"])
+def test_6_a_trace_on_fewer_ranks_is_dealt_over_the_cluster_with_a_note(command, tmp_path):
+    """The bundled trace was made on 4 source ranks: on 8 GPUs its tokens are dealt over
+    all 8, said where each command says how it judged, not warned about."""
+    note = "tokens dealt over the 8 GPUs, not the trace's 4 source ranks"
+    plan = f"placer plan {SMALL} -m gpt-oss-20b -t dgx-h100 -r 8 --solver eplb -o p.json -q"
+    line = {"plan": plan, "evaluate": f"placer evaluate {SMALL} -p p.json -q",
+            "replay": f"placer replay {SMALL} -m gpt-oss-20b -t dgx-h100 -r 8"
+                      " -P static:default -q"}[command]
+    if command == "evaluate":
+        assert _placer(plan, tmp_path).returncode == 0
+    ran = _placer(line, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    said = {"plan": [x for x in ran.stdout.splitlines() if x.startswith("judged on")],
+            "evaluate": [x for x in ran.stdout.splitlines() if x.startswith("held-out:")],
+            "replay": [x for x in ran.stdout.splitlines() if x.startswith("note: tokens")]}
+    [where] = said[command]
+    assert note in where
+    assert not any("source rank" in w for w in _messages(ran.stderr))
+
+
 # -- 7. names and suggestions -----------------------------------------------------------------
 
 

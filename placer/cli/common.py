@@ -6,6 +6,7 @@ writes files too) and are re-exported here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -176,10 +177,8 @@ def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
     terminal or a file taking both streams shows the warnings last)."""
     lines = warning_lines(caught)
     if lines:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # the reader of stdout went away
             sys.stdout.flush()
-        except (OSError, ValueError):  # the reader of stdout went away
-            pass
     for line in lines:
         sys.stderr.write(f"warning: {line}\n")
 

@@ -130,9 +130,9 @@ def attention_ranks(rank: np.ndarray | None, num_gpus: int) -> tuple[np.ndarray 
     if rank is None or rank.size == 0:
         return rank, 0
     rank = np.asarray(rank, dtype=np.int64)
-    if (rank < 0).any() or int(rank.max()) >= num_gpus:
+    if int(rank.min()) < 0 or int(rank.max()) >= num_gpus:
         return rank, 0
-    recorded = int(np.unique(rank).size)
+    recorded = int(np.count_nonzero(np.bincount(rank, minlength=num_gpus)))
     return (None, recorded) if recorded < num_gpus else (rank, 0)
 
 

@@ -267,7 +267,7 @@ class Placement:
         ``source`` (a file name) starts the sentence when given; ``why`` (how the plan came
         to hold them: ``"as ..."``) follows the duplicates it names.  Duplicates the
         replica counts force are said to be forced.  ``said``: ``(layer id, GPU)`` pairs
-        already said, left out (None when every one is left out).
+        already said, left out (None when none were).
         """
         dup = self.duplicate_gpus.copy()
         for layer, gpu in said or ():
@@ -380,7 +380,7 @@ def _slot_rows(rows: Any, num_gpus: int) -> np.ndarray:
         array = np.asarray(rows, dtype=object)
     if array.dtype == object and array.ndim == 1 and all(np.ndim(r) == 1 for r in array):
         lengths = [len(r) for r in array]
-        row = next(i for i, n in enumerate(lengths) if n != lengths[0])
+        row = next((i for i, n in enumerate(lengths) if n != lengths[0]), 0)
         raise PlacementError(
             f"layer row {row} has {lengths[row]} slots, row 0 has {lengths[0]}",
             hint=f"every row lists the expert of each slot: {num_gpus} GPUs x the same slots"

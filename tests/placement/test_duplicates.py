@@ -184,6 +184,21 @@ def test_exporting_the_plan_does_not_say_them_again(engine, qwen3_eplb_plan, tmp
     assert _warnings(result.stderr) == []
 
 
+def test_a_replan_that_keeps_the_deployed_layers_keeps_their_record(eplb_plan, tmp_path):
+    """``--max-moves 0`` keeps EPLB's deployed layers, duplicates and all: said when that
+    plan was made, so not again, and the re-plan records them as kept."""
+    path, _ = eplb_plan
+    out = tmp_path / "replan.json"
+    result = runner.invoke(app, ["plan", str(SMALL), "-m", "gpt-oss-20b", "-t", "dgx-h100",
+                                 "-r", "8", "--fit", "6:32", "--current", str(path),
+                                 "--max-moves", "0", "--time-limit", "3", "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert _warnings(result.stderr) == []
+    doc = json.loads(out.read_text())
+    assert doc["duplicates"] == {"pairs": [[0, 6], [0, 7], [1, 0], [3, 6]],
+                                 "why": "kept as deployed (`current`)"}
+
+
 def test_a_hand_edited_duplicate_still_warns(eplb_plan, tmp_path):
     """A duplicate the file does not record (here: one more, made by hand) is said,
     naming the file; the ones it records are not what the warning names."""
