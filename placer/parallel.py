@@ -184,8 +184,9 @@ def _worker_main(conn: Any, fn: Callable[..., Any], shared: Any, with_shared: bo
         if task is None:
             return
         index, item = task
+        message: tuple[int, bool, Any]
         try:
-            message = (index, True, fn(shared, item) if with_shared else fn(item))
+            message = (index, True, _call(fn, shared, item, with_shared))
         except BaseException as exc:  # sent to the parent, raised there
             message = (index, False, exc)
         try:
@@ -298,7 +299,7 @@ class _LocalPool:
                 worker.piece = None
                 if not ok:
                     raise value
-                done.append((worker, index, value))
+                done.append((worker, index, say_again(value)))
         return done
 
     def _receive(self, worker: _Worker) -> tuple[int, bool, Any] | None:
@@ -328,8 +329,51 @@ class _LocalPool:
 # -- Ray ------------------------------------------------------------------------------------
 
 
-def _call(fn: Callable[..., Any], shared: Any, item: Any, with_shared: bool) -> Any:
-    return fn(shared, item) if with_shared else fn(item)
+def _call(fn: Callable[..., Any], shared: Any, item: Any, with_shared: bool) -> _Said:
+    """``fn``'s result on ``item`` with the warnings it issued (in a worker)."""
+    return _said(lambda: fn(shared, item) if with_shared else fn(item))
+
+
+# -- warnings said in another process --------------------------------------------------
+# A piece that runs in another process warns there; its warnings travel back with its
+# result and are issued again here, so a command says the same warnings whatever ran it.
+
+
+@dataclass(frozen=True)
+class _Said:
+    """A piece's result and the warnings it issued: ``(message, category, file, line)``."""
+
+    value: Any
+    said: tuple[tuple[Any, type[Warning], str, int], ...]
+
+
+def _said(compute: Callable[[], Any]) -> _Said:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = compute()
+    return _Said(value, tuple((_sendable(w.message), w.category, w.filename, w.lineno)
+                              for w in caught))
+
+
+def _sendable(message: Warning | str) -> Warning | str:
+    """The warning itself when it survives pickling (its attributes with it), else its
+    text (the parent issues it again under its category)."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(message))
+    except Exception:
+        return str(message)
+    return message
+
+
+def say_again(result: Any) -> Any:
+    """Issue again here the warnings a piece issued in another process; its result."""
+    if not isinstance(result, _Said):
+        return result
+    for message, category, filename, lineno in result.said:
+        warnings.warn_explicit(message, category, filename, lineno)
+    return result.value
 
 
 def import_ray() -> Any:
@@ -426,7 +470,7 @@ def _run_on_ray(backend: Backend, fn: Callable[..., Any], pieces: _Pieces, share
                     pieces.died(i, value, backend.retries, where=backend.describe())
                     pending[submit(i)] = i
                     continue
-                results[i] = value
+                results[i] = value = say_again(value)
                 report(i, value)
     finally:
         for handle in pending:  # the run failed: leave no work on the cluster
@@ -497,7 +541,7 @@ def _background_child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...],
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     try:
-        message: tuple[bool, Any] = (True, fn(*args))
+        message: tuple[bool, Any] = (True, _said(lambda: fn(*args)))
     except BaseException:  # the parent computes it again and raises it there
         message = (False, None)
     try:
@@ -539,7 +583,7 @@ class Background:
             ok, value = False, None
         finally:
             self.cancel()
-        return value if ok else self.fn(*self.args)
+        return say_again(value) if ok else self.fn(*self.args)
 
     def cancel(self) -> None:
         """Stop the child if it still runs, and reap it."""

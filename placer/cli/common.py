@@ -6,10 +6,12 @@ writes files too) and are re-exported here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -90,14 +92,10 @@ _RECORDING: list[list[warnings.WarningMessage]] = []
 
 def said_warnings() -> list[str]:
     """placer's warnings the running command has recorded so far, as its ``warning:`` lines
-    will say them (once each): for pages that carry what the terminal says."""
-    texts: list[str] = []
-    for w in _RECORDING[-1] if _RECORDING else []:
-        if issubclass(w.category, PlacerWarning):
-            text = as_flags(str(w.message))
-            if text not in texts:
-                texts.append(text)
-    return texts
+    will say them (once each, alike ones gathered: :func:`warning_lines`): for pages that
+    carry what the terminal says."""
+    recorded = _RECORDING[-1] if _RECORDING else []
+    return warning_lines([w for w in recorded if issubclass(w.category, PlacerWarning)])
 
 
 def handle_errors(fn: F) -> F:
@@ -174,17 +172,62 @@ def as_flags(text: str) -> str:
 
 
 def show_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
-    """Write recorded warnings on stderr, each message once: placer's as ``warning: ...``,
-    others with their category and source line."""
-    seen: set[str] = set()
+    """Write recorded warnings on stderr as ``warning: ...`` lines, once each
+    (:func:`warning_lines`), after what the command wrote on stdout (flushed first, so a
+    terminal or a file taking both streams shows the warnings last)."""
+    lines = warning_lines(caught)
+    if lines:
+        with contextlib.suppress(OSError, ValueError):  # the reader of stdout went away
+            sys.stdout.flush()
+    for line in lines:
+        sys.stderr.write(f"warning: {line}\n")
+
+
+#: What a warning may be about, at its start: a file (``plan.json: GPU 6 holds ...``) or a
+#: layer (``layer 3: integer loads ...``).
+_SUBJECT = re.compile(r"^(?:layer (?P<layer>\d+)|(?P<file>[^\s:]*[./][^\s:]*)): ")
+_FIGURE = re.compile(r"\d+")
+
+
+def warning_lines(caught: Sequence[warnings.WarningMessage]) -> list[str]:
+    """The texts of recorded warnings, each said once: placer's with the library's
+    parameters as flags; others with their category and source line.
+
+    A warning said again for another file, layer or figure is gathered with the first
+    one: placer's warnings of one category whose texts differ only in their subject (a
+    leading ``FILE:`` or ``layer N:``) and their figures make one line, the first text,
+    with the others counted (``(and the same for b.json)``, ``(and 5 more like it)``)."""
+    groups: dict[tuple[str, str], list[str]] = {}
     for w in caught:
-        placer = issubclass(w.category, PlacerWarning)
-        text = as_flags(str(w.message)) if placer else f"{w.category.__name__}: {w.message}"
-        if text in seen:
-            continue
-        seen.add(text)
-        where = "" if placer else f" ({w.filename}:{w.lineno})"
-        sys.stderr.write(f"warning: {text}{where}\n")
+        if issubclass(w.category, PlacerWarning):
+            text = as_flags(str(w.message))
+            key = (w.category.__name__, _FIGURE.sub("#", _SUBJECT.sub("", text)))
+        else:  # said where it was raised, the first time
+            text = f"{w.category.__name__}: {w.message}"
+            key, text = ("", text), f"{text} ({w.filename}:{w.lineno})"
+        texts = groups.setdefault(key, [])
+        if text not in texts and not (key[0] == "" and texts):
+            texts.append(text)
+    return [texts[0] + _others(texts) for texts in groups.values()]
+
+
+def _others(texts: list[str]) -> str:
+    """What follows the first of alike warnings: the other subjects, or their count."""
+    if len(texts) == 1:
+        return ""
+    found = [_SUBJECT.match(t) for t in texts]
+    if all(found):
+        subjects = [m for m in found if m is not None][1:]
+        if all(m.group("layer") for m in subjects):
+            names = [m.group("layer") for m in subjects]
+            what = "layer" if len(names) == 1 else "layers"
+        else:
+            names = [m.group("file") or f"layer {m.group('layer')}" for m in subjects]
+            what = ""
+        shown = names if len(names) <= 4 else [*names[:3], f"{len(names) - 3} more"]
+        listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+        return f" (and the same for {what + ' ' if what else ''}{listed})"
+    return f" (and {len(texts) - 1} more like it)"
 
 
 #: Signals that stop a command as Ctrl-C does: a polite kill, and the terminal lost.

@@ -103,7 +103,8 @@ def render_part(part: dict[str, Any]) -> Table:
     """One table: metric rows, a column per placement, then what each metric is."""
     start, stop = part["windows"]
     table = Table(
-        title=f"{part['name']}: windows {start}:{stop} ({part['source']})",
+        title=f"{part['name']}: windows {start}:{stop} ({part['source']}"
+              + (f"; {part['ranks']}" if part.get("ranks") else "") + ")",
         box=box.SIMPLE_HEAD, title_justify="left",
     )
     table.add_column("metric", no_wrap=True)
@@ -181,6 +182,7 @@ def evaluate_cmd(
         raise
     report_parts = [{
         "name": part.name, "windows": list(part.windows), "source": part.source,
+        "ranks": _dealt(part, topo.num_gpus),
         "placements": [_column(label, path_of[label], evaluation)
                        for label, evaluation in part.evaluations],
     } for part in judged]
@@ -201,6 +203,14 @@ def evaluate_cmd(
         wide = Console(highlight=False, soft_wrap=True,
                        width=max(out.width, _table_width(part)))
         wide.print(table)
+
+
+def _dealt(part: Any, num_gpus: int) -> str:
+    """The trace's source ranks dealt over every GPU, in words, when they were (else "")."""
+    from placer.evaluate.batches import dealt_note
+
+    recorded = max((e.dealt_ranks for _, e in part.evaluations), default=0)
+    return dealt_note(recorded, num_gpus) if recorded else ""
 
 
 def _table_width(part: dict[str, Any]) -> int:

@@ -136,7 +136,8 @@ def replay_cmd(
         check_dpi(dpi)
     check_trace_header(trace, trace_format, load_model(model), allow_model_mismatch)
     result, setting_notes = _run(trace, policies, model, topology, regime, redundant, dtype,
-                                 initial, trace_steps, segments, trace_format, jobs, ray, quiet)
+                                 initial, trace_steps, segments, trace_format, jobs, ray, quiet,
+                                 allow_model_mismatch)
     from placer.replay.payback import paybacks, too_short
 
     short = too_short(result, int(result.info["steps"]))
@@ -160,7 +161,7 @@ def replay_cmd(
 def _run(trace: list[Path], policies: list[Any], model: str, topology: str, regime: Any,
          redundant: int, dtype: str | None, initial: Path | None, trace_steps: bool,
          segments: int, trace_format: str | None, jobs: int, ray: str | None,
-         quiet: bool) -> tuple[Any, list[str]]:
+         quiet: bool, allow_model_mismatch: bool = False) -> tuple[Any, list[str]]:
     """Load the inputs, replay, and the notes a user should read."""
     from placer.model import load_model
     from placer.replay import ReplayParams, open_steps, replay
@@ -173,7 +174,8 @@ def _run(trace: list[Path], policies: list[Any], model: str, topology: str, regi
     source = open_steps(trace, num_gpus=topo.num_gpus,
                         batch_tokens=regime.batch_tokens(topo.num_gpus),
                         trace_steps=trace_steps, trace_format=trace_format,
-                        num_experts=model_spec.num_experts)
+                        num_experts=model_spec.num_experts, model=model_spec,
+                        allow_model_mismatch=allow_model_mismatch)
     params = ReplayParams(regime, redundant, dtype, segments, jobs, ray)
     start = None
     if initial is not None:
@@ -182,6 +184,11 @@ def _run(trace: list[Path], policies: list[Any], model: str, topology: str, regi
                                                   dtype or model_spec.default_dtype,
                                                   source.layer_ids))
     notes = _decision_notes(policies, source.num_layers, len(model_spec.all_moe_layer_ids))
+    if source.dealt_ranks:
+        from placer.evaluate.batches import dealt_note
+
+        notes.append(dealt_note(source.dealt_ranks, topo.num_gpus)
+                     + " (recorded on fewer ranks than this cluster has: docs/traces.md)")
     for p in policies:
         if isinstance(p, OnlinePolicy) and p.first >= source.num_steps:
             notes.append(f"{p.label} first rebalances at step {p.first}: never within these"

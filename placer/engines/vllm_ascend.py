@@ -37,7 +37,7 @@ from placer.engines.registry import (
     register_engine,
     write_json,
 )
-from placer.errors import EngineFormatError
+from placer.errors import EngineFormatError, PlacementError
 from placer.placement import Placement
 from placer.regime import SERVING_ENGINES
 
@@ -144,20 +144,14 @@ def from_document(
 
 def check_no_duplicates(placement: Placement) -> None:
     """EngineFormatError when a device would hold an expert twice (see the module)."""
-    dup = placement.duplicate_gpus
-    if not dup.any():
-        return
-    row, gpu = (int(x) for x in np.argwhere(dup)[0])
-    experts = placement.experts_on_gpu(row, gpu)
-    values, counts = np.unique(experts, return_counts=True)
-    raise EngineFormatError(
-        f"device {gpu} holds expert {int(values[np.argmax(counts)])} twice in layer"
-        f" {int(placement.layer_ids[row])} ({int(dup.sum())} (layer, device) pairs in all);"
-        " vLLM-Ascend's expert map keeps one slot per expert on a device",
-        hint="plan with `export` vllm-ascend:FILE (the planner then keeps two replicas of an"
-        " expert off one GPU) or with `solver` eplb-valid, or export for an engine that"
-        " loads such placements (sglang, trtllm, vllm)",
-    )
+    try:
+        placement.check_distinct(
+            "vLLM-Ascend's expert map keeps one slot per expert on a device", unit="device",
+            hint="plan with `export` vllm-ascend:FILE (the planner then keeps two replicas of"
+            " an expert off one GPU) or with `solver` eplb-valid, or export for an engine that"
+            " loads such placements (sglang, trtllm, vllm)")
+    except PlacementError as e:
+        raise EngineFormatError(e.message, hint=e.hint) from None
 
 
 def write(placement: Placement, path: Path, model: EngineModel) -> list[str]:

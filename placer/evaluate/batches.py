@@ -4,6 +4,9 @@ A *batch* is what one forward step processes: the trace's ``step`` when it has o
 else ``batch_tokens`` consecutive tokens.  Each token has a *source rank*, the GPU
 where its attention ran (trace ``rank``; unknown ranks are spread round-robin over
 the GPUs by position in the batch, as attention data-parallel ranks take requests).
+A trace recorded on fewer ranks than the cluster has GPUs (a smaller cluster, or one
+rank's dump) says nothing of where this cluster's attention ranks would run its
+tokens: :func:`attention_ranks` deals them round-robin over every GPU instead.
 A token's *rank position* is its index among the batch's tokens on the same source
 rank: engines number the tokens of a forward pass per rank, and round-robin replica
 choice uses that number.
@@ -76,7 +79,9 @@ def make_batches(
     step: ``[tokens]`` int64 forward step of each token, or None; used when
         ``batch_tokens`` is None and every step is known (batches in increasing step).
     rank: ``[tokens]`` int64 source rank, -1 where unknown, or None.  Ranks at or above
-        ``num_gpus`` are taken modulo ``num_gpus`` with a TraceWarning.
+        ``num_gpus`` are taken modulo ``num_gpus`` with a TraceWarning.  Callers pass the
+        ranks :func:`attention_ranks` chose for the whole trace (a batch may have tokens
+        on fewer ranks than the trace has).
     batch_tokens: tokens per batch (consecutive tokens); the last batch may be shorter.
     default_batch_tokens: batch size when neither ``batch_tokens`` nor steps are given.
     """
@@ -100,19 +105,41 @@ def make_batches(
                     f" GPUs; ranks are taken modulo {num_gpus}",
                     TraceWarning, stacklevel=2,
                 )
-            sources = np.unique(rank[known] % num_gpus).size
-            if known.all() and sources < num_gpus:
-                warnings.warn(
-                    f"the trace's tokens come from {sources} source rank(s) but the topology"
-                    f" has {num_gpus} GPUs: every token's dispatch starts on those"
-                    f" {sources} GPU(s), not spread over the {num_gpus} attention ranks of"
-                    f" the cluster, so times are far above a real deployment's (record the"
-                    f" trace on the cluster planned for, or synthesize it for"
-                    f" {num_gpus} ranks)", TraceWarning, stacklevel=2,
-                )
             source = np.where(known, rank % num_gpus, source)
     rank_position = group_position(batch * num_gpus + source)
     return Batches(batch, source.astype(np.int64), rank_position, num_batches)
+
+
+def attention_ranks(rank: np.ndarray | None, num_gpus: int) -> tuple[np.ndarray | None, int]:
+    """The source ranks to judge a trace's tokens from on ``num_gpus`` GPUs, and how many
+    ranks the trace recorded when they are not used.
+
+    ``rank``: ``[tokens]`` int64 of the whole trace (-1 unknown), or None.  When every
+    token's rank is known and they are fewer distinct ranks than GPUs, the trace was
+    recorded on fewer attention ranks than this cluster has (a smaller cluster, one rank's
+    dump): starting every dispatch on those few GPUs would judge a deployment no one runs.
+    Its tokens are then dealt round-robin over the ``num_gpus`` GPUs by position in their
+    batch, as tokens of unknown rank are: ``(None, recorded ranks)``.  Otherwise
+    ``(rank, 0)``: the recorded ranks are used (:func:`make_batches`).
+
+    >>> attention_ranks(np.array([0, 1, 2, 3, 0]), 8)
+    (None, 4)
+    >>> attention_ranks(np.array([0, 1, -1]), 8)[1]
+    0
+    """
+    if rank is None or rank.size == 0:
+        return rank, 0
+    rank = np.asarray(rank, dtype=np.int64)
+    if int(rank.min()) < 0 or int(rank.max()) >= num_gpus:
+        return rank, 0
+    recorded = int(np.count_nonzero(np.bincount(rank, minlength=num_gpus)))
+    return (None, recorded) if recorded < num_gpus else (rank, 0)
+
+
+def dealt_note(recorded: int, num_gpus: int) -> str:
+    """What :func:`attention_ranks` did, in words (``recorded`` ranks dealt over
+    ``num_gpus`` GPUs), for the line that says how a plan was judged."""
+    return f"tokens dealt over the {num_gpus} GPUs, not the trace's {recorded} source ranks"
 
 
 def reordered(batches: Batches, order: np.ndarray) -> Batches:

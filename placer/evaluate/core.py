@@ -26,7 +26,7 @@ from placer.errors import DataError, Param, PlacementError, PlacerError, PlacerW
 from placer.evaluate.balance import (
     ratio,
 )
-from placer.evaluate.batches import Batches, reordered, sorted_batches
+from placer.evaluate.batches import Batches, attention_ranks, reordered, sorted_batches
 from placer.evaluate.costs import CostModel
 from placer.evaluate.dispatch import (
     STATIC_POLICIES,
@@ -107,6 +107,10 @@ class Evaluation:
     windows: ``(start, stop)`` windows evaluated.
     source: ``"trace"`` (per-token routing) or ``"sampled"`` (drawn from statistics).
     params: the parameters used.
+    dealt_ranks: the source ranks a per-token trace records when they are fewer than
+        the GPUs, so that its tokens were dealt over every GPU instead
+        (:func:`placer.evaluate.batches.attention_ranks`); 0 when its ranks were used,
+        or it has none.
     """
 
     metrics: dict[str, float]
@@ -118,6 +122,7 @@ class Evaluation:
     windows: tuple[int, int] = (0, 0)
     source: str = "trace"
     params: EvalParams = field(default_factory=EvalParams)
+    dealt_ranks: int = 0
 
 
 # -- input checks -------------------------------------------------------------------------
@@ -255,6 +260,8 @@ def evaluate(
         windows=windows,
         source=source_name,
         params=replace(params, dtype=dtype, windows=windows),
+        dealt_ranks=attention_ranks(routing.trace.rank, num_gpus)[1]
+        if source_name == "trace" and routing.trace is not None else 0,
     )
 
 
@@ -336,9 +343,10 @@ def _trace_source(
     assert trace is not None
     token_window = token_windows(trace, routing.stats)
     selected = np.flatnonzero((token_window >= windows[0]) & (token_window < windows[1]))
+    rank, _ = attention_ranks(trace.rank, num_gpus)
     batches, order = sorted_batches(
         selected.size, num_gpus,
-        step=trace.step[selected], rank=trace.rank[selected],
+        step=trace.step[selected], rank=None if rank is None else rank[selected],
         batch_tokens=params.batch_tokens, default_batch_tokens=constants.DEFAULT_BATCH_TOKENS,
     )
     selected = selected[order]

@@ -23,7 +23,9 @@ expert has a replica), naming the file and field::
 
 A GPU may hold two replicas of one expert (DeepSeek's EPLB, the ``eplb`` solver, makes
 such plans; SGLang, TensorRT-LLM and vLLM load them): :func:`read_placement` accepts
-them with a :class:`~placer.errors.PlacerWarning` naming the first one.
+them with a :class:`~placer.errors.PlacerWarning` naming the first one, except those the
+document's ``duplicates`` records: placer said them when it wrote the file, and does not
+say them again each time it reads it back.
 
 Writing is atomic (:func:`placer.io.fileio.atomic_path`) and validates its own output.
 """
@@ -46,6 +48,7 @@ from placer.errors import PlacementError
 from placer.io.fileio import write_text_atomic
 from placer.io.yaml_schema import load_json, read_document
 from placer.placement import Placement
+from placer.placement.types import DUPLICATES_KEY, said_pairs
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
@@ -133,6 +136,10 @@ def placement_to_dict(
     chosen_regime = regime if regime is not None else meta.get("regime")
     if chosen_regime is not None:
         doc["regime"] = _plain({k: v for k, v in chosen_regime.items() if v is not None})
+    said = sorted(set(placement.duplicate_pairs) & said_pairs(meta))
+    if said:  # said when the placement was made or read: not again when it is read back
+        doc[DUPLICATES_KEY] = {"pairs": [list(p) for p in said],
+                               "why": (meta.get(DUPLICATES_KEY) or {}).get("why")}
     return doc
 
 
@@ -234,7 +241,8 @@ def read_placement(
     model: a ``placer.model.ModelSpec`` to check against (expert count, and that
         every layer is one of its MoE layers), or None.
     warn_duplicates: issue a :class:`~placer.errors.PlacerWarning` when a GPU holds
-        two replicas of one expert (:meth:`Placement.duplicate_warning`).
+        two replicas of one expert (:meth:`Placement.duplicate_warning`) that the
+        document's ``duplicates`` does not record as said.
 
     Returns
     -------
@@ -396,6 +404,8 @@ def placement_from_dict(doc: Any, *, source: str = "<placement>") -> Placement:
         "regime": doc.get("regime"),
         "source": source,
     }
+    if DUPLICATES_KEY in doc:
+        meta[DUPLICATES_KEY] = doc[DUPLICATES_KEY]
     return Placement(
         physical_to_logical=np.array(rows, dtype=np.int64),
         layer_ids=np.array(list(first_row_of), dtype=np.int64),

@@ -67,8 +67,8 @@ class Placement:
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        p2l = np.asarray(self.physical_to_logical)
-        object.__setattr__(self, "physical_to_logical", p2l.astype(np.int64, copy=False))
+        p2l = _slot_rows(self.physical_to_logical, self.num_gpus)
+        object.__setattr__(self, "physical_to_logical", p2l)
         object.__setattr__(self, "layer_ids", np.asarray(self.layer_ids, dtype=np.int64))
         self.validate()
 
@@ -96,7 +96,8 @@ class Placement:
             raise PlacementError(
                 f"{num_slots} slots per layer do not split evenly over {self.num_gpus} GPUs",
                 where=where,
-                hint="engines need the same number of slots on every GPU",
+                hint="engines need the same number of slots on every GPU: a row lists"
+                f" {self.num_gpus} GPUs x S slots per GPU",
             )
         if num_slots < self.num_experts:
             raise PlacementError(
@@ -244,12 +245,35 @@ class Placement:
         dup: np.ndarray = (grid[:, :, 1:] == grid[:, :, :-1]).any(axis=2)
         return dup
 
-    def duplicate_warning(self, source: str | None = None) -> str | None:
+    @property
+    def duplicate_pairs(self) -> list[tuple[int, int]]:
+        """``(layer id, GPU)`` of each GPU holding some expert twice, in layer-row order."""
+        return [(int(self.layer_ids[row]), int(gpu))
+                for row, gpu in np.argwhere(self.duplicate_gpus)]
+
+    @property
+    def forced_duplicates(self) -> bool:
+        """Whether every duplicate is forced by the replica counts: in each layer with one,
+        some expert has more replicas than there are GPUs (no arrangement of those replicas
+        keeps one per GPU).  False without duplicates."""
+        dup = self.duplicate_gpus.any(axis=1)
+        forced = self.replica_counts.max(axis=1) > self.num_gpus
+        return bool(dup.any() and not (dup & ~forced).any())
+
+    def duplicate_warning(self, source: str | None = None, why: str | None = None,
+                          said: set[tuple[int, int]] | None = None) -> str | None:
         """A sentence on this placement's duplicates for the user, or None without any.
 
-        ``source`` (a file name) starts the sentence when given.
+        ``source`` (a file name) starts the sentence when given; ``why`` (how the plan came
+        to hold them: ``"as ..."``) follows the duplicates it names.  Duplicates the
+        replica counts force are said to be forced.  ``said``: ``(layer id, GPU)`` pairs
+        already said, left out (None when none were).
         """
-        dup = self.duplicate_gpus
+        dup = self.duplicate_gpus.copy()
+        for layer, gpu in said or ():
+            rows = np.flatnonzero(self.layer_ids == layer)
+            if rows.size and 0 <= gpu < self.num_gpus:
+                dup[rows[0], gpu] = False
         if not dup.any():
             return None
         row, gpu = (int(x) for x in np.argwhere(dup)[0])
@@ -259,18 +283,49 @@ class Placement:
         where = f"{source}: " if source else ""
         more = int(dup.sum()) - 1
         others = f" (and {more} more (layer, GPU) pairs)" if more else ""
+        if self.forced_duplicates:
+            replicas = self.replica_counts
+            top_row = int(np.argmax(replicas.max(axis=1)))
+            top = int(np.argmax(replicas[top_row]))
+            why = (f"forced by the replica counts (expert {top} of layer"
+                   f" {int(self.layer_ids[top_row])} has {int(replicas[top_row, top])}"
+                   f" replicas for {self.num_gpus} GPUs)")
         return (
             f"{where}GPU {gpu} holds {int(counts.max())} replicas of expert {expert} in layer"
-            f" {int(self.layer_ids[row])}{others}: a second replica on one GPU takes a slot of"
-            " memory but adds no dispatch bandwidth; SGLang, TensorRT-LLM and vLLM load such"
-            " placements, vLLM-Ascend's expert map cannot express them"
+            f" {int(self.layer_ids[row])}{others}{f', {why}' if why else ''}: a second replica"
+            " on one GPU takes a slot of memory but adds no dispatch bandwidth; SGLang,"
+            " TensorRT-LLM and vLLM load such placements, vLLM-Ascend's expert map cannot"
+            " express them"
         )
 
-    def warn_duplicates(self, source: str | None = None, stacklevel: int = 2) -> None:
-        """Issue :meth:`duplicate_warning` as a :class:`PlacerWarning` when there is one."""
-        message = self.duplicate_warning(source)
-        if message is not None:
-            warnings.warn(message, PlacerWarning, stacklevel=stacklevel + 1)
+    def warn_duplicates(self, source: str | None = None, stacklevel: int = 2,
+                        why: str | None = None) -> None:
+        """Issue :meth:`duplicate_warning` as a :class:`PlacerWarning`, once: of the
+        duplicates ``meta["duplicates"]`` does not record as said (placer wrote the file and
+        said them when it did), none when it records every one; then record them all
+        there, so that the placement written from this one does not say them again.
+        """
+        message = self.duplicate_warning(source, why, said_pairs(self.meta))
+        if message is None:
+            return
+        warnings.warn(message, PlacerWarning, stacklevel=stacklevel + 1)
+        self.meta[DUPLICATES_KEY] = duplicates_record(self, why)
+
+    def check_distinct(self, reader: str, hint: str, where: str | None = None,
+                       unit: str = "GPU") -> None:
+        """Raise PlacementError when a GPU holds an expert twice, for a ``reader`` that
+        keeps one slot per expert on a GPU (vLLM-Ascend's expert map): the first one, the
+        count, and ``hint`` (what to do)."""
+        dup = self.duplicate_gpus
+        if not dup.any():
+            return
+        row, gpu = (int(x) for x in np.argwhere(dup)[0])
+        values, counts = np.unique(self.experts_on_gpu(row, gpu), return_counts=True)
+        raise PlacementError(
+            f"{unit} {gpu} holds expert {int(values[np.argmax(counts)])} twice in layer"
+            f" {int(self.layer_ids[row])} ({int(dup.sum())} (layer, {unit}) pairs in"
+            f" all); {reader}", where=where, hint=hint,
+        )
 
     def experts_on_gpu(self, layer_row: int, gpu: int) -> np.ndarray:
         """``[S]`` logical experts held by ``gpu`` in layer row ``layer_row``."""
@@ -291,6 +346,60 @@ class Placement:
         return (self.num_gpus == other.num_gpus and self.num_experts == other.num_experts
                 and np.array_equal(self.layer_ids, other.layer_ids)
                 and np.array_equal(self.physical_to_logical, other.physical_to_logical))
+
+
+#: The key of ``Placement.meta`` (and of placement JSON) that records the duplicates
+#: already said: ``{"pairs": [[layer id, GPU], ...], "why": str | None}``.
+DUPLICATES_KEY = "duplicates"
+
+
+def duplicates_record(placement: Placement, why: str | None = None) -> dict[str, Any] | None:
+    """The record of ``placement``'s duplicates (:data:`DUPLICATES_KEY`), None without any."""
+    pairs = placement.duplicate_pairs
+    if not pairs:
+        return None
+    return {"pairs": [list(p) for p in pairs], "why": why}
+
+
+def said_pairs(meta: dict[str, Any]) -> set[tuple[int, int]]:
+    """The ``(layer id, GPU)`` duplicates ``meta`` records as said (empty when none)."""
+    record = meta.get(DUPLICATES_KEY)
+    pairs = record.get("pairs") if isinstance(record, dict) else None
+    if not isinstance(pairs, list):
+        return set()
+    return {(int(p[0]), int(p[1])) for p in pairs
+            if isinstance(p, list | tuple) and len(p) == 2}
+
+
+def _slot_rows(rows: Any, num_gpus: int) -> np.ndarray:
+    """``physical_to_logical`` as an int64 array, or PlacementError when its rows differ in
+    length (each lists GPUs x slots per GPU experts) or a slot holds no integer."""
+    try:
+        array = np.asarray(rows)
+    except ValueError:
+        array = np.asarray(rows, dtype=object)
+    if array.dtype == object and array.ndim == 1 and all(np.ndim(r) == 1 for r in array):
+        lengths = [len(r) for r in array]
+        row = next((i for i, n in enumerate(lengths) if n != lengths[0]), 0)
+        raise PlacementError(
+            f"layer row {row} has {lengths[row]} slots, row 0 has {lengths[0]}",
+            hint=f"every row lists the expert of each slot: {num_gpus} GPUs x the same slots"
+            " per GPU",
+        )
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64, copy=False)
+    if array.dtype.kind == "f" and array.size and bool(np.isfinite(array).all()) \
+            and bool((array == np.round(array)).all()):
+        return array.astype(np.int64)
+    if array.size == 0 and array.dtype.kind in "fb":
+        return array.astype(np.int64)
+    bad = next((v for v in np.asarray(rows, dtype=object).ravel().tolist()
+                if not (isinstance(v, int | np.integer) and not isinstance(v, bool))
+                and not (isinstance(v, float) and v.is_integer())), None)
+    raise PlacementError(
+        f"physical_to_logical holds {bad!r}, not an expert id",
+        hint="each slot holds the integer id of the logical expert it serves",
+    )
 
 
 def gpu_loads(placement: Placement, load: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 
 from placer.evaluate.judge import can_judge
+from placer.placement.types import DUPLICATES_KEY, duplicates_record, said_pairs
 from placer.planning.build import ProblemSpec, build_problem
 from placer.planning.redundancy import RedundancyChoice, auto_redundancy
 from placer.planning.solvers import solve
@@ -116,6 +117,7 @@ def plan_routing(
     result = _solve(problem, solver, params, progress, step, after_search)
     if not searched:
         after_search()
+    say_duplicates(problem, result)
     with step(SUMMARY_PHASE):
         baseline = _baseline(problem, solver, params)
         metrics = basic_metrics(result.placement, problem.stats)
@@ -125,6 +127,28 @@ def plan_routing(
     planned = searched[0]
     return PlanRun(problem, result, baseline, metrics, summary, choice, timings={
         "planning_s": planned - started, "after_planning_s": ended - planned})
+
+
+def say_duplicates(problem: PlacementProblem, result: SolveResult) -> None:
+    """The plan's GPUs that hold an expert twice, said once with how the plan came to hold
+    them (:meth:`placer.placement.Placement.warn_duplicates`), and recorded in its
+    ``meta`` so that reading the written plan back does not say them again.  Layers a
+    re-plan keeps as deployed keep what the deployed placement recorded: said when it was
+    planned or read."""
+    placement = result.placement
+    pairs = set(placement.duplicate_pairs)
+    if not pairs:
+        return
+    current = problem.current
+    if current is not None and pairs <= said_pairs(current.meta):
+        placement.meta[DUPLICATES_KEY] = duplicates_record(
+            placement, "kept as deployed (`current`)")
+        return
+    why = None
+    if result.solver == BASELINE_SOLVER and not placement.forced_duplicates:
+        why = ("as DeepSeek's reference EPLB packs replicas by load alone (`solver`"
+               " eplb-valid or cpsat keeps them apart)")
+    placement.warn_duplicates(why=why, stacklevel=3)
 
 
 def _baseline(problem: PlacementProblem, solver: str, params: SolveParams) -> SolveResult | None:

@@ -16,13 +16,19 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from placer.errors import Param, TraceError, UsageError
+from placer.evaluate.batches import attention_ranks
+from placer.planning.build import check_declared_model
 from placer.stats import RoutingTrace
 from placer.traces import detect_format, read_routing
 from placer.traces.formats.npz import NpzTokens
+
+if TYPE_CHECKING:
+    from placer.model import ModelSpec
 
 #: Tokens read per chunk of the trace (whole steps are added until at least this many).
 CHUNK_TOKENS = 1 << 17
@@ -64,6 +70,9 @@ class StepSource:
     rank: ``[tokens]`` int64 source ranks (-1 unknown), or None.
     trace: the routing in memory, or None when ``npz`` streams it.
     npz: the streamed NPZ file, or None.
+    dealt_ranks: the source ranks the trace records when they are fewer than the GPUs
+        (its tokens are then dealt over every GPU, ``rank`` None:
+        :func:`placer.evaluate.batches.attention_ranks`); 0 otherwise.
     """
 
     name: str
@@ -73,6 +82,7 @@ class StepSource:
     rank: np.ndarray | None
     trace: RoutingTrace | None = None
     npz: NpzTokens | None = None
+    dealt_ranks: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -123,15 +133,22 @@ def _last_step(bounds: np.ndarray, step: int, tokens: int) -> int:
 
 def open_steps(path: str | os.PathLike[str] | list[Path], *, num_gpus: int,
                batch_tokens: int, trace_steps: bool = False, trace_format: str | None = None,
-               num_experts: int | None = None, top_k: int | None = None) -> StepSource:
+               num_experts: int | None = None, top_k: int | None = None,
+               model: ModelSpec | None = None,
+               allow_model_mismatch: bool = False) -> StepSource:
     """The steps of a per-token trace (module docstring).
 
     ``batch_tokens``: tokens of one step (``tokens_per_gpu x G``) unless ``trace_steps``.
     A per-token NPZ file is streamed; other formats are read with
-    :func:`placer.traces.read_routing` (``keep_tokens``) and kept in memory.
+    :func:`placer.traces.read_routing` (``keep_tokens``) and kept in memory.  ``model``:
+    the model replayed; a trace that declares another one (an NPZ array or a JSONL
+    header's ``model``) is a TraceError naming both and what differs, a TraceWarning with
+    ``allow_model_mismatch`` (:func:`placer.planning.build.check_declared_model`, as
+    ``placer plan`` checks it).  A trace recorded on fewer source ranks than ``num_gpus``
+    has its tokens dealt over every GPU (:attr:`StepSource.dealt_ranks`).
 
-    Raises TraceError for aggregated statistics (a replay needs tokens) or steps out of
-    order, UsageError for bad arguments.
+    Raises TraceError for aggregated statistics (a replay needs tokens), steps out of
+    order or another model, UsageError for bad arguments.
     """
     paths = [Path(p) for p in path] if isinstance(path, list) else [Path(path)]
     name = ", ".join(str(p) for p in paths)
@@ -139,10 +156,24 @@ def open_steps(path: str | os.PathLike[str] | list[Path], *, num_gpus: int,
             and (trace_format == "npz" or detect_format(paths[0]).name == "npz"):
         npz = NpzTokens.open(paths[0])
         _check_declared(npz, num_experts, name)
+        if model is not None:
+            declared = npz.meta.get("model")
+            check_declared_model(None if declared is None else str(declared), model,
+                                 num_experts=int(npz.meta.get("num_experts")
+                                                 or model.num_experts),
+                                 top_k=npz.top_k, layer_ids=npz.layer_ids, where=name,
+                                 allow_mismatch=allow_model_mismatch)
         step = _steps(npz.num_tokens, npz.step, batch_tokens, trace_steps, name)
-        return StepSource(name, npz.layer_ids, npz.top_k, step, npz.rank, npz=npz)
+        rank, dealt = attention_ranks(npz.rank, num_gpus)
+        return StepSource(name, npz.layer_ids, npz.top_k, step, rank, npz=npz,
+                          dealt_ranks=dealt)
     routing = read_routing(paths, trace_format, keep_tokens=True, coact=False,
                            num_experts=num_experts, top_k=top_k)
+    if model is not None:
+        stats = routing.stats
+        check_declared_model(stats.provenance.model, model, num_experts=stats.num_experts,
+                             top_k=stats.top_k, layer_ids=stats.layer_ids, where=name,
+                             allow_mismatch=allow_model_mismatch)
     trace = routing.trace
     if trace is None:
         raise TraceError(
@@ -159,8 +190,9 @@ def open_steps(path: str | os.PathLike[str] | list[Path], *, num_gpus: int,
                              trace.rank[keep], None)
     step = _steps(trace.num_tokens, trace.step if trace.has_steps else None, batch_tokens,
                   trace_steps, name)
-    rank = trace.rank if (trace.rank >= 0).any() else None
-    return StepSource(name, trace.layer_ids, trace.top_k, step, rank, trace=trace)
+    rank, dealt = attention_ranks(trace.rank if (trace.rank >= 0).any() else None, num_gpus)
+    return StepSource(name, trace.layer_ids, trace.top_k, step, rank, trace=trace,
+                      dealt_ranks=dealt)
 
 
 def _steps(num_tokens: int, step: np.ndarray | None, batch_tokens: int, trace_steps: bool,

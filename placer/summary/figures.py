@@ -62,6 +62,8 @@ class Judged:
     why: why the part is what it is (empty when there is nothing to say).
     source_why: why the tokens are sampled, when they are (else empty).
     num_batches, batch_tokens, num_tokens: what the evaluator judged (0 before).
+    ranks_why: the trace's source ranks dealt over every GPU, when they were
+        (:func:`placer.evaluate.batches.attention_ranks`; else empty).
     """
 
     part: str
@@ -73,11 +75,12 @@ class Judged:
     num_batches: int = 0
     batch_tokens: int = 0
     num_tokens: int = 0
+    ranks_why: str = ""
 
     @property
     def reasons(self) -> str:
         """Why the part and the source are what they are, in one string."""
-        return "; ".join(text for text in (self.why, self.source_why) if text)
+        return "; ".join(text for text in (self.why, self.source_why, self.ranks_why) if text)
 
     def to_dict(self) -> dict[str, Any]:
         return {"part": self.part, "windows": list(self.windows), "fitted": list(self.fitted),

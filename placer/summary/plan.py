@@ -11,6 +11,7 @@ import numpy as np
 
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
+from placer.evaluate.batches import dealt_note
 from placer.evaluate.bound import TimeBound
 from placer.evaluate.dispatch import CODE_POLICIES
 from placer.evaluate.hot_floor import counts_floor
@@ -274,6 +275,7 @@ def _with_times(
         num_batches=int(first.metrics["num_batches"]),
         batch_tokens=int(first.params.batch_tokens or 0),
         num_tokens=int(first.metrics["num_tokens"]),
+        ranks_why=dealt_note(first.dealt_ranks, problem.num_gpus) if first.dealt_ranks else "",
     )
     times = {name: {f.key: float(ev.metrics[f.key]) for f in TIME_FIGURES}
              for name, ev in evaluations.items()}

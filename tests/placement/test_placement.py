@@ -143,16 +143,27 @@ def test_gpu_loads_count_each_replica_of_a_duplicate(duplicated):
     assert gpu_loads(duplicated, load).tolist() == [[70.0, 80.0]]
 
 
-def test_duplicate_warning_names_the_first_one(duplicated):
-    message = duplicated.duplicate_warning("plan.json")
+def test_duplicate_warning_names_the_first_one():
+    avoidable = Placement(np.array([[0, 0, 1, 2, 3, 3]]), np.array([7]), 4, 2)
+    message = avoidable.duplicate_warning("plan.json")
     assert message is not None
-    assert message.startswith("plan.json: GPU 0 holds 2 replicas of expert 0 in layer 7: ")
+    assert message.startswith("plan.json: GPU 0 holds 2 replicas of expert 0 in layer 7"
+                              " (and 1 more (layer, GPU) pairs): ")
     assert "vLLM-Ascend" in message
     with pytest.warns(PlacerWarning, match="GPU 0 holds 2 replicas of expert 0"):
-        duplicated.warn_duplicates()
+        avoidable.warn_duplicates()
     single = Placement(np.array([[0, 1, 2, 3]]), np.array([0]), 4, 2)
     assert single.duplicate_warning() is None
     assert not single.duplicate_gpus.any()
+
+
+def test_duplicates_the_replica_counts_force_are_said_to_be_forced(duplicated):
+    """Expert 0 has 3 replicas on 2 GPUs: one GPU must hold two of them."""
+    assert duplicated.forced_duplicates
+    message = duplicated.duplicate_warning("plan.json") or ""
+    assert message.startswith(
+        "plan.json: GPU 0 holds 2 replicas of expert 0 in layer 7, forced by the replica"
+        " counts (expert 0 of layer 7 has 3 replicas for 2 GPUs): ")
 
 
 def test_duplicate_warning_counts_the_others():
