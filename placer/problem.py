@@ -73,6 +73,8 @@ class PlacementProblem:
                 f"{self.slots_per_gpu} slots per GPU exceed the {self.stats.num_experts} experts;"
                 " a GPU would need two replicas of one expert",
                 where=Param("slots_per_gpu"),
+                hint=f"use at most {self.stats.num_experts} slots per GPU (`redundant` at most"
+                     f" {self.num_gpus * self.stats.num_experts - self.stats.num_experts})",
             )
 
     def cluster(self) -> tuple[Topology, ModelSpec]:

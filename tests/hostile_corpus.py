@@ -339,7 +339,7 @@ many([
     ("jsonl-top-k-flag-above-row", _jsonl_case(jsonl([GOOD_ROW]), "--top-k", "9"), 1,
      "top_k is 9"),
     ("jsonl-num-experts-flag-past-max", _jsonl_case(jsonl([GOOD_ROW]), "--num-experts",
-                                                    "40000"), 2, "num_experts"),
+                                                    "40000"), 2, "from 1 to 32768"),
     ("jsonl-top-k-flag-past-experts", _jsonl_case(jsonl([GOOD_ROW]), "--top-k", "3",
                                                   "--num-experts", "2"), 2, "top_k"),
 ])
