@@ -558,6 +558,7 @@ def parse_layers(spec: str) -> tuple[int, ...]:
     text = spec.strip()
     try:
         if text.isdigit():
+            _check_layers(int(text), int(text) - 1, spec)
             return tuple(range(int(text)))
         ids: list[int] = []
         for part in text.split(","):
@@ -565,9 +566,11 @@ def parse_layers(spec: str) -> tuple[int, ...]:
             if sep:
                 if int(hi) < int(lo):
                     raise ValueError(part)
+                _check_layers(len(ids) + int(hi) - int(lo) + 1, int(hi), spec)
                 ids.extend(range(int(lo), int(hi) + 1))
             else:
                 ids.append(int(lo))
+                _check_layers(len(ids), int(lo), spec)
         return tuple(ids)
     except ValueError:
         raise UsageError(
@@ -575,6 +578,16 @@ def parse_layers(spec: str) -> tuple[int, ...]:
             where="--layers",
             hint="give a count (58), a range (3-60) or a list (0,2,5-7)",
         ) from None
+
+
+def _check_layers(count: int, largest: int, spec: str) -> None:
+    """UsageError when ``--layers`` names more layers, or a larger id, than placer reads."""
+    most, last = constants.MAX_LAYERS, constants.MAX_LAYER_ID
+    if count > most or largest > last:
+        raise UsageError(f"layers {spec!r} name {count:,} layers up to id {largest:,}, more"
+                         f" than placer handles ({most:,} layers, ids up to {last:,})",
+                         where="--layers", hint=f"give at most {most:,} layers, e.g. --layers 58"
+                         " (ids 0-57) or 3-60")
 
 
 def _parse_zipf(spec: str) -> float | tuple[float, ...]:
