@@ -37,7 +37,7 @@ __all__ = ["ENV", "check_allocation", "check_disk", "format_bytes", "free_memory
 ENV = "PLACER_MEMORY_LIMIT"
 
 #: Allocations below this are not checked (reading the machine's figures costs more).
-SMALL_BYTES = 32 << 20
+UNCHECKED_BYTES = 32 << 20
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
           "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40,
@@ -147,7 +147,7 @@ def check_allocation(shape_or_bytes: int | Sequence[int], what: str,
     bytes free to say it (the largest value that fits); ``where`` is the option or file the
     size comes from."""
     need = _size(shape_or_bytes, itemsize)
-    if need < SMALL_BYTES:
+    if need < UNCHECKED_BYTES:
         return
     free, source = free_memory()
     if need <= free:
@@ -162,7 +162,7 @@ def check_disk(need: int, folder: str | Path, what: str, hint: str, *,
                where: str | None = None) -> None:
     """Raise a UsageError when ``need`` bytes are more than the file system of ``folder``
     has free (``PLACER_MEMORY_LIMIT`` does not bound the disk)."""
-    if need < SMALL_BYTES:
+    if need < UNCHECKED_BYTES:
         return
     try:
         stat = os.statvfs(folder)

@@ -554,40 +554,24 @@ def _progress_line() -> Callable[[int, int], None]:
 
 
 def parse_layers(spec: str) -> tuple[int, ...]:
-    """``"58"`` -> ids 0..57; ``"3-60"`` -> 3..60; ``"0,2,5-7"`` -> 0, 2, 5, 6, 7."""
+    """``"58"`` -> ids 0..57; ``"3-60"`` -> 3..60; ``"0,2,5-7"`` -> 0, 2, 5, 6, 7; at most
+    ``MAX_LAYERS`` layers, ids up to ``MAX_LAYER_ID`` (checked before they are listed)."""
     text = spec.strip()
     try:
-        if text.isdigit():
-            _check_layers(int(text), int(text) - 1, spec)
-            return tuple(range(int(text)))
-        ids: list[int] = []
-        for part in text.split(","):
-            lo, sep, hi = part.strip().partition("-")
-            if sep:
-                if int(hi) < int(lo):
-                    raise ValueError(part)
-                _check_layers(len(ids) + int(hi) - int(lo) + 1, int(hi), spec)
-                ids.extend(range(int(lo), int(hi) + 1))
-            else:
-                ids.append(int(lo))
-                _check_layers(len(ids), int(lo), spec)
-        return tuple(ids)
+        spans = [(0, int(text) - 1)] if text.isdigit() else [
+            (int(lo), int(hi) if sep else int(lo))
+            for lo, sep, hi in (part.strip().partition("-") for part in text.split(","))]
+        if not text.isdigit() and any(hi < lo for lo, hi in spans):
+            raise ValueError(spec)
     except ValueError:
-        raise UsageError(
-            f"cannot read layers {spec!r}",
-            where="--layers",
-            hint="give a count (58), a range (3-60) or a list (0,2,5-7)",
-        ) from None
-
-
-def _check_layers(count: int, largest: int, spec: str) -> None:
-    """UsageError when ``--layers`` names more layers, or a larger id, than placer reads."""
-    most, last = constants.MAX_LAYERS, constants.MAX_LAYER_ID
-    if count > most or largest > last:
-        raise UsageError(f"layers {spec!r} name {count:,} layers up to id {largest:,}, more"
-                         f" than placer handles ({most:,} layers, ids up to {last:,})",
-                         where="--layers", hint=f"give at most {most:,} layers, e.g. --layers 58"
-                         " (ids 0-57) or 3-60")
+        raise UsageError(f"cannot read layers {spec!r}", where="--layers",
+                         hint="give a count (58), a range (3-60) or a list (0,2,5-7)") from None
+    count, most = sum(hi - lo + 1 for lo, hi in spans), constants.MAX_LAYERS
+    if count > most or max(hi for _, hi in spans) > constants.MAX_LAYER_ID:
+        raise UsageError(f"layers {spec!r} are more than placer handles ({most:,} layers, ids"
+                         f" up to {constants.MAX_LAYER_ID:,})", where="--layers",
+                         hint="give at most 4,096 layers, e.g. --layers 58 (ids 0-57) or 3-60")
+    return tuple(i for lo, hi in spans for i in range(lo, hi + 1))
 
 
 def _parse_zipf(spec: str) -> float | tuple[float, ...]:

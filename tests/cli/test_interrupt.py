@@ -144,7 +144,8 @@ def test_a_signal_stops_a_large_synthetic_trace(tmp_path, sig) -> None:
 @pytest.mark.parametrize("sig", SIGNALS, ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_a_replay(tmp_path, sig) -> None:
     code, took, stderr = _interrupt(
-        ["replay", DSV3, "-m", "deepseek-v3", "-t", "4x-dgx-h100", "-r", "32", "--report", "replay.html"],
+        ["replay", DSV3, "-m", "deepseek-v3", "-t", "4x-dgx-h100", "-r", "32",
+         "--report", "replay.html"],
         _said("replaying"), sig, tmp_path, settle=1.0)
     _check(code, took, stderr, tmp_path, set())
 
