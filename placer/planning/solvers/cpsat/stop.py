@@ -35,7 +35,7 @@ STOP_SIGNALS = frozenset(int(getattr(signal, name)) for name in ("SIGINT", "SIGT
 
 #: A solve that starts this soon after a stop signal is given no time at all (the signal
 #: arrived while it was being set up, after the interpreter last looked).
-_LATE_S = 2.0
+_LATE_S = 0.5
 
 #: ``prctl`` option that names the calling thread (Linux).
 _PR_SET_NAME = 15
@@ -43,6 +43,7 @@ _PR_SET_NAME = 15
 _lock = threading.Lock()
 _running: set[Any] = set()
 _watching_pid: int | None = None
+_write_fd = -1
 _last_stop = -float("inf")
 
 
@@ -61,10 +62,12 @@ def solve(solver: Any, model: Any) -> Any:
 
 
 def _watch() -> None:
-    """Start the watcher of this process, once, from the main thread."""
-    global _watching_pid
+    """Start the watcher of this process, once, from the main thread (a forked child
+    leaves its parent's pipe, which it inherited, for one of its own)."""
+    global _watching_pid, _write_fd
     if _watching_pid == os.getpid() or threading.current_thread() is not threading.main_thread():
         return
+    inherited = _write_fd if _watching_pid is not None else -1
     _watching_pid = os.getpid()  # tried once per process, installed or not
     read, write = os.pipe()
     os.set_blocking(write, False)
@@ -74,11 +77,12 @@ def _watch() -> None:
         os.close(read)
         os.close(write)
         return
-    if previous != -1:  # taken (an event loop, or the parent's inherited by fork): leave it
+    if previous not in (-1, inherited):  # taken (an event loop): leave it
         signal.set_wakeup_fd(previous)
         os.close(read)
         os.close(write)
         return
+    _write_fd = write
     threading.Thread(target=_watcher, args=(read,), name="placer-cpsat-stop",
                      daemon=True).start()
 
