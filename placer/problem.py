@@ -16,6 +16,7 @@ import numpy as np
 
 from placer import constants
 from placer.errors import Param, UsageError
+from placer.limits import check_allocation
 from placer.model.slots import fewest_slots_per_gpu
 from placer.placement import Placement
 from placer.regime import Regime
@@ -68,11 +69,17 @@ class PlacementProblem:
                 hint=f"use at least {fewest_slots_per_gpu(self.stats.num_experts, self.num_gpus)}"
                      " slots per GPU",
             )
+        check_allocation(64 * self.stats.num_layers * self.num_physical,
+                         f"{self.stats.num_layers:,} layers of {self.num_physical:,} slots"
+                         f" ({self.num_gpus:,} GPUs x {self.slots_per_gpu:,})",
+                         "fewer slots: a smaller `redundant` or `slots_per_gpu`")
         if self.slots_per_gpu > self.stats.num_experts:
             raise UsageError(
                 f"{self.slots_per_gpu} slots per GPU exceed the {self.stats.num_experts} experts;"
                 " a GPU would need two replicas of one expert",
                 where=Param("slots_per_gpu"),
+                hint=f"use at most {self.stats.num_experts} slots per GPU (`redundant` at most"
+                     f" {self.num_gpus * self.stats.num_experts - self.stats.num_experts})",
             )
 
     def cluster(self) -> tuple[Topology, ModelSpec]:

@@ -339,7 +339,7 @@ many([
     ("jsonl-top-k-flag-above-row", _jsonl_case(jsonl([GOOD_ROW]), "--top-k", "9"), 1,
      "top_k is 9"),
     ("jsonl-num-experts-flag-past-max", _jsonl_case(jsonl([GOOD_ROW]), "--num-experts",
-                                                    "40000"), 2, "num_experts"),
+                                                    "40000"), 2, "from 1 to 32768"),
     ("jsonl-top-k-flag-past-experts", _jsonl_case(jsonl([GOOD_ROW]), "--top-k", "3",
                                                   "--num-experts", "2"), 2, "top_k"),
 ])
@@ -1482,4 +1482,137 @@ many([
         "capacity", *_MIXTRAL, "--overhead-gb", "-1"), 2, f"{_NEAREST} 0"),
     ("option-replay-dpi-zero", _with_trace("replay", "{trace}", *_MIXTRAL, "--report",
                                            "{d}/r.html", "--dpi", "0"), 2, f"{_NEAREST} 20"),
+])
+
+
+# -- work and memory sized by the user's numbers: refused before the work, with the figures --------
+#: A topology of ``count`` nodes of 8 GPUs (16,384 GPUs: 5 GiB of GPU-pair matrices).
+def _nodes(count: int) -> str:
+    return TOPOLOGY.replace("name: node0", f"name: node\n    count: {count}").replace(
+        "fabric: {kind: nvswitch, gbps: 450}",
+        "fabric: {kind: nvswitch, gbps: 450}\n    nic_gbps: 50") + "network: {kind: infiniband}\n"
+
+
+def _synth(*argv: str) -> Builder:
+    return lambda d: ["synth", str(d / "s.npz"), *argv]
+
+
+_MEMORY = "of memory for"
+many([
+    ("limits-synth-weight-tables", _synth("--experts", "4096", "--clusters", "4096", "--layers",
+                                          "1", "--tokens", "100"), 2, "weight tables"),
+    ("limits-synth-topic-profiles", _synth("--experts", "256", "--layers", "4096", "--topics",
+                                           "100", "--tokens", "100"), 2, "topic profiles"),
+    ("limits-synth-chunk", _synth("--experts", "4096", "--layers", "4096", "--top-k", "64"), 2,
+     f"{_MEMORY} a synthetic trace (a chunk of 32,768 tokens x 4,096 layers x top-64)"),
+    ("limits-synth-step-slots", _synth("--topics", "2", "--tokens-per-step", str(10**11)), 2,
+     "the requests of 100,000,000,000 slots"),
+    ("limits-synth-disk", _synth("--tokens", str(10**16)), 2, "of disk for"),
+    ("limits-synth-layers-10^8", _synth("--layers", "100000000"), 2, "more than placer handles"),
+    ("limits-synth-layer-range-10^8", _synth("--layers", "0-100000000"), 2,
+     "more than placer handles"),
+    ("limits-topology-16384-gpus", lambda d: ["topology", "validate", str(write(
+        d / "t.yaml", _nodes(2048)))], 1, "GPU-pair matrices"),
+    ("limits-evaluate-sampled-batches", lambda d: [
+        "evaluate", str(write(d / "l.csv", "layer,expert,load\n" + "".join(
+            f"0,{e},{10**12}\n" for e in range(8)))), "-p", str(placement(d / "p.json")),
+        "-m", "mixtral-8x7b", "-t", "dgx-h100", "--tokens-per-gpu", str(10**8), "-q"], 2,
+     "sampled batches of 800,000,000 tokens"),
+    ("limits-plan-slots", lambda d: [
+        "plan", str(write(d / "t.jsonl", jsonl({"layer": i, "experts": [i % 8, (i + 1) % 8]}
+                                               for i in range(128)))),
+        "-g", "16384", "-S", "8", "-s", "eplb", "-o", str(d / "p.json")], 2,
+     "128 layers of 131,072 slots"),
+    ("limits-synth-from-affinity", lambda d: ["synth", str(d / "s.npz"), "--from", str(write(
+        d / "t.jsonl", jsonl({"layer": layer, "experts": [e, (e + 1) % 4096]}
+                             for layer in range(16) for e in range(4096)))), "-q"], 1,
+     "a [layers, experts, experts] affinity"),
+    ("limits-replay-slots-past-experts", _with_trace("replay", "{trace}", *_MIXTRAL, "-r", "64",
+                                                     "-q"), 2, "two replicas of one expert"),
+], bomb=True)
+
+
+# -- what an outside tester tries first: empty and wrong files, names, edges -----------------------
+def _npy(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+_ONE = jsonl([GOOD_ROW])
+many([
+    ("edge-npz-empty-file", _file_case("t.npz", b""), 1, "the file is empty"),
+    ("edge-csv-empty-file", _file_case("l.csv", b""), 1, "the file is empty"),
+    ("edge-npz-zero-tokens", _npz_case(topk_ids=np.zeros((0, 1, 2), np.int16)), 1,
+     "no routing rows"),
+    ("edge-npz-complex-ids", _npz_case(topk_ids=np.zeros((4, 1, 2), np.complex64)), 1,
+     "complex64"),
+    ("edge-npz-bool-ids", _npz_case(topk_ids=np.zeros((4, 1, 2), bool)), 1, "dtype bool"),
+    ("edge-npz-string-ids", _npz_case(topk_ids=np.array([[["a", "b"]]])), 1, "expected integers"),
+    ("edge-csv-all-zero-loads", _file_case("l.csv", "layer,expert,load\n0,0,0\n0,1,0\n"), 1,
+     "top_k is unknown"),
+    ("edge-npy-inf-load", _file_case("l.npy", _npy(np.array([[np.inf, 1.0]])), "--top-k", "1"),
+     1, "is inf"),
+    ("edge-npy-negative-load", _file_case("l.npy", _npy(np.array([[-1, 1]])), "--top-k", "1"),
+     1, "counts are >= 0"),
+    ("edge-npy-no-experts", _file_case("l.npy", _npy(np.zeros((0, 4))), "--top-k", "1"), 1,
+     "expected [layers, experts]"),
+    ("edge-topology-zero-gpus", _topology(TOPOLOGY.replace("gpus: 8", "gpus: 0")), 1,
+     "gpus must be at least 1"),
+    ("edge-topology-no-nodes", _topology(TOPOLOGY.split("nodes:")[0] + "nodes: []\n"), 1,
+     "nodes is empty"),
+    ("edge-topology-missing-gpu-types", _topology("name: t\nnodes:\n  - name: n\n    gpus: 8\n"),
+     1, "missing key 'gpu_types'"),
+    ("edge-topology-unknown-gpu-type", _topology(TOPOLOGY.replace("gpu_type: h100",
+                                                                  "gpu_type: a100")), 1,
+     "unknown GPU type 'a100'"),
+    ("edge-topology-zero-bandwidth", _topology(TOPOLOGY.replace("gbps: 450", "gbps: 0")), 1,
+     "gbps must be positive"),
+    ("edge-topology-negative-memory", _topology(TOPOLOGY.replace("memory_gb: 80",
+                                                                 "memory_gb: -80")), 1,
+     "memory_gb must be positive"),
+    ("edge-model-zero-layers", _model(MODEL.replace("num_hidden_layers: 4",
+                                                    "num_hidden_layers: 0")), 1,
+     "num_hidden_layers must be at least 1"),
+    ("edge-model-top-k-zero", _model(MODEL.replace("top_k: 2", "top_k: 0")), 1,
+     "top_k must be at least 1"),
+    ("edge-model-empty", _model(""), 1, "expected a mapping"),
+    ("edge-plan-unknown-solver", _with_trace(*_PLAN, "-s", "nope"), 2, "unknown solver 'nope'"),
+    ("edge-plan-unknown-engine", _with_trace(*_PLAN, "--engine", "nope"), 2,
+     "unknown engine 'nope'"),
+    ("edge-plan-unknown-dispatch", _with_trace(*_PLAN, "--dispatch", "nope"), 2,
+     "unknown dispatch policy 'nope'"),
+    ("edge-plan-unknown-export-engine", _with_trace(*_PLAN, "-x", "nope:x.json"), 2,
+     "unknown engine format 'nope'"),
+    ("edge-plan-unknown-topology", _with_trace("plan", "{trace}", "-t", "nope", "-o",
+                                               "{d}/p.json"), 1, "unknown topology 'nope'"),
+    ("edge-import-unknown-engine", _import("nope", text_file(sglang_doc(), "m.json")), 2,
+     "unknown engine format 'nope'"),
+    ("edge-import-ep-size-zero", lambda d: ["import", str(write(d / "m.json", sglang_doc())),
+                                            "--format", "sglang", "--model", "mixtral-8x7b",
+                                            "--ep-size", "0", "-o", str(d / "o.json")], 2,
+     "expected a value >= 1, got 0"),
+    ("edge-import-ep-size-uneven", lambda d: ["import", str(write(d / "m.json", sglang_doc())),
+                                              "--format", "sglang", "--model", "mixtral-8x7b",
+                                              "--ep-size", "3", "-o", str(d / "o.json")], 1,
+     "do not split over 3 GPUs"),
+    ("edge-synth-top-k-past-experts", _synth("--experts", "8", "--top-k", "9"), 2,
+     "expected top-k in [1, 7] for 8 experts, got 9"),
+    ("edge-synth-top-k-all-experts", _synth("--experts", "2", "--top-k", "2"), 2,
+     "expected top-k in [1, 1] for 2 experts"),
+    ("edge-synth-tokens-zero", _synth("--tokens", "0"), 2, "expected a value >= 1, got 0"),
+    ("edge-synth-unknown-output-format", lambda d: ["synth", str(d / "s.txt")], 2,
+     "cannot tell the trace format"),
+    ("edge-synth-layers-repeat", _synth("--layers", "0,0"), 2, "distinct"),
+    ("edge-stats-top-k-past-experts", _jsonl_case(_ONE, "--top-k", "9", "--num-experts", "8"),
+     2, "top_k 9 is more than num_experts 8"),
+    ("edge-stats-absent-layer", _jsonl_case(_ONE, "--layer", "5"), 2,
+     "layer 5 is not in the trace"),
+    ("edge-replay-unknown-policy", _with_trace("replay", "{trace}", *_MIXTRAL, "-P", "nope"), 2,
+     "unknown policy 'nope'"),
+    ("edge-compare-unknown-scenarios", lambda d: ["compare", "--scenarios",
+                                                  str(d / "nope.yaml")], 2,
+     "scenario file not found"),
+    ("edge-evaluate-placement-zero-gpus", _evaluate_p(text_file(changed("topology.num_gpus", 0))),
+     1, "expected a value >= 1, got 0"),
 ])

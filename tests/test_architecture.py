@@ -128,7 +128,7 @@ def test_the_table_names_every_unit_once():
 def test_every_family_is_a_package():
     """The root holds the few modules every layer shares; every family is a package."""
     loose = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
-    assert loose == ["constants", "errors", "metrics", "parallel", "problem", "regime"]
+    assert loose == ["constants", "errors", "limits", "metrics", "parallel", "problem", "regime"]
     prefixes = [p.stem.split("_")[0] for p in PACKAGE.rglob("*.py") if "_" in p.stem.strip("_")]
     families = {p for p in prefixes if prefixes.count(p) >= 3}
     assert families == set(), "a family marked by a name prefix belongs in a package"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import math
 import os
@@ -67,6 +68,8 @@ def fail(error: PlacerError) -> None:
     from placer.cli.flags import for_command_line
 
     error = for_command_line(error)
+    if not error.hint and isinstance(error, UsageError):
+        error.hint = _help_hint(error.where)
     sys.stderr.write(f"error: {error}\n")
     if error.hint:
         sys.stderr.write(f"hint: {error.hint}\n")
@@ -75,6 +78,16 @@ def fail(error: PlacerError) -> None:
         sys.stderr.write(f"hint: {error.where} was not on the command line: it came from"
                          f" {origin} (`placer config` shows every default)\n")
     raise typer.Exit(error.exit_code)
+
+
+def _help_hint(where: str | None) -> str:
+    """The hint of a usage error that came without one: the running command's help, which
+    says what the option (``where``) takes."""
+    module = sys.modules[typer.BadParameter.__module__].__name__.rsplit(".", 1)[0]
+    ctx = importlib.import_module(f"{module}.globals").get_current_context(silent=True)
+    path = getattr(ctx, "command_path", None) or "placer"
+    said = f"what {where.split()[0]} takes" if where and where.startswith("-") else "the usage"
+    return f"`{path} -h` says {said}, with examples"
 
 
 #: Exit code of a run stopped by Ctrl-C, SIGTERM or SIGHUP (128 + SIGINT, as shells report

@@ -232,12 +232,12 @@ def compare(
     dispatch: str | None = dispatch_option(),
     mode: str | None = mode_option(),
     p99_target_us: float | None = typer.Option(
-        None, "--p99-target-us", metavar="US",
+        None, "--p99-target-us", min=0, metavar="US",
         help="Recommend the fewest GPUs whose estimated step p99 is at most this (µs)."
         " Default: no target, see --p99-slack.", show_default=False,
     ),
     p99_slack: float | None = typer.Option(
-        None, "--p99-slack", metavar="PCT",
+        None, "--p99-slack", min=0, metavar="PCT",
         help="Without a target, recommend the most tokens/s per GPU among the scenarios"
         f" within PCT% of the lowest step p99 (default {DEFAULT_P99_SLACK_PCT:g}).",
         show_default=False,

@@ -286,6 +286,8 @@ def capacity(
     kv_reserve_fraction: float | None = typer.Option(
         None,
         "--kv-reserve-fraction",
+        min=0,
+        max=1,
         metavar="SHARE",
         help="Part of each GPU's memory kept for the KV cache"
         f" (default {DEFAULT_KV_RESERVE_FRACTION:g}).",

@@ -135,7 +135,8 @@ def num_gpus_option(*, ep_size: bool = False) -> Any:
     names = ("--ep-size", "--num-gpus", "-g") if ep_size else ("--num-gpus", "-g")
     words = ("EP size the engine serves with (needed unless the file or --topology says)."
              if ep_size else "GPUs on one node, when there is no --topology.")
-    return typer.Option(None, *names, min=1, metavar="N", help=words, show_default=False)
+    return typer.Option(None, *names, min=1, max=constants.MAX_GPUS, metavar="N", help=words,
+                        show_default=False)
 
 
 def redundant_option(form: str = "one") -> Any:
@@ -169,7 +170,7 @@ def slots_per_gpu_option(*, sweep: bool = False) -> Any:
             None, "--slots-per-gpu", "-S", metavar="S[,S...]|A..B", show_default=False,
             help="Slots per GPU instead of --redundant (e.g. 8..12): R = S x GPUs - experts"
             " on each topology.")
-    return typer.Option(None, "--slots-per-gpu", "-S", show_default=False,
+    return typer.Option(None, "--slots-per-gpu", "-S", min=1, show_default=False,
                         help="Slots per GPU instead of --redundant; default ceil(E / G), no"
                         " replicas.")
 
@@ -373,13 +374,14 @@ def top_k_option(*, generated: bool = False) -> Any:
     words = ("Experts each token selects per layer." if generated else
              "Experts each token selects per layer, for inputs that do not record it"
              " (default: the model's, else the file's).")
-    return typer.Option(None, "--top-k", min=1, help=words, show_default=False)
+    most = constants.SYNTH_MAX_TOP_K if generated else constants.MAX_TOP_K
+    return typer.Option(None, "--top-k", min=1, max=most, help=words, show_default=False)
 
 
 def num_experts_option() -> Any:
     """``--num-experts``: declared expert count, checked against the data."""
     return typer.Option(
-        None, "--num-experts", min=1, show_default=False,
+        None, "--num-experts", min=1, max=constants.MAX_EXPERTS, show_default=False,
         help="Experts per layer, checked against the data (default: the model's, else"
         " inferred).")
 
@@ -426,9 +428,11 @@ def eval_option() -> Any:
 def layer_option(*, many: bool = False) -> Any:
     """``--layer``/``-l``: an absolute layer id (``many``: repeatable, a list)."""
     if many:
-        return typer.Option(None, "--layer", "-l", metavar="ID", show_default=False,
+        return typer.Option(None, "--layer", "-l", min=0, max=constants.MAX_LAYER_ID,
+                            metavar="ID", show_default=False,
                             help="Absolute layer id to show (repeatable; default all).")
-    return typer.Option(None, "--layer", "-l", metavar="ID", show_default=False,
+    return typer.Option(None, "--layer", "-l", min=0, max=constants.MAX_LAYER_ID, metavar="ID",
+                        show_default=False,
                         help="Absolute layer id drawn in the maps (default: the hottest).")
 
 
@@ -479,5 +483,6 @@ def png_dir_option() -> Any:
 
 def dpi_option() -> Any:
     """``--dpi``: the pictures' resolution."""
-    return typer.Option(DEFAULT_DPI, "--dpi", metavar="N",
+    low, high = constants.REPORT_DPI_RANGE
+    return typer.Option(DEFAULT_DPI, "--dpi", min=low, max=high, metavar="N",
                         help="Resolution of the pictures, dots per inch.")

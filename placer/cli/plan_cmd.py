@@ -148,7 +148,7 @@ def plan(
     ray: str | None = ray_option("Solve the layers"),
     quiet: bool = quiet_option(),
     balance_tolerance: float | None = typer.Option(
-        None, "--balance-tolerance", metavar="SHARE",
+        None, "--balance-tolerance", min=0, max=1, metavar="SHARE",
         help="cpsat: hot-shard slack (over a perfect split) that traffic and moves may use"
         " (default 0.005).", show_default=False,
     ),
@@ -159,12 +159,12 @@ def plan(
         show_default=False,
     ),
     traffic_weight: float | None = typer.Option(
-        None, "--traffic-weight", metavar="WEIGHT",
+        None, "--traffic-weight", min=0, metavar="WEIGHT",
         help="cpsat: weight of remote copies (co-location) in the second pass (default 1).",
         show_default=False,
     ),
     migration_weight: float | None = typer.Option(
-        None, "--migration-weight", metavar="WEIGHT",
+        None, "--migration-weight", min=0, metavar="WEIGHT",
         help="cpsat: weight of weight moves from --current (default"
         f" {constants.DEFAULT_MIGRATION_WEIGHT:g}).", show_default=False,
     ),
@@ -175,7 +175,7 @@ def plan(
         " (mean).", show_default=False,
     ),
     noise_batch_tokens: int | None = typer.Option(
-        None, "--noise-batch-tokens", "--batch-tokens", metavar="TOKENS",
+        None, "--noise-batch-tokens", "--batch-tokens", min=1, metavar="TOKENS",
         help="cpsat: plan for the hot shard of batches of this many tokens (adds per-batch"
         " load noise; small decode batches favour evenly spread replicas).",
         show_default=False,

@@ -20,6 +20,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from placer import constants
 from placer.cli.command import PlacerCommand, examples, given, placer_command
 from placer.cli.common import (
     as_flags,
@@ -83,7 +84,7 @@ def stats(
     json_out: bool = json_option("every figure"),
     layer: list[int] | None = layer_option(many=True),
     window_tokens: int | None = window_tokens_option(),
-    top: int = typer.Option(5, "--top", help="Hot experts and pairs listed per layer."),
+    top: int = typer.Option(5, "--top", min=1, help="Hot experts and pairs listed per layer."),
     top_k: int | None = top_k_option(),
     num_experts: int | None = num_experts_option(),
     keep_warmup: bool = keep_warmup_option(),
@@ -295,18 +296,19 @@ def synth(
         ..., metavar="OUTPUT", help="Trace to write: .npz, .jsonl or .jsonl.gz."
     ),
     model: str | None = model_option("layers, experts, top-k and groups of the trace"),
-    tokens: int = typer.Option(100_000, "--tokens", "-n", help="Tokens to generate."),
+    tokens: int = typer.Option(100_000, "--tokens", "-n", min=1, help="Tokens to generate."),
     layers: str | None = typer.Option(
         None, "--layers", metavar="N|IDS",
         help="MoE layers: a count N (ids 0..N-1), or ids like '3-60' or '0,2,4'."
     ),
-    experts: int | None = typer.Option(None, "--experts", help="Experts per layer."),
+    experts: int | None = typer.Option(None, "--experts", min=2, max=constants.SYNTH_MAX_EXPERTS,
+                                        help="Experts per layer."),
     top_k: int | None = top_k_option(generated=True),
     groups: int | None = typer.Option(
-        None, "--groups", help="Expert groups for group-limited routing (1: none)."
+        None, "--groups", min=1, help="Expert groups for group-limited routing (1: none)."
     ),
     top_groups: int | None = typer.Option(
-        None, "--top-groups", help="Groups a token may use (DeepSeek-V3: 4 of 8)."
+        None, "--top-groups", min=1, help="Groups a token may use (DeepSeek-V3: 4 of 8)."
     ),
     skew: str | None = typer.Option(
         None, "--skew", metavar="|".join(SKEW_PRESETS),
@@ -325,15 +327,16 @@ def synth(
         help="Fit the tokens to a measured file's per-layer loads and pair counts (any"
              " trace or load file placer reads) instead of the popularity model.",
     ),
-    clusters: int = typer.Option(0, "--clusters", help="Co-activation clusters per layer."),
+    clusters: int = typer.Option(0, "--clusters", min=0, help="Co-activation clusters per layer."),
     cluster_boost: float = typer.Option(
-        4.0, "--cluster-boost", metavar="FACTOR", help="Weight multiplier of a token's own cluster."
+        4.0, "--cluster-boost", min=0, metavar="FACTOR",
+        help="Weight multiplier of a token's own cluster."
     ),
     drift: float = typer.Option(
-        0.0, "--drift", metavar="RANKS", help="Popularity ranks rotated per step."
+        0.0, "--drift", min=0, metavar="RANKS", help="Popularity ranks rotated per step."
     ),
     topics: int = typer.Option(
-        0, "--topics", help="Request topics, each with its own expert popularity (0: none)."
+        0, "--topics", min=0, help="Request topics, each with its own expert popularity (0: none)."
     ),
     topic_overlap: str | None = typer.Option(
         None, "--topic-overlap", metavar="O[,O...]",
@@ -341,23 +344,24 @@ def synth(
              "(default: 0.7 at the first layer to 0.3 at the last).",
     ),
     burst_every: float = typer.Option(
-        0.0, "--burst-every", metavar="STEPS",
+        0.0, "--burst-every", min=0, metavar="STEPS",
         help="Mean steps between switches of the dominant topic (0: none).",
     ),
     burst_share: float = typer.Option(
-        0.5, "--burst-share", metavar="SHARE", help="Share of new requests on the dominant topic."
+        0.5, "--burst-share", min=0, max=1, metavar="SHARE",
+        help="Share of new requests on the dominant topic."
     ),
     mix_period: float = typer.Option(
-        0.0, "--mix-period", metavar="STEPS",
+        0.0, "--mix-period", min=0, metavar="STEPS",
         help="Steps of one slow cycle of the topic mix (0: constant).",
     ),
     request_steps: float = typer.Option(
-        64.0, "--request-steps", metavar="STEPS",
+        64.0, "--request-steps", min=1, metavar="STEPS",
         help="Mean steps a request lasts, keeping its topic.",
     ),
-    tokens_per_step: int = typer.Option(256, "--tokens-per-step", help="Tokens per step."),
+    tokens_per_step: int = typer.Option(256, "--tokens-per-step", min=1, help="Tokens per step."),
     ranks: int | None = typer.Option(
-        None, "--ranks",
+        None, "--ranks", min=0,
         help="DP source ranks, dealt round-robin per token (default: the GPUs of --topology; "
              "without it none are recorded and each step's tokens are dealt over the GPUs "
              "planned for).",
@@ -550,27 +554,24 @@ def _progress_line() -> Callable[[int, int], None]:
 
 
 def parse_layers(spec: str) -> tuple[int, ...]:
-    """``"58"`` -> ids 0..57; ``"3-60"`` -> 3..60; ``"0,2,5-7"`` -> 0, 2, 5, 6, 7."""
+    """``"58"`` -> ids 0..57; ``"3-60"`` -> 3..60; ``"0,2,5-7"`` -> 0, 2, 5, 6, 7; at most
+    ``MAX_LAYERS`` layers, ids up to ``MAX_LAYER_ID`` (checked before they are listed)."""
     text = spec.strip()
     try:
-        if text.isdigit():
-            return tuple(range(int(text)))
-        ids: list[int] = []
-        for part in text.split(","):
-            lo, sep, hi = part.strip().partition("-")
-            if sep:
-                if int(hi) < int(lo):
-                    raise ValueError(part)
-                ids.extend(range(int(lo), int(hi) + 1))
-            else:
-                ids.append(int(lo))
-        return tuple(ids)
+        spans = [(0, int(text) - 1)] if text.isdigit() else [
+            (int(lo), int(hi) if sep else int(lo))
+            for lo, sep, hi in (part.strip().partition("-") for part in text.split(","))]
+        if not text.isdigit() and any(hi < lo for lo, hi in spans):
+            raise ValueError(spec)
     except ValueError:
-        raise UsageError(
-            f"cannot read layers {spec!r}",
-            where="--layers",
-            hint="give a count (58), a range (3-60) or a list (0,2,5-7)",
-        ) from None
+        raise UsageError(f"cannot read layers {spec!r}", where="--layers",
+                         hint="give a count (58), a range (3-60) or a list (0,2,5-7)") from None
+    count, most = sum(hi - lo + 1 for lo, hi in spans), constants.MAX_LAYERS
+    if count > most or max(hi for _, hi in spans) > constants.MAX_LAYER_ID:
+        raise UsageError(f"layers {spec!r} are more than placer handles ({most:,} layers, ids"
+                         f" up to {constants.MAX_LAYER_ID:,})", where="--layers",
+                         hint="give at most 4,096 layers, e.g. --layers 58 (ids 0-57) or 3-60")
+    return tuple(i for lo, hi in spans for i in range(lo, hi + 1))
 
 
 def _parse_zipf(spec: str) -> float | tuple[float, ...]:

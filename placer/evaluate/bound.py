@@ -75,6 +75,7 @@ from placer.evaluate.round_robin_bound import (
 )
 from placer.evaluate.timing import INTER_NODE, INTRA_NODE
 from placer.evaluate.traffic import PER_SELECTION_MODES, Fabric
+from placer.limits import check_allocation
 from placer.stats import ExpertStats, RoutingData
 from placer.stats.windows import resolve_window_range
 
@@ -205,6 +206,9 @@ def layer_floor(
     tok, kpos = np.nonzero(valid)
     experts = ids[valid]
     cell = batches.batch_of_token * num_gpus + batches.source  # [tokens] (batch, source)
+    check_allocation((num_batches, num_gpus, num_experts), f"the time floor's {num_batches:,}"
+                     f" x {num_gpus:,} x {num_experts:,} [batches, GPUs, experts] counts",
+                     "fewer batches (a larger `tokens_per_gpu`) or fewer GPUs", itemsize=16)
     n = np.bincount(cell[tok] * num_experts + experts,
                     minlength=num_batches * num_gpus * num_experts)
     n = n.reshape(num_batches, num_gpus, num_experts).astype(np.float64)

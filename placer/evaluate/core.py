@@ -368,6 +368,27 @@ def _trace_source(
     return experts_of, batches, int(selected.size)
 
 
+def _check_sampled_memory(num_batches: int, batch_tokens: int, top_k: int, num_gpus: int,
+                          cached_layers: int, asked_batches: int | None) -> None:
+    """Refuse sampled batches larger than the memory free (:func:`placer.limits.
+    check_allocation`): about ``11 k + 32`` bytes a token while a layer is timed, and the
+    drawn ids of ``cached_layers`` layers kept (2 bytes a selection).  The hint's largest
+    batch that fits counts the ``asked_batches`` that smaller batches would be drawn."""
+    from placer.limits import check_allocation
+
+    per_token = 11 * top_k + 32 + cached_layers * top_k * 2
+
+    def hint(free: int) -> str:
+        batches = max(num_batches, asked_batches or constants.DEFAULT_SAMPLED_BATCHES)
+        most = max(1, free // (per_token * batches * num_gpus))
+        return (f"a smaller `tokens_per_gpu` (a batch is that many tokens on each of the"
+                f" {num_gpus:,} GPUs): at most about {most:,} fits")
+
+    check_allocation(num_batches * batch_tokens * per_token,
+                     f"{num_batches:,} sampled batches of {batch_tokens:,} tokens", hint,
+                     where=Param("tokens_per_gpu"))
+
+
 def _sampled_source(
     stats: ExpertStats, layer_ids: np.ndarray, stats_rows: np.ndarray,
     windows: tuple[int, int], params: EvalParams, num_gpus: int,
@@ -389,6 +410,8 @@ def _sampled_source(
         warnings.warn(plan.message, PlacerWarning, stacklevel=3)
     batch_tokens = plan.batch_tokens
     num_batches = plan.num_batches
+    _check_sampled_memory(num_batches, batch_tokens, stats.top_k, num_gpus,
+                          layer_ids.size if draws is not None else 0, params.num_batches)
     position = np.tile(np.arange(batch_tokens, dtype=np.int64), num_batches)
     batches = Batches(
         batch_of_token=np.repeat(np.arange(num_batches, dtype=np.int64), batch_tokens),

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import Param, TraceError, UsageError
+from placer.limits import check_allocation
 from placer.model import ModelSpec
 from placer.parallel import Backend
 from placer.placement import Placement
@@ -198,6 +199,14 @@ def _setting(source: StepSource, model: ModelSpec, topology: Topology,
             f" evenly over {topology.num_gpus} GPUs", where=Param("redundant"),
             hint=f"a redundancy that makes a multiple of {topology.num_gpus}, e.g."
             f" {-model.num_experts % topology.num_gpus}")
+    most = model.num_experts * (topology.num_gpus - 1)
+    if params.redundant > most:
+        raise UsageError(
+            f"{total // topology.num_gpus:,} slots per GPU exceed the {model.num_experts}"
+            " experts: a GPU would need two replicas of one expert", where=Param("redundant"),
+            hint=f"at most {most:,} redundant experts on {topology.num_gpus} GPUs")
+    check_allocation(64 * source.num_layers * total, f"{source.num_layers:,} layers of"
+                     f" {total:,} slots", "fewer `redundant` experts", where=Param("redundant"))
     return Setting(topology, model, params.regime, total // topology.num_gpus,
                    params.dtype or model.default_dtype, source.layer_ids)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from placer import constants
-from placer.errors import PlacerWarning
+from placer.errors import Param, PlacerWarning
 from placer.evaluate.batches import Batches, sorted_batches
 from placer.evaluate.costs import CostModel
 from placer.evaluate.counted import (
@@ -37,8 +37,9 @@ from placer.evaluate.dispatch import STATIC_POLICIES, static_dispatch_table
 from placer.evaluate.params import EvalParams, regime_params
 from placer.evaluate.simulate import simulate
 from placer.evaluate.traffic import Fabric
+from placer.limits import check_allocation
 from placer.placement import Placement
-from placer.replay.steps import Chunk, StepSource
+from placer.replay.steps import CHUNK_TOKENS, Chunk, StepSource
 from placer.replay.timeline import Setting, Timeline
 
 #: Memory the static dispatch tables of one replay may hold (per process).
@@ -77,6 +78,7 @@ def time_timelines(source: StepSource, timelines: Sequence[Timeline], setting: S
            for _ in timelines]
     params = regime_params(setting.regime, setting.num_gpus, dtype=setting.dtype)
     costs = CostModel.of(setting.topology, setting.model, params.mode, setting.dtype)
+    _check_memory(source, setting, len(cols), supports(params.policy, params.mode))
     walk = _Walk(setting, params, costs.fabric, cols, costs)
     states = [_State(t) for t in timelines]
     with warnings.catch_warnings():
@@ -90,6 +92,32 @@ def time_timelines(source: StepSource, timelines: Sequence[Timeline], setting: S
             if progress is not None:
                 progress(chunk.first_step + chunk.num_steps, steps)
     return out
+
+
+def _check_memory(source: StepSource, setting: Setting, layers: int, counted: bool) -> None:
+    """Refuse a replay whose chunks would not fit in the memory free
+    (:func:`placer.limits.check_allocation`).  A chunk holds whole steps, at least
+    :data:`~placer.replay.steps.CHUNK_TOKENS` tokens: about 3 bytes a selection of the
+    chunk and 12 a selection of its largest step (measured on DeepSeek-V3 shapes), and,
+    timed by counting, per stack of :data:`STACK_LAYERS` layers a row of counts per slot
+    for each (step, source) run."""
+    tokens = source.num_tokens
+    if not tokens:
+        return
+    per_step = np.bincount(source.step_of_token)
+    biggest = int(per_step.max())
+    chunk = min(tokens, CHUNK_TOKENS + biggest)
+    k = source.top_k
+    steps = chunk * layers * k * 3 + biggest * layers * k * 12
+    runs = 0
+    if counted:
+        runs = min(chunk, chunk * min(setting.num_gpus, biggest) // max(1, int(per_step.mean())))
+    counts = STACK_LAYERS * runs * 8 * (setting.slots_per_gpu * setting.num_gpus + 1)
+    hint = ("a larger `tokens_per_gpu`: each (step, source GPU) keeps a count per slot, and"
+            " steps of few tokens make many" if counts > steps else
+            "a smaller `tokens_per_gpu`: a step is timed whole, every layer at once")
+    check_allocation(steps + counts, f"replaying steps of up to {biggest:,} tokens x"
+                     f" {layers:,} layers x top-{k}", hint, where=Param("tokens_per_gpu"))
 
 
 def _digest(values: np.ndarray) -> bytes:

@@ -26,7 +26,8 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from placer.errors import UsageError
+from placer.errors import TopologyError, UsageError
+from placer.limits import check_allocation
 from placer.topology.calibration import DEFAULT_CALIBRATION
 from placer.topology.schema import NodeSpec, TopologySpec
 from placer.topology.types import LinkClass, Topology
@@ -454,6 +455,9 @@ def build_topology(spec: TopologySpec, source: str) -> Topology:
     ------
     TopologyError: two GPUs cannot reach each other (names the first such pair).
     """
+    g = sum(n.num_gpus for n in spec.nodes)
+    check_allocation(20 * g * g, f"the {g:,} x {g:,} GPU-pair matrices of the topology",
+                     "a topology with fewer GPUs", where=source, error=TopologyError)
     graph = build_graph(spec)
     gpus = [gpu_vertex(n.name, i) for n in spec.nodes for i in range(n.num_gpus)]
     node_of_gpu = np.repeat(

@@ -280,8 +280,9 @@ def test_redundant_auto_runs_what_fits_in_memory():
         (["-t", "gb200-nvl72", "-r", "0"],
          "note: gb200-nvl72: skipped --redundant 0 (32 experts + R do not split evenly over 72"
          " GPUs: engines need equal slots per GPU; valid near them: 40) (every value)"),
-        (["--p99-target-us", "-5"],
-         "error: --p99-target-us: expected a positive step p99 target in µs, got -5.0"),
+        (["--p99-target-us", "-5"], "error: --p99-target-us: expected a value >= 0, got -5"),
+        (["--p99-target-us", "0"],
+         "error: --p99-target-us: expected a positive step p99 target in µs, got 0.0"),
     ],
 )
 def test_sweep_usage_errors_exit_2(args, message):

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import DataError
+from placer.limits import check_allocation
 from placer.stats import ExpertStats
 from placer.traces.synth.generate import SynthChunk
 
@@ -84,6 +85,11 @@ def fit_law(stats: ExpertStats, seed: int = 0) -> FittedLaw:
         raise DataError(f"layer {int(stats.layer_ids[empty[0]])} has no load to fit",
                         hint="drop the layer from the file, or give a file with its load")
     target = load / load.sum(axis=1, keepdims=True)
+    check_allocation(8 * load.shape[0] * e * e * (stats.coact is not None)
+                     + 12 * k * FIT_TOKENS * e,
+                     f"fitting {load.shape[0]:,} layers of {e:,} experts (a [layers, experts,"
+                     " experts] affinity)", "a file with fewer experts or layers",
+                     error=DataError)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3,)))
     weights = np.empty_like(target)
     reached = np.empty_like(target)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from placer.limits import check_allocation, format_bytes
 from placer.traces.synth.params import SynthParams
 from placer.traces.synth.sampling import route
 from placer.traces.synth.topics import TopicTimeline, topic_profiles
@@ -83,8 +84,42 @@ class SynthChunk:
     topic: np.ndarray | None = None
 
 
+def memory_bytes(params: SynthParams) -> list[tuple[int, str, str]]:
+    """What generating ``params`` holds in memory at its peak, by part: ``(bytes, what,
+    what to make smaller)`` (the chunk's ids, a layer's weight tables, the topic profiles,
+    the requests of one step's slots, the draws of one layer)."""
+    n = min(params.chunk_tokens, params.num_tokens)
+    layers, e, k = params.num_layers, params.num_experts, params.top_k
+    phases = min(MAX_PHASES_PER_CHUNK, -(-n // params.tokens_per_step) + 1) if params.drift else 1
+    tables = phases * max(params.topics, 1) * max(params.clusters, 1)
+    grouped = 3 * params.top_groups if params.num_groups > 1 else 0
+    draws = min(2 * k + 8 + grouped, 64)
+    return [
+        (n * layers * k * (6 if params.weights else 2), f"a chunk of {n:,} tokens x {layers:,}"
+         f" layers x top-{k}", "fewer `layers` or a smaller `top_k`"),
+        (100 * tables * e, f"{tables:,} weight tables of {e:,} experts (drift phases x topics"
+         " x clusters)", "fewer `clusters` or `topics`"),
+        (40 * params.topics * layers * e, f"{params.topics:,} topic profiles of {layers:,}"
+         f" layers x {e:,} experts", "fewer `topics`"),
+        (16 * params.tokens_per_step if params.topics else 0,
+         f"the requests of {params.tokens_per_step:,} slots", "a smaller `tokens_per_step`"),
+        (40 * n * draws + 16 * layers * e, f"the draws of {n:,} tokens", "fewer `layers`"),
+    ]
+
+
+def check_memory(params: SynthParams) -> None:
+    """Refuse ``params`` before any work when generating it would need more memory than
+    is free (:func:`placer.limits.check_allocation`), naming its largest part."""
+    parts = memory_bytes(params)
+    need, what, smaller = max(parts)
+    check_allocation(sum(size for size, _, _ in parts), f"a synthetic trace ({what})",
+                     f"{smaller}: that part alone takes {format_bytes(need)}")
+
+
 def synthesize(params: SynthParams) -> Iterator[SynthChunk]:
-    """Generate the trace of ``params`` chunk by chunk (at most ``chunk_tokens`` each)."""
+    """Generate the trace of ``params`` chunk by chunk (at most ``chunk_tokens`` each);
+    refused at once when it would not fit in memory (:func:`check_memory`)."""
+    check_memory(params)
     layout = synth_layout(params)
     timeline = None
     if layout.topic_share is not None:

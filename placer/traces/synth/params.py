@@ -34,6 +34,17 @@ def _bad(message: str, option: str, hint: str | None = None) -> UsageError:
     return UsageError(message, where=Param(option), hint=hint)
 
 
+def _at_least(low: int) -> str:
+    """The hint of a value below ``low``."""
+    return f"give a value >= {low}; the nearest valid one is {low}"
+
+
+def _within(low: float, high: float, got: float) -> str:
+    """The hint of ``got`` outside ``low`` to ``high``."""
+    nearest = low if not got >= low else high  # NaN: the low end
+    return f"give a value from {low:g} to {high:g}; the nearest valid one is {nearest:g}"
+
+
 #: How weight falls with popularity rank (:attr:`SynthParams.popularity`).
 POPULARITY_SHAPES = ("zipf", "lognormal")
 
@@ -125,24 +136,28 @@ class SynthParams:
     def _validate_shape(self) -> None:
         e, k = self.num_experts, self.top_k
         if self.num_tokens < 1:
-            raise _bad(f"expected at least 1 token, got {self.num_tokens}", "tokens")
+            raise _bad(f"expected at least 1 token, got {self.num_tokens}", "tokens",
+                       hint=_at_least(1))
         if not self.layer_ids:
-            raise _bad("expected at least one layer", "layers")
+            raise _bad("expected at least one layer", "layers",
+                       hint="give a count (4: ids 0-3) or ids such as 3-60 or 0,2,4")
         if len(set(self.layer_ids)) != len(self.layer_ids) or min(self.layer_ids) < 0:
             raise _bad(f"layer ids must be distinct and >= 0, got {list(self.layer_ids)}",
-                       "layers")
+                       "layers", hint="give a count (4: ids 0-3) or ids such as 3-60 or 0,2,4")
         if not 2 <= e <= constants.SYNTH_MAX_EXPERTS:
             raise _bad(f"expected 2 to {constants.SYNTH_MAX_EXPERTS} experts, got {e}",
-                       "experts")
+                       "experts", hint=_within(2, constants.SYNTH_MAX_EXPERTS, e))
         if not 1 <= k <= min(e - 1, constants.SYNTH_MAX_TOP_K):
-            raise _bad(f"expected top-k in [1, {min(e - 1, constants.SYNTH_MAX_TOP_K)}] for "
-                       f"{e} experts, got {k}", "top_k")
+            most = min(e - 1, constants.SYNTH_MAX_TOP_K)
+            raise _bad(f"expected top-k in [1, {most}] for {e} experts, got {k}", "top_k",
+                       hint=_within(1, most, k) + " (a token selects fewer experts than"
+                       " there are)")
         if self.num_groups < 1 or e % self.num_groups:
             raise _bad(f"groups must divide the {e} experts, got {self.num_groups}", "groups",
                        hint="DeepSeek-V3 uses 8 groups of 32 experts")
         if not 1 <= self.top_groups <= self.num_groups:
             raise _bad(f"expected top groups in [1, {self.num_groups}], got {self.top_groups}",
-                       "top_groups")
+                       "top_groups", hint=_within(1, self.num_groups, self.top_groups))
         if self.top_groups * (e // self.num_groups) < k:
             raise _bad(f"{self.top_groups} groups of {e // self.num_groups} experts cannot "
                        f"hold top-{k}", "top_groups", hint="raise `top_groups` or lower `top_k`")
@@ -151,34 +166,39 @@ class SynthParams:
         zipf = self.zipf_per_layer()
         if zipf.shape != (self.num_layers,):
             raise _bad(f"expected one Zipf exponent or {self.num_layers} (one per layer), "
-                       f"got {zipf.size}", "zipf")
+                       f"got {zipf.size}", "zipf",
+                       hint="give one number (1.2) or one per layer (0.8,1.0,1.2)")
         if not np.isfinite(zipf).all() or (zipf < 0).any():
-            raise _bad(f"Zipf exponents must be finite and >= 0, got {zipf.tolist()}", "zipf")
+            raise _bad(f"Zipf exponents must be finite and >= 0, got {zipf.tolist()}", "zipf",
+                       hint="give exponents >= 0 (0: uniform popularity), e.g. `zipf` 1.0")
         if self.popularity not in POPULARITY_SHAPES:
             raise _bad(f"unknown popularity shape {self.popularity!r}", "popularity",
                        hint=f"use one of {', '.join(POPULARITY_SHAPES)}")
         if self.clusters < 0 or self.clusters > self.num_experts:
             raise _bad(f"expected 0 to {self.num_experts} clusters, got {self.clusters}",
-                       "clusters")
+                       "clusters", hint=_within(0, self.num_experts, self.clusters))
         if not (math.isfinite(self.cluster_boost) and self.cluster_boost > 0):
-            raise _bad(f"cluster boost must be > 0, got {self.cluster_boost}", "cluster_boost")
+            raise _bad(f"cluster boost must be > 0, got {self.cluster_boost}", "cluster_boost",
+                       hint="give a factor > 0, e.g. `cluster_boost` 4 (1: no effect)")
         if not (math.isfinite(self.drift) and self.drift >= 0):
-            raise _bad(f"drift must be >= 0 ranks per step, got {self.drift}", "drift")
+            raise _bad(f"drift must be >= 0 ranks per step, got {self.drift}", "drift",
+                       hint=_at_least(0))
 
     def _validate_steps(self) -> None:
         if self.tokens_per_step < 1:
             raise _bad(f"expected at least 1 token per step, got {self.tokens_per_step}",
-                       "tokens_per_step")
+                       "tokens_per_step", hint=_at_least(1))
         if self.num_ranks < 0:
             raise _bad(f"expected 0 (not recorded) or more ranks, got {self.num_ranks}",
-                       "ranks")
+                       "ranks", hint=_at_least(0))
         if self.chunk_tokens < 1:
             raise UsageError(f"expected chunks of at least 1 token, got {self.chunk_tokens}",
-                             where="chunk_tokens")
+                             where="chunk_tokens", hint=_at_least(1))
 
     def _validate_topics(self) -> None:
         if self.topics < 0:
-            raise _bad(f"expected 0 (none) or more topics, got {self.topics}", "topics")
+            raise _bad(f"expected 0 (none) or more topics, got {self.topics}", "topics",
+                       hint=_at_least(0))
         if not self.topics:
             moved = [name for name in TOPIC_FIELDS[1:]
                      if getattr(self, name) != SynthParams.__dataclass_fields__[name].default]
@@ -189,21 +209,23 @@ class SynthParams:
         overlap = self.topic_overlap_per_layer()
         if overlap.shape != (self.num_layers,):
             raise _bad(f"expected one topic overlap or {self.num_layers} (one per layer), "
-                       f"got {overlap.size}", "topic_overlap")
+                       f"got {overlap.size}", "topic_overlap",
+                       hint="give one share (0.5) or one per layer (0.7,0.5,0.3)")
         if not ((overlap >= 0) & (overlap <= 1)).all():
             raise _bad(f"topic overlaps must be in [0, 1], got {overlap.tolist()}",
-                       "topic_overlap")
+                       "topic_overlap", hint="give shares from 0 to 1, e.g. `topic_overlap` 0.5")
         if not (math.isfinite(self.burst_every) and self.burst_every >= 0):
             raise _bad(f"expected 0 (no bursts) or more steps between bursts, got "
-                       f"{self.burst_every}", "burst_every")
+                       f"{self.burst_every}", "burst_every", hint=_at_least(0))
         if not 0 <= self.burst_share <= 1:
-            raise _bad(f"burst share must be in [0, 1], got {self.burst_share}", "burst_share")
+            raise _bad(f"burst share must be in [0, 1], got {self.burst_share}", "burst_share",
+                       hint=_within(0, 1, self.burst_share))
         if not (math.isfinite(self.mix_period) and self.mix_period >= 0):
             raise _bad(f"expected 0 (constant mix) or more steps per cycle, got "
-                       f"{self.mix_period}", "mix_period")
+                       f"{self.mix_period}", "mix_period", hint=_at_least(0))
         if not (math.isfinite(self.request_steps) and self.request_steps >= 1):
             raise _bad(f"requests last at least 1 step on average, got {self.request_steps}",
-                       "request_steps")
+                       "request_steps", hint=_at_least(1))
 
     @property
     def num_layers(self) -> int:

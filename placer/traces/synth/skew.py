@@ -25,7 +25,7 @@ import numpy as np
 from placer.errors import UsageError
 from placer.stats.analysis import gini
 from placer.stats.skew import real_references
-from placer.traces.synth.generate import synthesize
+from placer.traces.synth.generate import check_memory, synthesize
 from placer.traces.synth.params import SynthParams
 
 #: The presets, mildest first.
@@ -99,7 +99,9 @@ def zipf_curve(params: SynthParams) -> np.ndarray:
 
 def with_skew(params: SynthParams, preset: str) -> SynthParams:
     """``params`` with the lognormal popularity and per-layer deviations of skew preset
-    ``preset`` (:data:`SKEW_PRESETS`)."""
+    ``preset`` (:data:`SKEW_PRESETS`); ``params`` too large for memory is refused before
+    the calibration's samples (:func:`~placer.traces.synth.generate.check_memory`)."""
+    check_memory(params)
     targets = preset_targets(preset, params.num_layers, params.seed)
     shaped = replace(params, popularity=PRESET_SHAPE)
     return replace(shaped, zipf=calibrated_zipf(shaped, targets))

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
+from placer.limits import check_disk
 from placer.stats.skew import skew_report
 from placer.traces.formats.jsonl.write import write_jsonl_trace
 from placer.traces.formats.npz import write_npz_trace
@@ -82,6 +83,9 @@ def _write(path: str | Path, format: str | None, generated: Iterator[SynthChunk]
     fmt = format or _format_of(path)
     t0 = time.perf_counter()
     num_layers, num_experts = load.shape
+    check_disk(_disk_bytes(fmt, str(path), num_tokens, num_layers, top_k),
+               Path(path).parent, f"{num_tokens:,} tokens x {num_layers:,} layers x top-{top_k}"
+               f" ({fmt})", "fewer `tokens` or `layers`", where=Param("tokens"))
 
     def chunks() -> Iterator[SynthChunk]:
         for chunk in generated:
@@ -112,6 +116,16 @@ def _write(path: str | Path, format: str | None, generated: Iterator[SynthChunk]
         "seconds": time.perf_counter() - t0,
         "skew": {k: v for k, v in skew_report(load, layer_ids).items() if k != "measured"},
     }
+
+
+def _disk_bytes(fmt: str, path: str, tokens: int, layers: int, top_k: int) -> int:
+    """The least disk a trace of this size takes while it is written: NPZ spools its raw
+    arrays (2 bytes a selection, 16 a token) before it packs them; a JSONL row is about
+    ``40 + 5 k`` characters, gzip about an eighth of that."""
+    if fmt == "npz":
+        return tokens * (layers * top_k * 2 + 16)
+    text = tokens * layers * (40 + 5 * top_k)
+    return text // 8 if path.lower().endswith(".gz") else text
 
 
 def _format_of(path: str | Path) -> str:

@@ -34,6 +34,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from placer import constants
+from placer.planning.solvers.cpsat import stop
 from placer.planning.solvers.cpsat.layer import LayerData
 
 BALANCE = "balance"
@@ -397,7 +398,7 @@ class LayerModel:
         solver.parameters.max_deterministic_time = max(dtime, 1e-3)
         solver.parameters.max_time_in_seconds = max(wall, 1e-3)
         handler = _sigint_handler()
-        status = solver.solve(self.model)
+        status = stop.solve(solver, self.model)  # Ctrl-C and SIGTERM stop it at once
         _restore_sigint(handler)
         name = solver.status_name(status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -23,6 +23,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from placer import constants
+from placer.planning.solvers.cpsat import stop
 from placer.planning.solvers.cpsat.layer import LayerData
 from placer.planning.solvers.cpsat.model import BALANCE, COST, LayerModel, SubResult
 from placer.planning.solvers.cpsat.options import CpsatOptions
@@ -494,7 +495,7 @@ def _relabel_to_current(data: LayerData, x: np.ndarray) -> np.ndarray:
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
         solver.parameters.max_deterministic_time = 1.0
-        if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if stop.solve(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
         for (p, q), var in a.items():
             if solver.value(var):

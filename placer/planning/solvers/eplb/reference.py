@@ -54,6 +54,7 @@ from collections.abc import Callable
 import numpy as np
 
 from placer.errors import UsageError
+from placer.limits import check_allocation
 
 __all__ = [
     "balanced_packing",
@@ -344,6 +345,8 @@ def policy(num_groups: int, num_nodes: int, num_gpus: int) -> tuple[int, int]:
 def _log2phy(phy2log: np.ndarray, rank: np.ndarray, logcnt: np.ndarray) -> np.ndarray:
     num_layers, num_physical = phy2log.shape
     width = int(logcnt.max())
+    check_allocation((num_layers, logcnt.shape[1], width), "the [layers, experts, replicas]"
+                     " map", "fewer `redundant` experts")
     out = np.full((num_layers, logcnt.shape[1], width), -1, dtype=np.int64)
     rows = np.repeat(np.arange(num_layers), num_physical)
     out[rows, phy2log.ravel(), rank.ravel()] = np.tile(np.arange(num_physical), num_layers)
