@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 #: Sections, in order.  A section whose module is absent is skipped with a note.
-SECTIONS = ("deepep", "gpu_microbench", "ingest", "planning", "latency", "replan", "online")
+SECTIONS = ("deepep", "gpu_microbench", "ingest", "planning", "latency", "replan", "scale",
+            "online")
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
