@@ -15,7 +15,7 @@ from pathlib import Path
 #: Sections, in order.  A section whose module is absent is skipped with a note.
 #: ``tuning`` (the defaults on their own source) comes before the sections that report.
 SECTIONS = ("deepep", "gpu_microbench", "ingest", "planning", "tuning", "latency", "replan",
-            "online")
+            "scale", "online")
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

@@ -1,6 +1,6 @@
-"""Re-planning and scale benchmark.
+"""Re-planning benchmark.
 
-1. **Re-planning under drift**, DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant),
+**Re-planning under drift**, DeepSeek-V3 shape on 4 x DGX H100 (EP32, 32 redundant),
    the synthetic group-limited trace of ``bench/latency.py`` (16 windows of 4,096
    tokens, drift 0.02): the *deployed* placement is planned on windows 0:8; the routing
    then drifts; a *fresh* plan, the *default re-plan* (``--current``) and a re-plan with
@@ -12,25 +12,15 @@
    p99 and median-layer p99 against the fresh plan's, and the line under it the figures
    the planner judged the default re-plan on (``replan.shown``: within ``move_tolerance``
    of the fresh plan on the fitted windows, by construction).
-2. **Scale**: ``placer plan`` with default settings (every core) on the DeepSeek-V3 shape
-   (58 x 256, EP32) and the Kimi-K2 shape (60 x 384 on GB200 NVL72), the command run as
-   a user runs it (``--json``), timed and its peak memory read (``/usr/bin/time``-like,
-   from ``resource``), the wall split into start, planning and what follows the last
-   layer by the command's own ``timings``.  Targets: the whole command, summary
-   included, under 30 s (DeepSeek-V3) and 45 s (Kimi-K2) on 2 cores, under 2 GB each.
 
 Every plan goes through ``build_problem`` and ``solve`` as ``placer plan`` does.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 from bench.latency import OUT, SYNTH, log, read, synth_trace
@@ -40,12 +30,8 @@ BUDGET_SHARE = 0.10
 
 
 def run() -> str:
-    only = os.environ.get("PLACER_BENCH_REPLAN_ONLY", "")  # "drift" or "scale" while developing
-    out = ["## replan: re-planning under drift, and plans at scale", ""]
-    if only in ("", "drift"):
-        out += _replan()
-    if only in ("", "scale"):
-        out += ["", *_scale()]
+    out = ["## replan: re-planning under drift", ""]
+    out += _replan()
     return "\n".join(out) + "\n"
 
 
@@ -164,86 +150,6 @@ def _replan() -> list[str]:
             lines.append(f"| {row['budget']:,} | {row['moves']:,} | {row['cost']:,.1f} |"
                          f" {row['cost'] / before - 1:+.2%} |")
     return lines
-
-
-#: Wall-clock targets of the scale rows: the whole command, summary included.
-SCALE_TARGETS = {"deepseek-v3": 30.0, "kimi-k2": 45.0}
-#: Peak memory target of the scale rows, MB.
-SCALE_MEMORY_MB = 2048
-
-
-def _scale() -> list[str]:
-    lines = ["### Plans at scale: `placer plan` with default settings", "",
-             f"Machine: {os.cpu_count()} cores; one run each. Wall: the whole command as a user"
-             " runs it (`--json`, summary included), split as the command reports it (`timings`"
-             " of the JSON): *start* (Python, reading the trace), *planning* (problem, EPLB hint,"
-             " layer search, to the last layer planned) and *after* (the judge, the summary with"
-             " its floor, writing). Peak memory: the largest max RSS of the command and its"
-             " worker processes. Load: the 1-minute load average before and after the run"
-             " (other jobs on the machine show there).", "",
-             "| plan | wall s | start s | planning s | after s | peak memory MB | load |"
-             " target | verdict |", "|---|---:|---:|---:|---:|---:|---|---|---|"]
-    cases = (
-        ("DeepSeek-V3 shape, 4 x DGX H100 (58 x 256, EP32, +32)", "deepseek-v3",
-         ["-m", "deepseek-v3", "-t", "4x-dgx-h100", "-r", "32", "--fit", "0:12"]),
-        ("Kimi-K2 shape, GB200 NVL72 (60 x 384, 72 x 6)", "kimi-k2",
-         ["-m", "kimi-k2", "-t", "gb200-nvl72", "-r", "48", "--fit", "0:12"]),
-    )
-    for label, key, args in cases:
-        name, model_name, overrides = SYNTH[key]
-        trace = synth_trace(OUT / name, model_name, **overrides)
-        output = OUT / f"scale-{key}.json"
-        report = OUT / f"scale-{key}.summary.json"
-        log(f"scale: {label} ...")
-        before = os.getloadavg()[0]
-        wall, peak, rc = _timed([sys.executable, "-m", "placer.cli.main", "plan", str(trace),
-                                 *args, "-o", str(output), "--json"], report)
-        after = os.getloadavg()[0]
-        timings = _timings(report) if rc == 0 else {}
-        planning = timings.get("planning_s", float("nan"))
-        later = timings.get("after_planning_s", float("nan"))
-        start = wall - planning - later
-        target = SCALE_TARGETS[key]
-        ok = rc == 0 and wall < target and peak < SCALE_MEMORY_MB
-        lines.append(
-            f"| {label} | {wall:.1f} | {start:.1f} | {planning:.1f} | {later:.1f} |"
-            f" {peak:,.0f} | {before:.1f} -> {after:.1f} |"
-            f" < {target:.0f} s, < {SCALE_MEMORY_MB / 1024:.0f} GB |"
-            f" {'pass' if ok else '**FAIL**' if rc == 0 else f'exit {rc}'} |")
-    return lines
-
-
-def _timings(report: Path) -> dict[str, float]:
-    """The ``timings`` block of a ``placer plan --json`` summary (empty when absent)."""
-    try:
-        return dict(json.loads(report.read_text())["timings"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
-def _timed(command: list[str], stdout: Path | None = None) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS in MB of the largest process of the command (it or one of
-    its worker processes), exit code; the command's stdout goes to ``stdout`` (None:
-    dropped).  A fresh Python parent per command keeps the figures of earlier commands
-    out."""
-    probe = (
-        "import resource, subprocess, sys, time\n"
-        "out = open(sys.argv[1], 'w') if sys.argv[1] else subprocess.DEVNULL\n"
-        "t = time.perf_counter()\n"
-        "rc = subprocess.run(sys.argv[2:], stdout=out).returncode\n"
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,"
-        " rc)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe, str(stdout or ""), *command],
-                          capture_output=True, text=True, check=False)
-    try:
-        wall, peak, rc = done.stdout.split()
-    except ValueError:
-        log(f"timing failed: {done.stderr[-400:]}")
-        return float("nan"), float("nan"), done.returncode or 1
-    if int(rc) != 0:
-        log(f"exit {rc}: {done.stderr[-400:]}")
-    return float(wall), int(peak) / 1024.0, int(rc)
 
 
 if __name__ == "__main__":

@@ -341,6 +341,7 @@ def read_trace(
     keep_tokens: bool = False,
     keep_warmup: bool = False,
     allow_model_mismatch: bool = False,
+    **options: Any,
 ) -> RoutingData:
     """Read the TRACE argument(s) of a command into RoutingData.
 
@@ -353,6 +354,8 @@ def read_trace(
     the model's last expert still has the model's experts.  With a model, the trace
     must have been recorded on it (:func:`placer.planning.build.check_trace_model`;
     ``allow_model_mismatch`` turns a declared name that differs into a warning).
+    ``options``: more of :func:`placer.traces.read_routing`'s (``sample``, ``affinity``,
+    ``pair_tokens``).
     """
     from placer.planning.build import check_trace_model
     from placer.traces import read_routing
@@ -374,7 +377,7 @@ def read_trace(
     source: Any = [str(p) for p in paths] if len(paths) > 1 else paths[0]
     routing = read_routing(
         source, trace_format, window_tokens=window_tokens, keep_tokens=keep_tokens,
-        top_k=top_k, num_experts=num_experts, keep_warmup=keep_warmup,
+        top_k=top_k, num_experts=num_experts, keep_warmup=keep_warmup, **options,
     )
     if model is not None:
         check_trace_model(routing.stats, model, allow_mismatch=allow_model_mismatch)

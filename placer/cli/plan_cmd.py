@@ -1,7 +1,8 @@
 """``placer plan``: fit a placement to a trace and write placement JSON.
 
-The command is thin: read the trace (keeping per-token routing when the inputs are small
-enough to replay), the model and the topology; plan and summarize with
+The command is thin: read the trace (keeping per-token routing for the replay within
+bounds: the whole trace when it is small, else a sample of whole batches per window), the
+model and the topology; plan and summarize with
 :func:`placer.planning.run.plan_routing` (build the problem, solve it, solve EPLB once for
 the side-by-side); write the placement (:func:`placer.placement.document.write_placement`) and
 print the summary (``--json``: its ``to_dict()``).
@@ -17,7 +18,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,23 +83,17 @@ EXAMPLES = examples(
     note="Solvers, knobs and the summary: docs/planner.md; re-planning: docs/placement.md.",
 )
 
-def keep_tokens_for(paths: list[Path]) -> tuple[bool, str]:
-    """Whether to keep per-token routing for the summary's replay: inputs up to
-    ``placer.summary.KEEP_TOKENS_MAX_BYTES`` on disk; else why not."""
-    from placer.summary import KEEP_TOKENS_MAX_BYTES
+def judge_sample_for(batch_tokens: int, seed: int) -> Any:
+    """The per-token routing to keep for the summary's replay
+    (:class:`placer.traces.TokenSample`): the whole trace up to
+    ``placer.summary.JUDGE_WHOLE_SELECTIONS`` selections, else
+    ``JUDGE_BATCHES_PER_WINDOW`` whole batches of ``batch_tokens`` per window, drawn
+    with ``seed``: memory stays bounded whatever the trace's length."""
+    from placer.summary import JUDGE_BATCHES_PER_WINDOW, JUDGE_WHOLE_SELECTIONS
+    from placer.traces import TokenSample
 
-    total = 0
-    for path in paths:
-        path = Path(path)
-        if path.is_dir():
-            total += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        elif path.exists():
-            total += path.stat().st_size
-    if total <= KEEP_TOKENS_MAX_BYTES:
-        return True, ""
-    return False, (f"per-token routing not kept: the inputs are {total / 2**20:,.0f} MiB,"
-                   f" over {KEEP_TOKENS_MAX_BYTES / 2**20:,.0f} MiB; `placer evaluate`"
-                   " replays them")
+    return TokenSample(batch_tokens, JUDGE_BATCHES_PER_WINDOW, seed,
+                       whole_selections=JUDGE_WHOLE_SELECTIONS)
 
 
 def plan(
@@ -231,12 +225,17 @@ def plan(
 
     model_spec = _load_model(model)
     topo = _load_topology(topology)
-    keep, no_trace = (keep_tokens_for(trace) if model_spec is not None and topo is not None
-                      else (False, ""))
+    # per-token routing for the judge and pairs within bounds (the cost grows with the
+    # log of the trace's length past them); no layer affinity: planning reads none
+    from placer.traces import PLAN_PAIR_TOKENS
+
+    sample = (judge_sample_for(target.batch_tokens(num_gpus or topo.num_gpus), seed)
+              if model_spec is not None and topo is not None else None)
     reading = time.perf_counter()
     routing = read_trace(trace, trace_format, model=model_spec, top_k=top_k,
-                         num_experts=num_experts, keep_tokens=keep, keep_warmup=keep_warmup,
-                         allow_model_mismatch=allow_model_mismatch)
+                         num_experts=num_experts, keep_warmup=keep_warmup,
+                         allow_model_mismatch=allow_model_mismatch, sample=sample,
+                         affinity=False, pair_tokens=PLAN_PAIR_TOKENS)
     read_s = time.perf_counter() - reading
     current_placement = read_placement(current) if current is not None else None
     auto = redundant is not None and redundant.strip().lower() == "auto"
@@ -253,7 +252,7 @@ def plan(
         progress=progress("layers planned", enabled=not (quiet or json_out)),
         phase=phases(enabled=not (quiet or json_out)),
     )
-    result, summary = run.result, _said_sampled(run.summary, no_trace)
+    result, summary = run.result, run.summary
     with all_or_nothing():  # the placement and the engine files land together, or none
         write_placement(
             output, result.placement,
@@ -276,15 +275,6 @@ def plan(
     for item in exported:
         lines += ["", *item.lines()]
     sys.stdout.write(as_flags("\n".join(lines)) + "\n")  # the summary's words, as flags
-
-
-def _said_sampled(summary: PlanSummary, no_trace: str) -> PlanSummary:
-    """``summary`` with the command's own reason for sampled tokens when it did not keep
-    the per-token routing (``no_trace``, from :func:`keep_tokens_for`)."""
-    judged = summary.judged
-    if not no_trace or judged is None or not judged.source_why:
-        return summary
-    return replace(summary, judged=replace(judged, source_why=no_trace))
 
 
 def _json_doc(run: PlanRun, summary: PlanSummary, output: str, regime_note: str,

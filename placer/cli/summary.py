@@ -116,7 +116,8 @@ def _layers(reason: dict[str, Any]) -> str:
 
 def judged_text(judged: Judged) -> str:
     """Where and how a plan was judged, in words: ``held-out windows 6:32 (fitted 0:6),
-    per-token replay: 7 batches of up to 1024 tokens, 6656 tokens``."""
+    per-token replay: 7 batches of up to 1024 tokens, 6656 tokens`` (``6656 of 60000
+    tokens`` when a sampled trace was judged on part of the windows' tokens)."""
     start, stop = judged.windows
     if judged.part == "held-out":
         where = (f"held-out windows {start}:{stop}"
@@ -124,8 +125,9 @@ def judged_text(judged: Judged) -> str:
     else:
         where = f"the fitted windows {start}:{stop}"
     how = "per-token replay" if judged.source == "trace" else "sampled batches"
+    of = f" of {judged.of_tokens}" if judged.of_tokens > judged.num_tokens else ""
     text = (f"{where}, {how}: {judged.num_batches} batch{'es' if judged.num_batches != 1 else ''}"
-            f" of up to {judged.batch_tokens} tokens, {judged.num_tokens} tokens")
+            f" of up to {judged.batch_tokens} tokens, {judged.num_tokens}{of} tokens")
     return f"{text} ({judged.reasons})" if judged.reasons else text
 
 

@@ -14,8 +14,9 @@ from placer.stats.routing import (
     Provenance,
     RoutingData,
     RoutingTrace,
+    TraceSample,
     format_ranges,
 )
 
 __all__ = ["ExpertStats", "PairCounts", "Provenance", "RoutingData", "RoutingTrace",
-           "format_ranges"]
+           "TraceSample", "format_ranges"]

@@ -30,6 +30,10 @@ class Provenance:
     rows_skipped: rows skipped on purpose, by reason (``{"type=meta": 3}``).
     synthetic: the input declares itself synthetic (header ``synthetic: true``).
     model: model name declared by the input, if any.
+    pair_tokens: tokens whose pairs (co-activation, layer affinity) were counted, each
+        weighted by the tokens it stands for; 0 when every token's were (or none:
+        aggregated inputs, ``coact`` off).  See ``read_routing``'s ``pair_tokens``.
+    tokens_read: tokens read in all (per-token inputs).
     """
 
     sources: tuple[str, ...] = ()
@@ -38,6 +42,8 @@ class Provenance:
     rows_skipped: tuple[tuple[str, int], ...] = ()
     synthetic: bool = False
     model: str | None = None
+    pair_tokens: int = 0
+    tokens_read: int = 0
 
     @property
     def skipped_total(self) -> int:
@@ -328,17 +334,72 @@ class ExpertStats:
         )
 
 
+@dataclass(frozen=True, eq=False)
+class TraceSample:
+    """Which tokens of a trace a sampled :class:`RoutingTrace` holds.
+
+    A trace too large to keep whole is kept as a sample of whole *batches*: runs of
+    ``batch_tokens`` consecutive tokens in read order (batch ``b`` is tokens ``b x
+    batch_tokens`` up to the next batch's first; the last may be shorter), at most
+    ``per_window`` of them in each window of the statistics (the window of the batch's
+    first token), those whose seeded priority is lowest there
+    (:mod:`placer.traces.accumulate.sample`).  The statistics are counted on every token.
+
+    Attributes
+    ----------
+    token_index: ``[tokens]`` int64 index of each held token among the tokens read
+        (ascending).
+    window: ``[tokens]`` int64 window of the statistics each held token is judged in:
+        the window of its batch's first token (a batch is judged whole).
+    num_windows: windows of the statistics the sample was drawn over.
+    batch_tokens: tokens per batch.
+    per_window: most batches held per window.
+    seed: seed of the batches' priorities.
+    num_tokens: tokens read in all (the sample is drawn from them).
+    """
+
+    token_index: np.ndarray
+    window: np.ndarray
+    num_windows: int
+    batch_tokens: int
+    per_window: int
+    seed: int
+    num_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.token_index.shape != self.window.shape or self.token_index.ndim != 1:
+            raise ValueError("token_index and window must be [tokens]")
+
+    @property
+    def batch(self) -> np.ndarray:
+        """``[tokens]`` int64 batch of each held token (``token_index // batch_tokens``)."""
+        return self.token_index // self.batch_tokens
+
+    @property
+    def num_batches(self) -> int:
+        """Whole batches held."""
+        return int(np.unique(self.batch).size)
+
+    def take(self, token_index: np.ndarray) -> TraceSample:
+        """The held tokens at ``token_index`` (a boolean mask or integer indices)."""
+        return replace(self, token_index=self.token_index[token_index],
+                       window=self.window[token_index])
+
+
 @dataclass(frozen=True)
 class RoutingTrace:
     """Per-token routing, kept in memory for the evaluator.
 
     Attributes
     ----------
-    topk_ids: ``[tokens, layers, k]`` int32 logical expert ids, -1 where none.
+    topk_ids: ``[tokens, layers, k]`` int32 logical expert ids, -1 where none (int16 in a
+        sample, when the expert ids fit).
     layer_ids: ``[layers]`` int64 absolute layer index of each column.
     step: ``[tokens]`` int64 forward step (batch) of each token, -1 when unknown.
     rank: ``[tokens]`` int64 source rank (DP rank) of each token, -1 when unknown.
     topk_weights: ``[tokens, layers, k]`` float32 gate weights, or None.
+    sample: which tokens of the trace these are (:class:`TraceSample`), or None when
+        they are all of them, in order.
     """
 
     topk_ids: np.ndarray
@@ -346,6 +407,7 @@ class RoutingTrace:
     step: np.ndarray
     rank: np.ndarray
     topk_weights: np.ndarray | None = None
+    sample: TraceSample | None = None
 
     def __post_init__(self) -> None:
         if self.topk_ids.ndim != 3:
@@ -355,6 +417,8 @@ class RoutingTrace:
             raise ValueError(f"layer_ids must be [{l}], got {self.layer_ids.shape}")
         if self.step.shape != (t,) or self.rank.shape != (t,):
             raise ValueError("step and rank must be [tokens]")
+        if self.sample is not None and self.sample.token_index.shape != (t,):
+            raise ValueError("a sample's token_index must be [tokens]")
 
     @property
     def num_tokens(self) -> int:
@@ -380,6 +444,7 @@ class RoutingTrace:
             step=self.step[token_index],
             rank=self.rank[token_index],
             topk_weights=None if self.topk_weights is None else self.topk_weights[token_index],
+            sample=None if self.sample is None else self.sample.take(token_index),
         )
 
 

@@ -116,11 +116,21 @@ def token_windows(trace: RoutingTrace, stats: ExpertStats) -> np.ndarray:
 
     Windows cut by step (``window_starts`` holds each window's first step) are matched
     by step; windows of consecutive tokens by position (cumulative ``stats.tokens``).
-    The first rule whose per-window token counts equal ``stats.tokens`` wins.
+    The first rule whose per-window token counts equal ``stats.tokens`` wins.  A sample
+    (``trace.sample``) says each token's window itself: that of its batch's first token,
+    so a batch is judged whole.
 
     Raises DataError when neither matches (the trace and its statistics disagree).
     """
     num_windows = stats.num_windows
+    if trace.sample is not None:
+        if trace.sample.num_windows != num_windows:
+            raise DataError(
+                f"the sampled per-token trace was drawn over {trace.sample.num_windows}"
+                f" windows, its statistics have {num_windows}",
+                hint="judge a sample with the statistics it was read with",
+            )
+        return trace.sample.window.astype(np.int64, copy=False)
     if num_windows == 1:
         return np.zeros(trace.num_tokens, dtype=np.int64)
     expected = np.asarray(stats.tokens, dtype=np.int64)

@@ -9,7 +9,11 @@ policy, the phase the all-to-all mode, tokens per GPU the batch):
 - **where**: the windows ``--fit`` left out after the fitted ones (*held-out*), else
   those before them, else the fitted windows themselves (and it says so);
 - **how**: replayed on the per-token routing when the data has it (and the replay is not
-  too large: :data:`REPLAY_MAX_SELECTIONS`), else batches sampled from the statistics;
+  too large: :data:`REPLAY_MAX_SELECTIONS`), else batches sampled from the statistics; a
+  trace read as a sample (:class:`placer.traces.TokenSample`: whole batches per window)
+  is replayed on at most as many of its batches as sampling would draw, spread over the
+  judged windows (:func:`judge_sample`), and the summary says how many of the windows'
+  tokens that is;
 - **what**: estimated MoE-layer p50/p99 (pooled over (batch, layer) pairs and each layer's
   own tail), step time (the sum over layers of one batch) p50/p99, all-to-all and expert
   compute time; per layer, which placement has the lower p99 layer time (the objective a
@@ -28,7 +32,8 @@ once (:class:`placer.errors.PlacerWarning`).
 from placer.summary.figures import (
     BASELINE_SOLVER,
     EQUAL_TOLERANCE,
-    KEEP_TOKENS_MAX_BYTES,
+    JUDGE_BATCHES_PER_WINDOW,
+    JUDGE_WHOLE_SELECTIONS,
     TIME_FIGURES,
     VERDICT_FIGURE,
     Judged,
@@ -40,13 +45,14 @@ from placer.summary.figures import (
     time_figure,
     verdict,
 )
-from placer.summary.plan import PlanSummary, summarize_plan
+from placer.summary.plan import PlanSummary, judge_sample, summarize_plan
 from placer.summary.proxies import basic_metrics, remote_figures, versus_eplb
 
 __all__ = [
     "BASELINE_SOLVER",
     "EQUAL_TOLERANCE",
-    "KEEP_TOKENS_MAX_BYTES",
+    "JUDGE_BATCHES_PER_WINDOW",
+    "JUDGE_WHOLE_SELECTIONS",
     "TIME_FIGURES",
     "VERDICT_FIGURE",
     "Judged",
@@ -55,6 +61,7 @@ __all__ = [
     "Verdict",
     "basic_metrics",
     "change_text",
+    "judge_sample",
     "judged_windows",
     "layers_faster",
     "remote_figures",

@@ -20,9 +20,12 @@ EQUAL_TOLERANCE = 1e-3
 #: The figure of the verdict: p99 over batches of the step (sum over MoE layers).
 VERDICT_FIGURE = "step_p99_us"
 
-#: ``placer plan`` keeps per-token routing for the replay when its inputs take at most
-#: this many bytes on disk (kept tokens cost memory in proportion).
-KEEP_TOKENS_MAX_BYTES = 256 << 20
+#: ``placer plan`` reads per-token routing for its judge as a
+#: :class:`placer.traces.TokenSample`: the whole trace up to this many (token, layer,
+#: pick) selections (as much as a judgement replays), ...
+JUDGE_WHOLE_SELECTIONS = 1 << 26
+#: ... else this many whole batches per window (memory: at most ``MAX_WINDOWS`` batches).
+JUDGE_BATCHES_PER_WINDOW = 1
 
 
 # -- the time figures: one definition of labels, units and formats ----------------------------
@@ -60,10 +63,16 @@ class Judged:
     source: ``"trace"`` (per-token replay) or ``"sampled"`` (batches drawn from the
         statistics); set by the evaluation.
     why: why the part is what it is (empty when there is nothing to say).
-    source_why: why the tokens are sampled, when they are (else empty).
+    source_why: why the tokens are sampled, or which part of a sampled trace was
+        replayed, when they are (else empty).
     num_batches, batch_tokens, num_tokens: what the evaluator judged (0 before).
     ranks_why: the trace's source ranks dealt over every GPU, when they were
         (:func:`placer.evaluate.batches.attention_ranks`; else empty).
+    of_tokens: tokens the judged windows hold in all (``num_tokens`` of them were
+        judged); 0 before.
+    sample: how a sampled per-token trace was judged (:func:`sample_doc`), or None
+        when every token of the judged windows was (or batches were drawn from the
+        statistics).
     """
 
     part: str
@@ -76,6 +85,8 @@ class Judged:
     batch_tokens: int = 0
     num_tokens: int = 0
     ranks_why: str = ""
+    of_tokens: int = 0
+    sample: dict[str, int] | None = None
 
     @property
     def reasons(self) -> str:
@@ -85,7 +96,8 @@ class Judged:
     def to_dict(self) -> dict[str, Any]:
         return {"part": self.part, "windows": list(self.windows), "fitted": list(self.fitted),
                 "source": self.source, "why": self.reasons, "num_batches": self.num_batches,
-                "batch_tokens": self.batch_tokens, "num_tokens": self.num_tokens}
+                "batch_tokens": self.batch_tokens, "num_tokens": self.num_tokens,
+                "of_tokens": self.of_tokens, "sample": self.sample}
 
 
 def judged_windows(num_windows: int, fit: tuple[int, int] | None) -> Judged:

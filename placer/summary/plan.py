@@ -10,11 +10,8 @@ from typing import Any
 import numpy as np
 
 from placer.errors import PlacerError, PlacerWarning
-from placer.evaluate import EvalParams, Evaluation, evaluate, time_bound
+from placer.evaluate import EvalParams, Evaluation, evaluate
 from placer.evaluate.batches import dealt_note
-from placer.evaluate.bound import TimeBound
-from placer.evaluate.dispatch import CODE_POLICIES
-from placer.evaluate.hot_floor import counts_floor
 from placer.evaluate.params import regime_params, replay_or_sample
 from placer.parallel import Background
 from placer.problem import PlacementProblem, SolveResult
@@ -30,6 +27,8 @@ from placer.summary.figures import (
     layers_faster,
     verdict,
 )
+from placer.summary.floors import BATCH_FLOOR_FIGURE as BATCH_FLOOR_FIGURE
+from placer.summary.floors import plan_floors
 from placer.summary.proxies import basic_metrics, versus_eplb
 from placer.summary.replan import replan_doc
 from placer.topology.calibration import extrapolation_note
@@ -38,8 +37,6 @@ from placer.topology.calibration import extrapolation_note
 #: placement to every batch (the per-batch floors of the percentiles let it follow each
 #: batch, so they are looser).
 FLOOR_FIGURE = "step_mean_us"
-#: The figure the per-batch floor line compares (the verdict's).
-BATCH_FLOOR_FIGURE = "step_p99_us"
 
 # -- the summary ------------------------------------------------------------------------------
 
@@ -233,7 +230,8 @@ def _with_times(
     routing: RoutingData, fit: tuple[int, int] | None, dtype: str | None,
 ) -> PlanSummary:
     """``summary`` with the time figures, layers faster and the verdict."""
-    judged, sampled_why, params = _judging(summary.regime, problem, routing, fit, dtype)
+    judged, sampled_why, params, routing = _judging(summary.regime, problem, routing, fit,
+                                                    dtype)
     evaluations: dict[str, Evaluation] = {}
     draws: dict[tuple[int, ...], np.ndarray] = {}  # both placements on the same sampled tokens
     messages: list[str] = []
@@ -269,24 +267,26 @@ def _with_times(
 
         warnings.warn(order_bias_message(findings, *order), PlacerWarning, stacklevel=3)
     first = evaluations[results[0].solver]
+    num_tokens = int(first.metrics["num_tokens"])
     judged = replace(
         judged, source=first.source,
-        source_why=sampled_why if first.source == "sampled" else "",
+        source_why=sampled_why if first.source == "sampled" else judged.source_why,
         num_batches=int(first.metrics["num_batches"]),
         batch_tokens=int(first.params.batch_tokens or 0),
-        num_tokens=int(first.metrics["num_tokens"]),
+        num_tokens=num_tokens,
         ranks_why=dealt_note(first.dealt_ranks, problem.num_gpus) if first.dealt_ranks else "",
+        of_tokens=(judged.of_tokens if judged.sample is not None and first.source == "trace"
+                   else num_tokens),
     )
     times = {name: {f.key: float(ev.metrics[f.key]) for f in TIME_FIGURES}
              for name, ev in evaluations.items()}
     topology = problem.topology
     assert topology is not None
-    bound = _floor(routing, problem, params, draws)
+    bound, batch_floor = plan_floors(routing, problem, results, params, draws)
     summary = replace(summary, eval_params=params, judged=judged, times=times,
                       evaluations=evaluations,
                       floor=None if bound is None else bound.metrics(),
-                      batch_floor=_batch_floor(routing, problem, results, params, bound,
-                                               draws),
+                      batch_floor=batch_floor,
                       calibration_note=extrapolation_note(
                           params.mode, summary.regime.tokens, topology.calibration.source))
     if len(results) < 2:
@@ -306,52 +306,66 @@ def _with_times(
 def _judging(
     regime: Regime, problem: PlacementProblem, routing: RoutingData,
     fit: tuple[int, int] | None, dtype: str | None,
-) -> tuple[Judged, str, EvalParams]:
+) -> tuple[Judged, str, EvalParams, RoutingData]:
     """Where and how the summary judges: the windows (and why there), why the tokens
-    are sampled when they are, and the evaluator's parameters."""
+    are sampled when they are, the evaluator's parameters and the routing it replays
+    (a sampled trace cut to the batches judged: :func:`judge_sample`)."""
     judged = judged_windows(routing.stats.num_windows, fit)
-    sample, sampled_why = replay_or_sample(routing, judged.windows)
     params = regime_params(regime, problem.num_gpus, num_layers=problem.stats.num_layers,
-                           dtype=dtype, windows=judged.windows, sample=sample)
-    return judged, sampled_why, params
+                           dtype=dtype, windows=judged.windows)
+    trace = routing.trace
+    if trace is not None and trace.sample is not None:
+        cut, why, doc = judge_sample(routing, judged.windows, params.num_batches,
+                                     params.batch_tokens)
+        of = int(np.asarray(routing.stats.tokens)[slice(*judged.windows)].sum())
+        judged = replace(judged, of_tokens=of, sample=doc)
+        if cut is not None:
+            return replace(judged, source_why=why), "", params, cut
+        return judged, why, replace(params, sample=True), routing
+    sample, sampled_why = replay_or_sample(routing, judged.windows)
+    return judged, sampled_why, replace(params, sample=sample), routing
+
+
+def judge_sample(
+    routing: RoutingData, windows: tuple[int, int], num_batches: int,
+    batch_tokens: int | None,
+) -> tuple[RoutingData | None, str, dict[str, int] | None]:
+    """The part of a sampled trace (``routing.trace.sample``) a summary replays on
+    ``windows``: at most ``num_batches`` of the whole batches held there, spread evenly
+    over them in time (the same batches for the same trace and seed).
+
+    Returns ``(routing cut to those batches, what was judged in words, its figures)``;
+    the routing is None, with why in words, when no held batch is in the windows or
+    the sample's batches are not ``batch_tokens`` long (the judge then samples batches
+    from the statistics).
+    """
+    trace = routing.trace
+    assert trace is not None and trace.sample is not None
+    sample = trace.sample
+    if batch_tokens is not None and sample.batch_tokens != batch_tokens:
+        return None, (f"the per-token sample holds batches of {sample.batch_tokens:,}"
+                      f" tokens, the judge's are {batch_tokens:,}; sampled batches"
+                      " instead"), None
+    start, stop = windows
+    inside = (sample.window >= start) & (sample.window < stop)
+    held = np.unique(sample.batch[inside])
+    doc = {"trace_tokens": sample.num_tokens, "batches_held": int(held.size),
+           "per_window": sample.per_window, "seed": sample.seed}
+    if held.size == 0:
+        return None, (f"the per-token sample holds no batch that starts in windows"
+                      f" {start}:{stop}; sampled batches instead"), doc
+    # evenly spread in time: the middle batch of each of num_batches equal shares
+    middle = (np.arange(num_batches) + 0.5) * held.size / num_batches
+    chosen = held if held.size <= num_batches else held[middle.astype(np.int64)]
+    cut = RoutingData(routing.stats, trace.take(np.isin(sample.batch, chosen) & inside))
+    doc["batches_judged"] = int(chosen.size)
+    why = (f"the trace's {sample.num_tokens:,} tokens are too many to keep: read as a"
+           f" sample of whole batches, {sample.per_window} per window (seed"
+           f" {sample.seed}); judged on {chosen.size} of the {held.size} held in these"
+           " windows, spread evenly")
+    return cut, why, doc
 
 
 def _placement_of(results: list[SolveResult], solver: str) -> Any:
     """The placement of the result named ``solver``."""
     return next(r.placement for r in results if r.solver == solver)
-
-
-def _floor(routing: RoutingData, problem: PlacementProblem, params: EvalParams,
-           draws: dict[tuple[int, ...], np.ndarray]) -> TimeBound | None:
-    """The time figures' floor on the tokens the placements were judged on."""
-    assert problem.topology is not None and problem.model is not None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PlacerWarning)  # said when evaluating
-            bound = time_bound(routing, problem.topology, problem.model, params,
-                               problem.slots_per_gpu, draws=draws)
-    except PlacerError:
-        return None
-    return bound
-
-
-def _batch_floor(routing: RoutingData, problem: PlacementProblem, results: list[SolveResult],
-                 params: EvalParams, bound: TimeBound | None,
-                 draws: dict[tuple[int, ...], np.ndarray]) -> dict[str, float] | None:
-    """Each plan's per-batch floor of step p99 under a position rule (None otherwise)."""
-    if params.policy not in CODE_POLICIES:
-        return None
-    assert problem.topology is not None and problem.model is not None
-    out: dict[str, float] = {}
-    by_counts: dict[bytes, float] = {}  # the floor depends on the replica counts alone
-    for r in results:
-        key = r.placement.layer_ids.tobytes() + r.placement.replica_counts.tobytes()
-        if key not in by_counts:
-            try:
-                floor = counts_floor(r.placement, routing, problem.topology, problem.model,
-                                     params, general=bound, draws=draws)
-            except (PlacerError, KeyError):  # a layer the data lacks: not floored
-                return None
-            by_counts[key] = floor.metrics()[BATCH_FLOOR_FIGURE]
-        out[r.solver] = by_counts[key]
-    return out

@@ -16,6 +16,7 @@ Example::
 
 from placer.traces import formats  # noqa: F401  (the built-in formats register themselves)
 from placer.traces.accumulate import Accumulator, ReadOptions, RowChunk, TokenChunk
+from placer.traces.chunks import PLAN_PAIR_TOKENS, TokenSample
 from placer.traces.formats.jsonl import write_jsonl_trace
 from placer.traces.formats.npz import read_npz_header, write_npz_trace
 from placer.traces.read import read_routing
@@ -28,10 +29,12 @@ from placer.traces.registry import (
 )
 
 __all__ = [
+    "PLAN_PAIR_TOKENS",
     "Accumulator",
     "ReadOptions",
     "RowChunk",
     "TokenChunk",
+    "TokenSample",
     "TraceFormat",
     "detect_format",
     "format_names",

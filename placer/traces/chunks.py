@@ -10,20 +10,89 @@ import numpy as np
 from placer import constants
 from placer.errors import Param, UsageError
 
+#: ``placer plan`` counts pairs (co-activation) on every token up to this many, and on a
+#: sample past them (``read_routing``'s ``pair_tokens``): a 65,536-token trace is
+#: counted whole, a 1,000,000-token one on about 194,000 tokens.
+PLAN_PAIR_TOKENS = 1 << 16
+
+#: A trace of at most this many (token, layer, pick) selections is kept whole by a
+#: :class:`TokenSample` (a 144,630-token DeepSeek-V3 trace: 58 layers x 8 picks): as
+#: much as a judgement replays (``placer.evaluate.params.REPLAY_MAX_SELECTIONS``).
+SAMPLE_WHOLE_SELECTIONS = 1 << 26
+
+
+@dataclass(frozen=True)
+class TokenSample:
+    """Per-token routing to keep for a judge's replay, within bounds: the whole trace
+    while it holds at most ``whole_selections`` selections, else whole batches of
+    ``batch_tokens`` consecutive tokens, at most ``per_window`` in each window, chosen by
+    ``seed`` (:mod:`placer.traces.accumulate.sample`; memory: at most
+    ``constants.MAX_WINDOWS x per_window`` batches).
+
+    Attributes
+    ----------
+    batch_tokens: tokens per batch, the judge's step (``Regime.batch_tokens``).
+    per_window: batches kept per window once the trace is sampled.
+    seed: seeds the batches' priorities: same seed, same batches.
+    whole_selections: the trace is kept whole up to this many selections.
+    """
+
+    batch_tokens: int
+    per_window: int = 1
+    seed: int = 0
+    whole_selections: int = SAMPLE_WHOLE_SELECTIONS
+
+    def __post_init__(self) -> None:
+        for name in ("batch_tokens", "per_window"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}",
+                                 where=Param(name), hint="the nearest valid value is 1")
+        if self.whole_selections < 0:
+            raise UsageError(f"whole_selections must be >= 0, got {self.whole_selections}",
+                             where=Param("whole_selections"), hint="0 samples every trace")
+
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """What ``read_routing`` was asked for (see :func:`placer.traces.read_routing`)."""
+    """What ``read_routing`` was asked for (see :func:`placer.traces.read_routing`).
+
+    The options that bound the cost of a long trace:
+
+    - ``affinity``: with ``coact``, also count layer affinity (pairs a token selects in
+      consecutive layers; ``placer stats`` shows them, planning reads none: False saves
+      about two thirds of the pair counting);
+    - ``sample``: keep per-token routing within bounds (:class:`TokenSample`): the whole
+      trace while it is small, else whole batches per window, stated in the trace
+      (:class:`~placer.stats.TraceSample`); not with ``keep_tokens``;
+    - ``pair_tokens``: count pairs on every token up to this many, and past them on a
+      hashed sample whose rate halves each time the tokens read double, each counted
+      token weighted by the tokens it stands for: unbiased estimates at a cost that grows
+      with the log of the trace's length
+      (:func:`~placer.traces.accumulate.counting.pair_weights`); None: on every token.
+    """
 
     window_tokens: int | None = None
     keep_tokens: bool = False
     coact: bool = True
+    affinity: bool = True
     layers: tuple[int, ...] | None = None
     num_experts: int | None = None
     top_k: int | None = None
     keep_warmup: bool = False
+    sample: TokenSample | None = None
+    pair_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.pair_tokens is not None and self.pair_tokens < 1:
+            raise UsageError(
+                f"pair_tokens must be >= 1, got {self.pair_tokens}", where=Param("pair_tokens"),
+                hint="pairs are counted on every token up to this many (None: on all)",
+            )
+        if self.keep_tokens and self.sample is not None:
+            raise UsageError(
+                "keep_tokens keeps every token, sample a bounded part of them",
+                where=Param("sample"), hint="pass one of them",
+            )
         if self.window_tokens is not None and self.window_tokens < 1:
             raise UsageError(
                 f"window_tokens must be >= 1, got {self.window_tokens}",

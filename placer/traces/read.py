@@ -13,6 +13,7 @@ from placer import constants
 from placer.errors import TraceError
 from placer.stats import RoutingData
 from placer.traces.accumulate import Accumulator, ReadOptions
+from placer.traces.chunks import TokenSample
 from placer.traces.registry import TraceFormat, detect_format, folder_files, get_format
 
 PathLike = str | os.PathLike[str]
@@ -26,11 +27,14 @@ def read_routing(
     window_tokens: int | None = None,
     keep_tokens: bool = False,
     coact: bool = True,
+    affinity: bool = True,
     layers: Sequence[int] | None = None,
     num_experts: int | None = None,
     top_k: int | None = None,
     progress: ReadProgress | None = None,
     keep_warmup: bool = False,
+    sample: TokenSample | None = None,
+    pair_tokens: int | None = None,
 ) -> RoutingData:
     """Read one or more traces (or aggregated load files) into statistics.
 
@@ -57,6 +61,9 @@ def read_routing(
         ``constants.WARMUP_RUN_ROWS`` or more identical consecutive selections in one
         layer (from one request) are an engine's profiling or warm-up pass: they are
         left out with a warning.
+    affinity, sample, pair_tokens: reading within bounds, as ``placer plan`` reads (no
+        affinity, a bounded :class:`TokenSample` of tokens, pairs counted on a sample
+        past ``pair_tokens`` tokens): see :class:`ReadOptions`.
 
     Per-token rows whose (request, token, layer) repeats are read, not refused: the
     n-th row of a (request, token, layer) belongs to the n-th occurrence of the token,
@@ -64,7 +71,7 @@ def read_routing(
 
     Returns
     -------
-    RoutingData with ``stats`` (always) and ``trace`` (``keep_tokens`` only).
+    RoutingData with ``stats`` (always) and ``trace`` (``keep_tokens``, ``sample``).
 
     Raises
     ------
@@ -74,13 +81,10 @@ def read_routing(
     """
     paths = [Path(path)] if isinstance(path, str | os.PathLike) else [Path(p) for p in path]
     options = ReadOptions(
-        window_tokens=window_tokens,
-        keep_tokens=keep_tokens,
-        coact=coact,
+        window_tokens=window_tokens, keep_tokens=keep_tokens, coact=coact, affinity=affinity,
         layers=None if layers is None else tuple(int(i) for i in layers),
-        num_experts=num_experts,
-        top_k=top_k,
-        keep_warmup=keep_warmup,
+        num_experts=num_experts, top_k=top_k, keep_warmup=keep_warmup, sample=sample,
+        pair_tokens=pair_tokens,
     )
     given = [(p, get_format(format) if format else detect_format(p)) for p in paths]
     # a folder an engine fills with files (SGLang's recorder dumps) reads as those files

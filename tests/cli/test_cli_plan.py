@@ -244,18 +244,47 @@ def test_plan_summary_judges_held_out_windows_under_the_default_workload(skewed_
     assert any(line.startswith("floor: no placement with ") for line in text)
 
 
-def test_plan_says_why_it_kept_no_per_token_routing(skewed_trace, tmp_path, monkeypatch):
-    """Inputs over the size worth keeping are judged on sampled batches, and the command
-    (which chose not to keep them) says why, in the text and in the JSON."""
+def test_plan_judges_a_large_trace_on_a_stated_sample(skewed_trace, tmp_path, monkeypatch):
+    """A trace over the size kept whole is read as a sample of whole batches (one per
+    window); the command replays that sample and says what it judged: N of the held-out
+    windows' M tokens, K batches, in the text and in the JSON."""
     import placer.summary
 
-    monkeypatch.setattr(placer.summary, "KEEP_TOKENS_MAX_BYTES", 0)
+    monkeypatch.setattr(placer.summary, "JUDGE_WHOLE_SELECTIONS", 0)
+    out = tmp_path / "plan.json"
+    # 2 tokens per GPU x 8 GPUs: batches of 16 tokens, 3 or 4 starting in each 50-token window
+    args = [str(skewed_trace), *H100, "-s", "eplb", "--fit", "0:6", "--tokens-per-gpu", "2",
+            "-o", str(out)]
+    doc = json.loads(_plan(*args, "--json").stdout)
+    judged = doc["judged"]
+    assert judged["source"] == "trace" and judged["windows"] == [6, 8]
+    assert (judged["num_batches"], judged["batch_tokens"]) == (2, 16)
+    assert (judged["num_tokens"], judged["of_tokens"]) == (32, 100)
+    assert judged["sample"] == {"trace_tokens": 400, "batches_held": 2, "per_window": 1,
+                                "seed": 0, "batches_judged": 2}
+    assert "read as a sample of whole batches, 1 per window (seed 0)" in judged["why"]
+    text = _plan(*args).stdout.splitlines()
+    assert text[6].startswith("judged on    held-out windows 6:8 (fitted 0:6), per-token"
+                              " replay: 2 batches of up to 16 tokens, 32 of 100 tokens (")
+    assert text[6].endswith(f"({judged['why']})")
+    again = json.loads(_plan(*args, "--json").stdout)  # the same sample, the same figures
+    assert again["judged"] == judged and again["times"] == doc["times"]
+
+
+def test_plan_samples_from_the_statistics_when_no_sampled_batch_is_held_out(
+        skewed_trace, tmp_path, monkeypatch):
+    """Batches of 1,024 tokens on a 400-token trace: the one batch starts in window 0, none
+    in the held-out windows; the judge samples batches from the statistics and says why."""
+    import placer.summary
+
+    monkeypatch.setattr(placer.summary, "JUDGE_WHOLE_SELECTIONS", 0)
     out = tmp_path / "plan.json"
     args = [str(skewed_trace), *H100, "-s", "eplb", "--fit", "0:6", "-o", str(out)]
     doc = json.loads(_plan(*args, "--json").stdout)
-    reason = "per-token routing not kept: the inputs are 0 MiB, over 0 MiB;"
     assert doc["judged"]["source"] == "sampled"
-    assert doc["judged"]["why"].startswith(reason)
+    assert doc["judged"]["why"].endswith(
+        "the per-token sample holds no batch that starts in windows 6:8; sampled batches"
+        " instead")
     assert next(iter(doc)) == "output" and doc["output"] == str(out)
     text = _plan(*args).stdout.splitlines()
     assert text[6].startswith("judged on    held-out windows 6:8 (fitted 0:6), sampled batches")

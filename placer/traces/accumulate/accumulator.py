@@ -14,7 +14,9 @@ declared metadata, layer rows, expert capacity) is one
   or sparse, and the calls of the counting kernels;
 - :class:`~placer.traces.accumulate.aggregate.AggregateBuilder`: aggregated inputs and their
   result;
-- :class:`~placer.traces.accumulate.results.KeptRows`: the rows kept for ``keep_tokens``.
+- :class:`~placer.traces.accumulate.results.KeptRows`: the rows kept for ``keep_tokens``;
+- :class:`~placer.traces.accumulate.sample.TokenSampler`: the tokens kept for ``sample``
+  (the whole trace while it is small, else whole batches per window).
 
 :func:`~placer.traces.accumulate.results.token_result` builds the result of per-token inputs from
 the parts.  The accumulator keeps the order of things: it has a chunk checked, grows the
@@ -22,7 +24,7 @@ counts (and the warm-up runs) to the layers and experts seen, cuts warm-up passe
 the tokens and places them in windows, then has the chunk counted.  Memory is
 ``O(layers x experts^2)`` for the statistics plus one chunk, plus a small per-token
 record (``8 x (7 + k)`` bytes) for traces whose rows carry token ids; ``keep_tokens``
-also keeps every row.
+also keeps every row, ``sample`` at most ``MAX_WINDOWS x per_window`` batches of them.
 
 Two kinds of chunk come in:
 
@@ -75,7 +77,8 @@ from placer.traces.accumulate.grid import Windows
 from placer.traces.accumulate.identity import TokenIdentity
 from placer.traces.accumulate.kernels import has_duplicate
 from placer.traces.accumulate.limits import check_counts as check_counts
-from placer.traces.accumulate.results import KeptRows, token_result
+from placer.traces.accumulate.results import KeptRows, hand_rows, token_result
+from placer.traces.accumulate.sample import TokenSampler
 from placer.traces.accumulate.state import TraceState
 from placer.traces.accumulate.warmup import WARMUP_SKIP as WARMUP_SKIP
 from placer.traces.accumulate.warmup import WarmupDetector
@@ -110,6 +113,8 @@ class Accumulator:
         )
         self._aggregates = AggregateBuilder(state, self._counts, self._windows, self._checks)
         self._keep = KeptRows() if state.options.keep_tokens else None
+        sample = state.options.sample
+        self._sampler = None if sample is None else TokenSampler(sample, self._windows)
         # rows and tokens held back while their run may still grow into a warm-up pass
         self._held_rows: RowChunk | None = None
         self._held_tokens: HeldTokens | None = None
@@ -366,24 +371,25 @@ class Accumulator:
         w_rows = self._windows.index(table.wkey[local])
         # layer-major rows, expert-major columns: each layer's counts in cache, and every
         # code array is built from contiguous vectors
+        weight = self._counts.pair_weights(glob, new=glob_new)
         if rows.size > 1 and (rows[1:] < rows[:-1]).any():
             by_layer = np.argsort(rows, kind="stable")
             rows_l, ex_l, w_l = rows[by_layer], experts[by_layer], w_rows[by_layer]
+            weight_l = None if weight is None else weight[by_layer]
         else:
-            rows_l, ex_l, w_l = rows, experts, w_rows
+            rows_l, ex_l, w_l, weight_l = rows, experts, w_rows, weight
         cuts = np.flatnonzero(rows_l[1:] != rows_l[:-1]) + 1
         bounds = np.concatenate([[0], cuts, [rows_l.size]]).tolist()
         xt = np.ascontiguousarray(ex_l.T)  # [k, rows]
         _, nl, e = self._counts.load.shape
-        self._counts.count_rows(xt, (w_l * nl + rows_l) * e, rows_l, bounds, has_none)
-        if self._state.options.coact:
-            self._counts.add_row_affinity(local, chunk.layer, experts, table)
+        self._counts.count_rows(xt, (w_l * nl + rows_l) * e, rows_l, bounds, has_none,
+                                weight_l)
+        if self._state.options.coact and self._state.options.affinity:
+            self._counts.add_row_affinity(local, chunk.layer, experts, table,
+                                          self._state.options.pair_tokens)
         self._state.rows_read += experts.shape[0]
-        if self._keep is not None:
-            order = np.argsort(glob[new_first], kind="stable")
-            rank = chunk.rank if chunk.rank is not None else np.full(local.size, -1)
-            self._keep.add_rows(glob, chunk.layer, experts, chunk.weights,
-                                step_rows[new_first][order], rank[new_first][order])
+        hand_rows(self._keep, self._sampler, chunk, glob, experts, new_first, win_key_new,
+                  step_rows)
 
     # -- whole tokens --------------------------------------------------------------
     def add_tokens(
@@ -517,15 +523,21 @@ class Accumulator:
                 t = int(counted.sum())
                 if t == 0:
                     return
-        glob, tok_win = self._token_windows(step, t)
-        self._counts.count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat)
+        glob, tok_win, wkey = self._token_windows(step, t)
+        self._counts.count_tokens(xt, rows, lid, tok_win, has_none, lambda r: where3(r * k), flat,
+                                  self._counts.pair_weights(glob, new=glob))
         self._state.rows_read += lid.size * t if present is None else int(present.sum())
         if self._keep is not None:
             self._keep.add_whole_tokens(glob, lid, ids, weights, step, rank, present)
+        if self._sampler is not None:
+            self._sampler.add_whole_tokens(glob, wkey, lid, ids, step, rank)
 
-    def _token_windows(self, step: np.ndarray | None, t: int) -> tuple[np.ndarray, np.ndarray]:
+    def _token_windows(
+        self, step: np.ndarray | None, t: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Number ``t`` new tokens and place them in windows (by ``step`` when windows
-        follow steps): ``[t]`` global token indices and ``[t]`` windows."""
+        follow steps): ``[t]`` global token indices, ``[t]`` windows and ``[t]`` window
+        keys."""
         if self._windows.mode is None:
             self._windows.start(step is not None and bool((step >= 0).all()))
         if self._windows.mode == "step" and (step is None or (step < 0).any()):
@@ -539,7 +551,7 @@ class Accumulator:
         self._counts.fit_windows(int(wkey.min()), int(wkey.max()))
         tok_win = self._windows.index(wkey)
         self._windows.add_tokens(tok_win)
-        return glob, tok_win
+        return glob, tok_win, wkey
 
     # -- result -------------------------------------------------------------------
     def only_warmup(self) -> bool:
@@ -569,7 +581,8 @@ class Accumulator:
                 self._result = self._aggregates.result()
             else:
                 self._result = token_result(
-                    self._state, self._counts, self._windows, self._checks, self._keep
+                    self._state, self._counts, self._windows, self._checks, self._keep,
+                    self._sampler,
                 )
         return self._result
 

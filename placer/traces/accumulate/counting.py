@@ -34,7 +34,43 @@ from placer.traces.accumulate.kernels import (
 from placer.traces.accumulate.limits import coact_bytes, mib_text
 from placer.traces.accumulate.occurrences import TokenTable, grown
 from placer.traces.accumulate.pairs import KEY_BITS, KEY_DTYPE, SparsePairs, pair_keys
+from placer.traces.accumulate.sample import batch_priority
 from placer.traces.accumulate.state import TraceState
+
+#: Seed of the token hash that samples pair counting (fixed: the same trace always has the
+#: same statistics).
+_PAIR_SEED = 0x5EED
+
+
+def pair_weights(glob: np.ndarray, whole: int | None) -> np.ndarray | None:
+    """``[n]`` int64 weight of the pairs of tokens ``glob`` (their numbers in read
+    order) when pairs are counted on every token below ``whole`` and on a sample past
+    it; None when every token counts once (``whole`` None, or every token below it).
+
+    A token ``n`` in ``[whole x 2^(j - 1), whole x 2^j)`` is counted when the low ``j``
+    bits of a hash of ``n`` are zero (probability ``2^-j``, whatever the order of the
+    tokens' ranks or requests) and weighs ``2^j``: the counts are unbiased estimates of
+    every token's, and the tokens counted grow with the log of the trace's length
+    (about ``whole x (1 + log2(N / whole) / 2)`` of ``N``); 0: not counted.
+    """
+    if whole is None or glob.size == 0 or int(glob.max()) < whole:
+        return None
+    n = np.asarray(glob, dtype=np.int64)
+    j = np.zeros(n.size, dtype=np.int64)
+    past = n >= whole
+    j[past] = np.floor(np.log2(n[past] // whole)).astype(np.int64) + 1
+    stride = (np.int64(1) << j).astype(np.int64)
+    low = batch_priority(_PAIR_SEED, n) & (stride.astype(np.uint64) - np.uint64(1))
+    out: np.ndarray = np.where(low == 0, stride, 0)
+    return out
+
+
+def weight_groups(weight: np.ndarray | None, n: int) -> list[tuple[int, np.ndarray | None]]:
+    """``[(weight, positions)]`` of the positive weights of ``weight [n]`` (positions
+    None: all ``n``, weight 1, when ``weight`` is None)."""
+    if weight is None:
+        return [(1, None)]
+    return [(int(w), np.flatnonzero(weight == w)) for w in np.unique(weight).tolist() if w > 0]
 
 
 def _empty(ndim: int) -> np.ndarray:
@@ -108,15 +144,31 @@ class Counts:
         return self._columns[:size]
 
     # -- counting --------------------------------------------------------------------
+    def pair_weights(self, glob: np.ndarray, *, new: np.ndarray) -> np.ndarray | None:
+        """:func:`pair_weights` of the tokens ``glob`` (None: every pair counts once),
+        counting the tokens ``new`` (first seen now) whose pairs are counted."""
+        s = self.state
+        if not s.options.coact:
+            return None
+        weight = pair_weights(glob, s.options.pair_tokens)
+        new_weight = weight if new is glob else pair_weights(new, s.options.pair_tokens)
+        if new_weight is None:
+            s.pair_tokens += int(new.size)
+        else:
+            s.pair_tokens += int(np.count_nonzero(new_weight))
+            s.pairs_sampled = True
+        return weight
+
     def count_rows(
         self, xt: np.ndarray, base: np.ndarray, rows: np.ndarray, bounds: list[int],
-        has_none: bool,
+        has_none: bool, pair_weight: np.ndarray | None = None,
     ) -> None:
         """Load and co-activation of layer-sorted rows.
 
         ``xt [k, rows]`` expert ids (-1 none), one row per column; ``base [rows]`` flat
         index into ``self.load`` of each row's expert 0; ``rows [rows]`` accumulator
-        rows, sorted, in runs ``bounds[i]:bounds[i + 1]``.
+        rows, sorted, in runs ``bounds[i]:bounds[i + 1]``; ``pair_weight [rows]``: the
+        weight of each row's pairs (:func:`pair_weights`; None: 1).
         """
         load = self._load_flat()
         coact = self.state.options.coact and xt.shape[0] > 1
@@ -126,41 +178,60 @@ class Counts:
         for a, b in itertools.pairwise(bounds):
             load_into(load, base[a:b], xt[:, a:b], has_none, scratch)
             if coact:
-                self._count_pairs(False, int(rows[a]), xs[:, a:b], xs[:, a:b], triangle=True)
+                part = None if pair_weight is None else pair_weight[a:b]
+                for w, at in weight_groups(part, b - a):
+                    cols = xs[:, a:b] if at is None else np.take(xs[:, a:b], at, axis=1)
+                    self._count_pairs(False, int(rows[a]), cols, cols, triangle=True,
+                                      weight=w)
         if coact:
             self._end_pairs(has_none)
 
     def count_tokens(
         self, xt: np.ndarray, rows: np.ndarray, lid: np.ndarray, tok_win: np.ndarray,
         has_none: bool, where: Callable[[int], str], flat: np.ndarray,
+        pair_weight: np.ndarray | None = None,
     ) -> None:
         """Load, co-activation and affinity of whole tokens.
 
         ``xt [layers, k, tokens]`` expert ids (-1 none), expert-major; ``rows [layers]``
-        layer rows of the columns ``lid``; ``tok_win [tokens]`` windows.  With
-        co-activation on, an expert twice in one row shows as a diagonal count and is
-        reported from ``flat [tokens x layers, k]`` (token-major rows) with ``where``.
+        layer rows of the columns ``lid``; ``tok_win [tokens]`` windows;
+        ``pair_weight [tokens]`` the weight of each token's pairs (:func:`pair_weights`;
+        None: 1).  With co-activation on, an expert twice in one row shows as a diagonal
+        count and is reported from ``flat [tokens x layers, k]`` (token-major rows) with
+        ``where`` (tokens whose pairs are not counted are looked at apart).
         """
         load = self._load_flat()
         _, nl, e = self.load.shape
         tok_base = tok_win * (nl * e)
         coact = self.state.options.coact
+        affinity = coact and self.state.options.affinity
         if coact:
             # (a new layer pair may turn the counts sparse: MAX_COACT_BYTES)
-            pidx = [self._pair_index(int(lid[c]), int(lid[c + 1])) for c in range(lid.size - 1)]
+            pidx = [self._pair_index(int(lid[c]), int(lid[c + 1]))
+                    for c in range(lid.size - 1)] if affinity else []
             # sparse counts leave out self-pairs: look for an expert twice in one row first
             if self.sparse and xt.shape[1] > 1 and has_duplicate(xt.transpose(1, 0, 2)):
                 raise_duplicate(flat, where)
+        groups: list[tuple[int, np.ndarray]] = []
         if coact:
             xs = self._pair_columns(xt, has_none)
+            # (np.take keeps the tokens' axis innermost, as a boolean index would not)
+            groups = [(w, xs if at is None else np.take(xs, at, axis=2))
+                      for w, at in weight_groups(pair_weight, xt.shape[2])]
+            skipped = pair_weight is not None and bool((pair_weight == 0).any())
+            if skipped and xt.shape[1] > 1 and has_duplicate(xt.transpose(1, 0, 2)):
+                # some tokens' pairs are not counted: look for a repeat apart
+                raise_duplicate(flat, where)
         scratch = self._scratch()
         for c in range(lid.size):
             load_into(load, tok_base + int(rows[c]) * e, xt[c], has_none, scratch)
-            if coact:
+            for w, part in groups:
                 if xt.shape[1] > 1:
-                    self._count_pairs(False, int(rows[c]), xs[c], xs[c], triangle=True)
-                if c + 1 < lid.size:
-                    self._count_pairs(True, pidx[c], xs[c], xs[c + 1], triangle=False)
+                    self._count_pairs(False, int(rows[c]), part[c], part[c], triangle=True,
+                                      weight=w)
+                if affinity and c + 1 < lid.size:
+                    self._count_pairs(True, pidx[c], part[c], part[c + 1], triangle=False,
+                                      weight=w)
         if coact and self.sparse:  # an expert twice in one row was looked for above
             self.check_sparse_size()
         elif coact:
@@ -172,10 +243,12 @@ class Counts:
                 raise_duplicate(flat, where)
 
     def add_row_affinity(
-        self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray, table: TokenTable
+        self, local: np.ndarray, layer: np.ndarray, experts: np.ndarray, table: TokenTable,
+        pair_tokens: int | None = None,
     ) -> None:
         """Pairs between each token's consecutive observed layers (ascending layer ids);
-        ``local`` indexes the token ``table``, which keeps each token's last row."""
+        ``local`` indexes the token ``table``, which keeps each token's last row (and its
+        number, whose :func:`pair_weights` below ``pair_tokens`` weigh its pairs)."""
         if local.size > 1 and not sorted_by(local, layer):
             order = np.lexsort((layer, local))
             lo, ly, ex = local[order], layer[order], experts[order]
@@ -201,11 +274,17 @@ class Counts:
         if a_layer.size:
             row_of = self.state.row_of_layer
             pidx = self._pair_indices(row_of[a_layer], row_of[b_layer])
+            tokens = lo[np.concatenate([jc, ia + 1])] if jc.size else lo[ia + 1]
+            weight = pair_weights(table.glob[tokens], pair_tokens)
+            if weight is not None:
+                kept = weight > 0
+                pidx, a_exp, b_exp, weight = pidx[kept], a_exp[kept], b_exp[kept], weight[kept]
             if pidx.size > 1 and (pidx[1:] < pidx[:-1]).any():
                 small = pidx.astype(np.int16) if pidx.max() < 1 << 15 else pidx
                 by_pair = np.argsort(small, kind="stable")  # radix sort for int16
                 pidx, a_exp, b_exp = pidx[by_pair], a_exp[by_pair], b_exp[by_pair]
-            self._add_pairs(pidx, a_exp, b_exp)
+                weight = None if weight is None else weight[by_pair]
+            self._add_pairs(pidx, a_exp, b_exp, weight)
         # remember each token's last (highest) row
         last = np.ones(lo.size, dtype=bool)
         last[:-1] = ~same
@@ -222,16 +301,17 @@ class Counts:
         return np.where(xt < 0, self._coact.shape[1] - 1, xt)
 
     def _count_pairs(
-        self, affinity: bool, index: int, a: np.ndarray, b: np.ndarray, *, triangle: bool
+        self, affinity: bool, index: int, a: np.ndarray, b: np.ndarray, *, triangle: bool,
+        weight: int = 1,
     ) -> None:
-        """Pairs of ``a [ka, n]`` and ``b [kb, n]`` (see :func:`pairs_into`) into
-        co-activation row ``index`` or, ``affinity``, layer pair ``index``."""
+        """Pairs of ``a [ka, n]`` and ``b [kb, n]`` (see :func:`pairs_into`), ``weight``
+        each, into co-activation row ``index`` or, ``affinity``, layer pair ``index``."""
         if self.sparse:
             store = self._sp_aff if affinity else self._sp_coact
-            store.add(index, pair_keys(a, b, triangle=triangle))
+            store.add(index, pair_keys(a, b, triangle=triangle), weight=weight)
         else:
             self._add_pair_counts((self._aff if affinity else self._coact)[index], a, b,
-                                  triangle=triangle)
+                                  triangle=triangle, weight=weight)
 
     def _end_pairs(self, has_none: bool) -> None:
         """After a chunk's pairs: clear the -1 expert of dense counts, or bound the
@@ -242,7 +322,8 @@ class Counts:
             self._clear_trash()
 
     def _add_pair_counts(
-        self, counts: np.ndarray, a: np.ndarray, b: np.ndarray, *, triangle: bool
+        self, counts: np.ndarray, a: np.ndarray, b: np.ndarray, *, triangle: bool,
+        weight: int = 1,
     ) -> None:
         """:func:`pairs_into` the ``[width, width]`` matrix ``counts``.
 
@@ -254,11 +335,12 @@ class Counts:
         per_column = a.shape[0] * (b.shape[0] - 1) // 2 if triangle else a.shape[0] * b.shape[0]
         n = a.shape[1] * per_column
         if 8 * n < ew * ew:
-            pairs_into(counts.reshape(-1), a, b, ew, self._scratch(), triangle=triangle)
+            pairs_into(counts.reshape(-1), a, b, ew, self._scratch(), triangle=triangle,
+                       weight=weight)
             return
         if self._hot is None or self._hot.size != ew * ew:
             self._hot = np.zeros(ew * ew, dtype=np.int64)
-        pairs_into(self._hot, a, b, ew, self._scratch(), triangle=triangle)
+        pairs_into(self._hot, a, b, ew, self._scratch(), triangle=triangle, weight=weight)
         counts += self._hot.reshape(ew, ew)
         self._hot[:] = 0
 
@@ -314,9 +396,10 @@ class Counts:
             pidx = self._pair_of_rows[row_a, row_b]
         return pidx
 
-    def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
+    def _add_pairs(self, pidx: np.ndarray, ea: np.ndarray, eb: np.ndarray,
+                   weight: np.ndarray | None = None) -> None:
         """Affinity counts for rows ``(pair index, experts in a [n, k], experts in b [n, k])``,
-        ``pidx`` sorted."""
+        ``pidx`` sorted; ``weight [n]`` of each row's pairs (None: 1)."""
         if pidx.size == 0:
             return
         xa, xb = np.ascontiguousarray(ea.T), np.ascontiguousarray(eb.T)
@@ -327,7 +410,11 @@ class Counts:
         cuts = np.flatnonzero(pidx[1:] != pidx[:-1]) + 1
         bounds = np.concatenate([[0], cuts, [pidx.size]]).tolist()
         for a, b in itertools.pairwise(bounds):
-            self._count_pairs(True, int(pidx[a]), xa[:, a:b], xb[:, a:b], triangle=False)
+            part = None if weight is None else weight[a:b]
+            for w, at in weight_groups(part, b - a):
+                ca = xa[:, a:b] if at is None else np.take(xa[:, a:b], at, axis=1)
+                cb = xb[:, a:b] if at is None else np.take(xb[:, a:b], at, axis=1)
+                self._count_pairs(True, int(pidx[a]), ca, cb, triangle=False, weight=w)
         if self.sparse:
             self.check_sparse_size()
         if none:
@@ -392,15 +479,16 @@ class Counts:
     ) -> tuple[PairCounts | None, PairCounts | None]:
         """Co-activation of the layer rows in ``order`` (``layer_ids``, ascending, are
         their ids) and the affinity of each consecutive pair of them, cut to ``num_e``
-        experts; (None, None) when co-activation is off or was left out.  Ends the
-        counting: dense counts are made symmetric in place, sparse ones handed over."""
+        experts; (None, None) when co-activation is off or was left out, and no affinity
+        when it was not asked for (``affinity``).  Ends the counting: dense counts are
+        made symmetric in place, sparse ones handed over."""
         self.check_sparse_size(final=True)
         if not self.state.options.coact:
             return None, None
         pairs = [
             self.aff_pairs.get((int(layer_ids[r]), int(layer_ids[r + 1])))
             for r in range(layer_ids.size - 1)
-        ]
+        ] if self.state.options.affinity else []
         if self.sparse:
             # each row handed over in turn, so the counts are held about once, not twice
             coact = self._sp_coact.take_rows([int(r) for r in order], num_e, symmetric=True)
@@ -415,6 +503,7 @@ class Counts:
         coact = _nonzero_rows(full, list(range(full.shape[0])), num_e, symmetric=True)
         aff = _nonzero_rows(self._aff, pairs, num_e, symmetric=False) if pairs else None
         return coact, aff
+
 
 def _nonzero_rows(
     dense: np.ndarray, rows: Sequence[int | None], num_e: int, *, symmetric: bool

@@ -25,9 +25,10 @@ def load_into(
 
 def pairs_into(
     flat: np.ndarray, a: np.ndarray, b: np.ndarray, width: int, scratch: np.ndarray, *,
-    triangle: bool,
+    triangle: bool, weight: int = 1,
 ) -> None:
-    """``flat[a[i, r] * width + b[j, r]] += 1`` for every column ``r`` and pair ``(i, j)``.
+    """``flat[a[i, r] * width + b[j, r]] += weight`` for every column ``r`` and pair
+    ``(i, j)``.
 
     ``a [ka, n]``, ``b [kb, n]`` expert ids (>= 0) one column per row of experts;
     ``flat`` a ``[width, width]`` count matrix, flattened; ``triangle``: ``a`` is ``b``
@@ -50,11 +51,11 @@ def pairs_into(
             for i in range(ka - 1):
                 out = codes[: (kb - 1 - i) * m].reshape(kb - 1 - i, m)
                 np.add(ha[i], b[i + 1 :, lo:hi], out=out)
-                np.add.at(flat, codes[: out.size], 1)
+                np.add.at(flat, codes[: out.size], weight)
         else:
             out3 = codes[: ka * kb * m].reshape(ka, kb, m)
             np.add(ha[:, None, :], b[None, :, lo:hi], out=out3)
-            np.add.at(flat, codes[: ka * kb * m], 1)
+            np.add.at(flat, codes[: ka * kb * m], weight)
 
 
 #: Codes per np.add.at call of :func:`pairs_into` and :func:`load_into` (512 KB).

@@ -82,9 +82,10 @@ class SparsePairs:
         self.size = 0  # keys held, all rows and parts (repeats across parts included)
         self._merged = 0  # keys held after the last merge of every row
 
-    def add(self, row: int, keys: np.ndarray, counts: np.ndarray | None = None) -> None:
+    def add(self, row: int, keys: np.ndarray, counts: np.ndarray | None = None,
+            weight: int = 1) -> None:
         """Count ``keys`` (any order, repeats counted) into row ``row``, each once or
-        ``counts`` times."""
+        ``counts`` times, ``weight`` times over."""
         if keys.size == 0:
             return
         while len(self._keys) <= row:
@@ -94,6 +95,8 @@ class SparsePairs:
             uniq, counts = _count_keys(keys)
         else:
             uniq, counts = _merge([keys, keys[:0]], [counts, counts[:0]])
+        if weight != 1:
+            counts = counts * weight
         self._keys[row].append(uniq)
         self._counts[row].append(counts.astype(np.int64))
         self.size += uniq.size

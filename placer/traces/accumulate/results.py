@@ -21,7 +21,9 @@ from placer.traces.accumulate.checks import Checks
 from placer.traces.accumulate.counting import Counts
 from placer.traces.accumulate.grid import Windows
 from placer.traces.accumulate.limits import SPARSE_TRACE_RATIO, mib_text
+from placer.traces.accumulate.sample import TokenSampler
 from placer.traces.accumulate.state import TraceState
+from placer.traces.chunks import RowChunk
 
 
 @dataclass
@@ -123,12 +125,30 @@ class KeptRows:
         )
 
 
+def hand_rows(keep: KeptRows | None, sampler: TokenSampler | None, chunk: RowChunk,
+              glob: np.ndarray, experts: np.ndarray, new_first: np.ndarray,
+              win_key_new: np.ndarray, step_rows: np.ndarray) -> None:
+    """Hand counted rows (``glob``: their tokens) to ``keep_tokens``' rows and to the
+    sample, with the step, rank and window key of the tokens first seen in them (rows
+    ``new_first``)."""
+    if keep is None and sampler is None:
+        return
+    rank = chunk.rank if chunk.rank is not None else np.full(glob.size, -1)
+    if keep is not None:
+        order = np.argsort(glob[new_first], kind="stable")
+        keep.add_rows(glob, chunk.layer, experts, chunk.weights,
+                      step_rows[new_first][order], rank[new_first][order])
+    if sampler is not None:
+        sampler.add_rows(glob, chunk.layer, experts, glob[new_first], win_key_new,
+                         step_rows[new_first], rank[new_first])
+
+
 def token_result(
     state: TraceState, counts: Counts, windows: Windows, checks: Checks,
-    keep: KeptRows | None,
+    keep: KeptRows | None, sampler: TokenSampler | None = None,
 ) -> RoutingData:
     """The statistics of per-token rows counted (and the trace of the rows ``keep``
-    kept); ends the counting (see :meth:`Counts.take_pairs
+    kept, or of the tokens ``sampler`` kept); ends the counting (see :meth:`Counts.take_pairs
     <placer.traces.accumulate.counting.Counts.take_pairs>`) and gives the warnings."""
     num_e = state.num_experts if state.num_experts is not None else state.max_expert + 1
     top_k = state.top_k if state.top_k is not None else state.max_valid
@@ -156,6 +176,8 @@ def token_result(
     )
     warn_all(warn)
     trace = None if keep is None else keep.trace(layer_ids, state.num_tokens, state.k or 1)
+    if sampler is not None:
+        trace = sampler.trace(layer_ids, state.num_tokens, state.k or 1, num_e)
     return RoutingData(stats=stats, trace=trace)
 
 

@@ -42,6 +42,8 @@ class TraceState:
         valid experts in one row, expert capacity of the counts, largest id read.
     kind: ``"tokens"`` or ``"aggregate"`` (None: nothing read).
     num_tokens: tokens numbered so far.
+    pair_tokens, pairs_sampled: tokens whose pairs were counted, and whether some
+        token's were not (``options.pair_tokens``).
     """
 
     def __init__(self, options: ReadOptions) -> None:
@@ -71,6 +73,8 @@ class TraceState:
         self.max_expert = -1
         self.kind: str | None = None
         self.num_tokens = 0
+        self.pair_tokens = 0  # tokens whose pairs were counted (ReadOptions.pair_tokens)
+        self.pairs_sampled = False
 
     def skip(self, reason: str, count: int = 1) -> None:
         """Count ``count`` rows left out on purpose because of ``reason``."""
@@ -134,4 +138,6 @@ class TraceState:
             rows_skipped=tuple(sorted(self.skipped.items())),
             synthetic=self.synthetic,
             model=self.model,
+            pair_tokens=self.pair_tokens if self.pairs_sampled and self.options.coact else 0,
+            tokens_read=self.num_tokens,
         )

@@ -156,6 +156,10 @@ class WarmupDetector:
                 if not eq2.any():
                     break
                 eq2[:, 1:] &= xt[:, i, 1:] == xt[:, i, :-1]
+            if not eq2.any():
+                quick = self._no_repeats(xt, rows, final=final)
+                if quick is not None:
+                    return quick
             r = np.repeat(rows, t)
             eq = eq2.ravel()
             tok = np.tile(np.arange(t), nl)
@@ -195,6 +199,26 @@ class WarmupDetector:
         gone = drop if hold is None else drop & ~hold
         excluded[col[gone], tok[gone]] = True
         return cut, excluded
+
+    def _no_repeats(self, xt: np.ndarray, rows: np.ndarray, *,
+                    final: bool) -> tuple[int, np.ndarray | None] | None:
+        """:meth:`cut_tokens` of whole tokens none of which repeats the one before it in
+        any layer, when no layer's first token continues the run carried to it: every
+        run is one row long, so nothing is a warm-up pass and only the last token is
+        held back (the run it starts may still grow).  The runs carried on are the same
+        as the general path leaves; None where that path is needed (a carried run
+        continues, one token, or no run was noted yet)."""
+        t = xt.shape[2]
+        carried = self.run_len[rows] > 0
+        if t < 2 or self.best[0] < 1 or constants.WARMUP_RUN_ROWS < 2 or (
+                carried.any()
+                and (xt[carried, :, 0] == self.run_last[rows[carried]]).all(axis=1).any()):
+            return None
+        cut = t if (final or self.keep_warmup) else t - 1
+        self.run_len[rows] = 1
+        self.run_last[rows] = xt[:, :, cut - 1]
+        self.run_req[rows] = -1
+        return cut, None
 
     def _find_runs(
         self, r: np.ndarray, eq: np.ndarray, ex_at: Callable[[np.ndarray], np.ndarray],

@@ -23,6 +23,8 @@ must be what the member holds), the archive against compression bombs
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -252,32 +254,87 @@ def _stream_tokens(
     ratio: float,
 ) -> None:
     """Feed ``topk_ids`` (and weights) to the accumulator in chunks of about
-    ``constants.CHUNK_ROWS`` rows, columns in layer order."""
+    ``constants.CHUNK_ROWS`` rows, columns in layer order; the next chunk is inflated
+    in a thread while this one is counted (:class:`_Prefetch`)."""
     t, nl, k = shape
     order = np.argsort(layer_ids, kind="stable")
     sort_cols = bool((order != np.arange(nl)).any())
     sorted_ids = layer_ids[order]
     per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
-    buffers: dict[str, np.ndarray] = {}
-    done = 0
-    while done < t:
-        n = min(per_tok, t - done)
-        ids = read_rows(*ids_member, (n, nl, k), where, "topk_ids", buffers)
-        w = None
-        if weights_member is not None:
-            w = read_rows(*weights_member, (n, nl, k), where, "topk_weights", buffers)
-        if sort_cols:
-            ids = ids[:, order]
-            w = None if w is None else w[:, order]
-        chunk = TokenChunk(
-            topk_ids=ids,
-            step=None if step is None else step[done : done + n],
-            rank=None if rank is None else rank[done : done + n],
-            topk_weights=w,
-        )
-        acc.add_tokens(chunk, sorted_ids, token_offset=done)
-        acc.advance(int(ids.nbytes * ratio))
-        done += n
+    spans = [(lo, min(t, lo + per_tok)) for lo in range(0, t, per_tok)]
+    with _Prefetch(ids_member, weights_member, spans, (nl, k), where) as chunks:
+        for (done, hi), (ids, w) in zip(spans, chunks, strict=True):
+            n = hi - done
+            if sort_cols:
+                ids = ids[:, order]
+                w = None if w is None else w[:, order]
+            chunk = TokenChunk(
+                topk_ids=ids,
+                step=None if step is None else step[done : done + n],
+                rank=None if rank is None else rank[done : done + n],
+                topk_weights=w,
+            )
+            acc.add_tokens(chunk, sorted_ids, token_offset=done)
+            acc.advance(int(ids.nbytes * ratio))
+
+
+class _Prefetch:
+    """The chunks of ``spans`` read from the members in a thread, one chunk ahead of
+    the caller: inflating (zlib lets go of the interpreter lock) takes about as long as
+    counting, and a second core does it meanwhile.
+
+    Two sets of buffers take turns: the thread fills one while the caller holds the
+    other, which it hands back by taking the next chunk (the accumulator keeps nothing
+    of a chunk).  An error of the thread is raised to the caller in its place in the
+    stream; leaving early stops the thread.
+    """
+
+    def __init__(self, ids_member: tuple[IO[bytes], np.dtype[Any]],
+                 weights_member: tuple[IO[bytes], np.dtype[Any]] | None,
+                 spans: list[tuple[int, int]], row: tuple[int, int], where: str) -> None:
+        self.members = [ids_member, weights_member]
+        self.spans, self.row, self.where = spans, row, where
+        self.free: queue.Queue[dict[str, np.ndarray] | None] = queue.Queue()
+        self.full: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._fill, daemon=True)
+
+    def __enter__(self) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        for _ in range(2):
+            self.free.put({})
+        self.thread.start()
+        return self._chunks()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.free.put(None)  # wake the thread if it waits for a buffer
+        self.thread.join()
+
+    def _chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        held = None
+        for _ in self.spans:
+            if held is not None:
+                self.free.put(held)  # the caller is done with the previous chunk
+            ok, buffers, ids, w = self.full.get()
+            if not ok:
+                raise ids
+            held = buffers
+            yield ids, w
+
+    def _fill(self) -> None:
+        names = ("topk_ids", "topk_weights")
+        for lo, hi in self.spans:
+            buffers = self.free.get()
+            if buffers is None or self.stop.is_set():
+                return
+            try:
+                arrays = [None if m is None else
+                          read_rows(*m, (hi - lo, *self.row), self.where, name, buffers)
+                          for m, name in zip(self.members, names, strict=True)]
+            except BaseException as e:  # said to the caller, in its place
+                self.full.put((False, None, e, None))
+                return
+            self.full.put((True, buffers, *arrays))
 
 
 def _ratio(path: Path, zf: zipfile.ZipFile) -> float:
