@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from bench.latency import OUT, log
-from bench.replan import _timed
+from bench.scale import timed
 from bench.skews import REPORT_SOURCE, SKEW_LABELS, Measured, chosen_skews, measure
 
 CACHE = OUT / "cache"
@@ -338,7 +338,8 @@ def _speed() -> list[str]:
     for p in policies:
         command += ["-P", p]
     log("replay: speed, 1,000 steps x 58 layers x 3 policies ...")
-    wall, peak, rc = _timed(command)
+    run = timed(command)
+    wall, peak, rc = run.wall_s, run.peak_mb, run.rc
     ok = rc == 0 and wall < 60 and peak < 2048
     return ["### Speed: 1,000 decode steps, DeepSeek-V3 shape (58 layers, EP32, 128 tokens"
             " per GPU), 3 policies, `-j 2`", "",
