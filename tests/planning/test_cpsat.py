@@ -132,8 +132,11 @@ def test_time_limit_is_honoured(medium):
     result = solve(medium, "cpsat", params)
     elapsed = time.perf_counter() - started
     layer = result.details["layers"][0]
-    assert layer["seconds"] < 0.5 + 0.4  # one sub-model may overrun by its own limit
-    assert elapsed < 3.0
+    # the budget is deterministic work (reference seconds); one step may overrun it by
+    # its own fixed cost, and the wall clock (a loaded machine's) only by a safety cap
+    assert 0.4 < layer["work"] <= 0.5 + 0.05  # the search ran to its budget
+    assert not layer["hit_wall_limit"]
+    assert elapsed < 5.0
 
 
 def test_search_improves_a_skewed_layer(medium):
