@@ -136,6 +136,8 @@ class TokenChunk:
     topk_weights: ``[tokens, layers, k]`` float gate weights, or None.
     request: ``[tokens]`` request label of each token (int or str), or None; only the
         JSONL writer uses it.
+    columns: ``[layers, k, tokens]`` int32, ``topk_ids`` laid out expert-major as the
+        accumulator counts them, made ahead by a reader (in its thread), or None.
     """
 
     topk_ids: np.ndarray
@@ -143,6 +145,13 @@ class TokenChunk:
     rank: np.ndarray | None = None
     topk_weights: np.ndarray | None = None
     request: np.ndarray | None = None
+    columns: np.ndarray | None = None
+
+    def columns_as(self, layers: int, k: int, tokens: int) -> np.ndarray | None:
+        """:attr:`columns` when they are ``[layers, k, tokens]`` int32, else None."""
+        c = self.columns
+        return c if c is not None and c.shape == (layers, k, tokens) \
+            and c.dtype == np.int32 else None
 
 
 @dataclass
@@ -196,6 +205,7 @@ class HeldTokens:
     offset: int  # index of the first token in its file, for messages
     array: str  # name of the id array, for messages
     has_none: bool = False
+    columns: np.ndarray | None = None  # [layers, k, tokens] int32 (TokenChunk.columns)
 
     def continued_by(self, other: HeldTokens) -> bool:
         """Whether ``other`` are the tokens right after these, in the same layout."""
@@ -210,14 +220,24 @@ class HeldTokens:
             )
         )
 
+    def goes_with(self, other: HeldTokens, has_none: bool) -> bool:
+        """Whether these held tokens go first with ``other``, the tokens after them: a run
+        they end may grow into ``other`` (its first token repeats the last held in some
+        layer, or a row may be missing: ``has_none``).  Otherwise they are counted alone,
+        which counts the same, and ``other`` as it came (its columns need no copy)."""
+        return self.continued_by(other) and (
+            has_none or self.has_none or bool((self.ids[-1] == other.ids[0]).all(axis=-1).any()))
+
     def join(self, other: HeldTokens) -> HeldTokens:
         def cat(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
             return None if a is None or b is None else np.concatenate([a, np.asarray(b)])
 
+        columns = None if self.columns is None or other.columns is None \
+            else np.concatenate([self.columns, other.columns], axis=2)
         return HeldTokens(
             np.concatenate([self.ids, other.ids]), other.lid, cat(self.step, other.step),
             cat(self.rank, other.rank), cat(self.weights, other.weights), self.offset,
-            self.array, self.has_none or other.has_none,
+            self.array, self.has_none or other.has_none, columns,
         )
 
     def tail(self, cut: int, has_none: bool) -> HeldTokens:
@@ -227,9 +247,10 @@ class HeldTokens:
 
         ids = part(self.ids)
         assert ids is not None
+        columns = None if self.columns is None else np.array(self.columns[:, :, cut:])
         return HeldTokens(
             ids, self.lid, part(self.step), part(self.rank), part(self.weights),
-            self.offset + cut, self.array, has_none,
+            self.offset + cut, self.array, has_none, columns,
         )
 
 

@@ -271,3 +271,22 @@ def test_warmup_detection_is_the_same_with_its_quick_path(tmp_path, monkeypatch,
     assert dict(quick.stats.provenance.rows_skipped) == {"warm-up pass": 70 * 4}
     np.testing.assert_array_equal(quick.trace.topk_ids, general.trace.topk_ids)
     assert quick.stats.warnings == general.stats.warnings
+
+
+def test_pairs_on_a_sample_fit_the_loads(tmp_path):
+    """Sampled pair counts are fitted to the exact loads: no pair counted more often than
+    either expert is selected, no expert with more than k - 1 partners a token (k in the
+    next layer), and, as every token selects k experts, partner sums close to (k - 1) x
+    the load (rounded down)."""
+    topk = _topk(8000, experts=16, k=4, seed=3)
+    path = tmp_path / "t.npz"
+    write_npz_trace(path, topk, layer_ids=LAYERS, meta={"num_experts": 16, "top_k": 4})
+    stats = read_routing(path, pair_tokens=500).stats
+    load = stats.load.sum(axis=0).astype(np.int64)  # [layers, E]
+    coact = stats.coact.to_dense()
+    assert (coact <= np.minimum(load[:, :, None], load[:, None, :])).all()
+    partners = coact.sum(axis=2)
+    assert (partners <= 3 * load).all()
+    assert (partners >= 3 * load - 16).all()  # each of 15 partners rounded down
+    aff = stats.layer_affinity.to_dense()
+    assert (aff.sum(axis=2) <= 4 * load[:-1]).all() and (aff.sum(axis=1) <= 4 * load[1:]).all()

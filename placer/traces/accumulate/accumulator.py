@@ -427,6 +427,7 @@ class Accumulator:
                 where=self._state.source, hint="each layer once, in increasing order",
             )
         weights = chunk.topk_weights
+        columns = chunk.columns_as(lid.size, k, t)
         if self._state.layer_filter is not None:
             self._state.all_layers.update(lid.tolist())
             cols = np.isin(lid, self._state.layer_filter)
@@ -434,6 +435,7 @@ class Accumulator:
                 self.skip("layer not selected", int(t * (~cols).sum()))
                 ids, lid = ids[:, cols], lid[cols]
                 weights = None if weights is None else np.asarray(weights)[:, cols]
+                columns = None if columns is None else columns[cols]
                 if lid.size == 0:
                     return
 
@@ -454,10 +456,10 @@ class Accumulator:
                     f"{name} has shape {a.shape}, expected [{t}]", where=self._state.source,
                     hint=f"one {name} per token",
                 )
-        tokens = HeldTokens(ids, lid, step, rank, weights, token_offset, array)
+        tokens = HeldTokens(ids, lid, step, rank, weights, token_offset, array, columns=columns)
         held = self._held_tokens
         if held is not None:
-            if held.continued_by(tokens):
+            if held.goes_with(tokens, has_none):
                 tokens, has_none = held.join(tokens), has_none or held.has_none
                 self._held_tokens = None
             else:
@@ -474,8 +476,10 @@ class Accumulator:
         t, _, k = ids.shape
         rows = self._rows_of(lid, lambda i: self._state.source)
         # expert-major columns per layer: xt[c, i] is the i-th expert of every token
-        xt = self._counts.columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
-        xt[...] = ids.transpose(1, 2, 0)
+        xt = tokens.columns  # made ahead by the reader, else here
+        if xt is None:
+            xt = self._counts.columns_buffer(lid.size * k * t).reshape(lid.size, k, t)
+            xt[...] = ids.transpose(1, 2, 0)
         present = np.asarray((xt >= 0).any(axis=1), dtype=bool) if has_none else None  # [L, t]
         cut, excluded = self._warmup.cut_tokens(
             xt, rows, present, tokens, self._state.layer_ids, self._state.source, final=final

@@ -19,6 +19,7 @@ from placer.errors import TraceError, TraceWarning
 from placer.stats import ExpertStats, PairCounts, RoutingData, RoutingTrace
 from placer.traces.accumulate.checks import Checks
 from placer.traces.accumulate.counting import Counts
+from placer.traces.accumulate.estimates import fit_pairs
 from placer.traces.accumulate.grid import Windows
 from placer.traces.accumulate.limits import SPARSE_TRACE_RATIO, mib_text
 from placer.traces.accumulate.sample import TokenSampler
@@ -159,6 +160,8 @@ def token_result(
     checks.selected_layers(layer_ids)
     load = counts.load[:, order, :num_e]
     coact, aff = counts.take_pairs(order, layer_ids, num_e)
+    if state.pairs_sampled:  # estimates from a sample: fitted to the loads, exact
+        coact, aff = fit_pairs(coact, aff, load.sum(axis=0), state.k or 1, state.num_tokens)
     if keep is not None:
         keep.check_size(state, layer_ids.size)
     starts = windows.grid.starts()

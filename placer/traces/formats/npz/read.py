@@ -262,17 +262,16 @@ def _stream_tokens(
     sorted_ids = layer_ids[order]
     per_tok = max(1, constants.CHUNK_ROWS // max(nl, 1))
     spans = [(lo, min(t, lo + per_tok)) for lo in range(0, t, per_tok)]
-    with _Prefetch(ids_member, weights_member, spans, (nl, k), where) as chunks:
-        for (done, hi), (ids, w) in zip(spans, chunks, strict=True):
+    with _Prefetch(ids_member, weights_member, spans, (nl, k), where,
+                   order if sort_cols else None) as chunks:
+        for (done, hi), (ids, w, columns) in zip(spans, chunks, strict=True):
             n = hi - done
-            if sort_cols:
-                ids = ids[:, order]
-                w = None if w is None else w[:, order]
             chunk = TokenChunk(
                 topk_ids=ids,
                 step=None if step is None else step[done : done + n],
                 rank=None if rank is None else rank[done : done + n],
                 topk_weights=w,
+                columns=columns,
             )
             acc.add_tokens(chunk, sorted_ids, token_offset=done)
             acc.advance(int(ids.nbytes * ratio))
@@ -280,8 +279,10 @@ def _stream_tokens(
 
 class _Prefetch:
     """The chunks of ``spans`` read from the members in a thread, one chunk ahead of
-    the caller: inflating (zlib lets go of the interpreter lock) takes about as long as
-    counting, and a second core does it meanwhile.
+    the caller, columns in layer order (``order``: the columns' order, None when they
+    are in it), with the ids laid out expert-major as the accumulator counts them
+    (``TokenChunk.columns``): inflating (zlib lets go of the interpreter lock) and that
+    copy take about as long as counting, and a second core does them meanwhile.
 
     Two sets of buffers take turns: the thread fills one while the caller holds the
     other, which it hands back by taking the next chunk (the accumulator keeps nothing
@@ -291,15 +292,16 @@ class _Prefetch:
 
     def __init__(self, ids_member: tuple[IO[bytes], np.dtype[Any]],
                  weights_member: tuple[IO[bytes], np.dtype[Any]] | None,
-                 spans: list[tuple[int, int]], row: tuple[int, int], where: str) -> None:
+                 spans: list[tuple[int, int]], row: tuple[int, int], where: str,
+                 order: np.ndarray | None = None) -> None:
         self.members = [ids_member, weights_member]
-        self.spans, self.row, self.where = spans, row, where
+        self.spans, self.row, self.where, self.order = spans, row, where, order
         self.free: queue.Queue[dict[str, np.ndarray] | None] = queue.Queue()
         self.full: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._fill, daemon=True)
 
-    def __enter__(self) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    def __enter__(self) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
         for _ in range(2):
             self.free.put({})
         self.thread.start()
@@ -310,16 +312,16 @@ class _Prefetch:
         self.free.put(None)  # wake the thread if it waits for a buffer
         self.thread.join()
 
-    def _chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    def _chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
         held = None
         for _ in self.spans:
             if held is not None:
                 self.free.put(held)  # the caller is done with the previous chunk
-            ok, buffers, ids, w = self.full.get()
+            ok, buffers, ids, w, columns = self.full.get()
             if not ok:
                 raise ids
             held = buffers
-            yield ids, w
+            yield ids, w, columns
 
     def _fill(self) -> None:
         names = ("topk_ids", "topk_weights")
@@ -328,13 +330,19 @@ class _Prefetch:
             if buffers is None or self.stop.is_set():
                 return
             try:
-                arrays = [None if m is None else
+                ids, w = [None if m is None else
                           read_rows(*m, (hi - lo, *self.row), self.where, name, buffers)
                           for m, name in zip(self.members, names, strict=True)]
+                assert ids is not None
+                if self.order is not None:
+                    ids = ids[:, self.order]
+                    w = None if w is None else w[:, self.order]
+                columns = np.empty((ids.shape[1], ids.shape[2], ids.shape[0]), dtype=np.int32)
+                columns[...] = ids.transpose(1, 2, 0)
             except BaseException as e:  # said to the caller, in its place
-                self.full.put((False, None, e, None))
+                self.full.put((False, None, e, None, None))
                 return
-            self.full.put((True, buffers, *arrays))
+            self.full.put((True, buffers, ids, w, columns))
 
 
 def _ratio(path: Path, zf: zipfile.ZipFile) -> float:
