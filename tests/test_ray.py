@@ -152,14 +152,21 @@ def test_compare_cpsat_on_ray_gives_the_local_placements(ray_instance, routing) 
     # not the wall clock, so Ray's workers plan what local processes plan, to the byte
     scenarios = expand_scenarios(["2x-dgx-h100"], [16], ["cpsat"])
     settings = CompareSettings(model="gpt-oss-20b", time_limit_s=0.6)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        local = compare(routing, scenarios, settings, jobs=1)
-        remote = compare(routing, scenarios, settings, ray=RAY_LOCAL)
+    for _ in range(3):  # a machine loaded past the wall-clock safety cap: try again
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            local = compare(routing, scenarios, settings, jobs=1)
+            remote = compare(routing, scenarios, settings, ray=RAY_LOCAL)
+        capped = [o for o in (*local, *remote)
+                  if o.placement is not None and "reproducible" in o.placement.meta]
+        if not capped:
+            break
+    else:
+        pytest.xfail("every try hit the wall-clock safety cap (the machine is overloaded):"
+                     " the placements are not meant to repeat then")
     for mine, theirs in zip(remote, local, strict=True):
         assert mine.row.ok and theirs.row.ok
         assert mine.placement is not None and theirs.placement is not None
-        assert "reproducible" not in mine.placement.meta  # the wall-clock cap never stopped it
         assert mine.placement.physical_to_logical.tobytes() == \
             theirs.placement.physical_to_logical.tobytes()
         assert {k: v for k, v in asdict(mine.row).items() if not k.endswith("_seconds")} == \
