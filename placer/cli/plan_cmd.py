@@ -73,6 +73,7 @@ from placer.summary import PlanSummary
 if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.topology import Topology
+    from placer.traces import TokenSample
 
 EXAMPLES = examples(
     "placer plan traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x-dgx-h100 -r 16 -o plan.json",
@@ -83,7 +84,7 @@ EXAMPLES = examples(
     note="Solvers, knobs and the summary: docs/planner.md; re-planning: docs/placement.md.",
 )
 
-def judge_sample_for(batch_tokens: int, seed: int) -> Any:
+def judge_sample_for(batch_tokens: int, seed: int) -> TokenSample:
     """The per-token routing to keep for the summary's replay
     (:class:`placer.traces.TokenSample`): the whole trace up to
     ``placer.summary.JUDGE_WHOLE_SELECTIONS`` selections, else

@@ -70,9 +70,10 @@ class Judged:
         (:func:`placer.evaluate.batches.attention_ranks`; else empty).
     of_tokens: tokens the judged windows hold in all (``num_tokens`` of them were
         judged); 0 before.
-    sample: how a sampled per-token trace was judged (:func:`sample_doc`), or None
-        when every token of the judged windows was (or batches were drawn from the
-        statistics).
+    sample: how a sampled per-token trace was judged (``trace_tokens``,
+        ``batches_held`` in the judged windows, ``batches_judged``, ``per_window``,
+        ``seed``: :func:`placer.summary.judge_sample`), or None when the trace was kept
+        whole (or there is none).
     """
 
     part: str

@@ -68,7 +68,8 @@ class ReadOptions:
       hashed sample whose rate halves each time the tokens read double, each counted
       token weighted by the tokens it stands for: unbiased estimates at a cost that grows
       with the log of the trace's length
-      (:func:`~placer.traces.accumulate.counting.pair_weights`); None: on every token.
+      (:func:`~placer.traces.accumulate.counting.pair_weights`), then fitted to the loads
+      (:mod:`placer.traces.accumulate.estimates`); None: on every token.
     """
 
     window_tokens: int | None = None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -180,9 +181,10 @@ class TokenSampler:
         rank = _cat([p[2] for p in tokens])[order]
         keys = np.array([self._batches[b].key for b in numbers], dtype=np.int64)
         small = num_experts < np.iinfo(np.int16).max
-        # pages of np.empty are taken as each batch is written, while the batch's pieces
+        # pages of the map are taken as each batch is written, while the batch's pieces
         # are let go: the sample is held about once, not twice
-        topk = np.empty((glob.size, layer_ids.size, k), dtype=np.int16 if small else np.int32)
+        topk = _mapped_empty((glob.size, layer_ids.size, k),
+                             np.dtype(np.int16 if small else np.int32))
         bounds = np.searchsorted(glob // self.sample.batch_tokens,
                                  [*numbers, numbers[-1] + 1] if numbers else [0])
         for i, b in enumerate(numbers):
@@ -208,13 +210,20 @@ class TokenSampler:
                             rank=rank, sample=sample)
 
 
+def _mapped_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """An array in its own anonymous memory map, returned to the system as soon as it is
+    let go (freed heap memory often is not, and the sample's pieces would then count
+    twice at the peak, once more in the trace built from them); its pages are also
+    taken faster than a large ``np.empty``'s here."""
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if nbytes < mmap.PAGESIZE:
+        return np.empty(shape, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
+
+
 def _mapped(a: np.ndarray) -> np.ndarray:
-    """A copy of ``a`` in its own anonymous memory map, returned to the system as soon
-    as the copy is let go (freed heap memory often is not, and the sample's pieces
-    would then count twice at the peak, once more in the trace built from them)."""
-    if a.nbytes < mmap.PAGESIZE:
-        return np.array(a)
-    out = np.frombuffer(mmap.mmap(-1, a.nbytes), dtype=a.dtype).reshape(a.shape)
+    """A copy of ``a`` in its own memory map (:func:`_mapped_empty`)."""
+    out = _mapped_empty(a.shape, a.dtype)
     out[...] = a
     return out
 
