@@ -137,7 +137,7 @@ def test_a_signal_stops_a_large_synthetic_trace(tmp_path, sig) -> None:
     code, took, stderr = _interrupt(
         ["synth", "big.npz", "--experts", "256", "--top-k", "8", "--layers", "58", "--zipf",
          "1.0", "--tokens", "5000000"],
-        _said("synth: 65,536 /"), sig, tmp_path, settle=0.5)
+        _said(" / 5,000,000 tokens"), sig, tmp_path, settle=1.0)  # its first progress line
     _check(code, took, stderr, tmp_path, set())
 
 
