@@ -121,13 +121,18 @@ def test_2_the_trace_on_its_own_model_reads_without_a_word_about_models() -> Non
         check_trace_model(stats, load_model("qwen3-30b-a3b"))
 
 
-@pytest.fixture(scope="module")
-def qwen3_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("qwen3")
-    ran = _placer(f"placer plan {QWEN3} -m qwen3-30b-a3b -t 2x-dgx-h100 --solver eplb"
-                  " -o plan.json -q", folder)
+def _planned(factory: pytest.TempPathFactory, name: str, command: str) -> Path:
+    """``command`` (a ``placer plan`` writing ``plan.json``) run in a folder of its own."""
+    folder = factory.mktemp(name)
+    ran = _placer(f"{command} -o plan.json -q", folder)
     assert ran.returncode == 0, ran.stderr
     return folder / "plan.json"
+
+
+@pytest.fixture(scope="module")
+def qwen3_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _planned(tmp_path_factory, "qwen3",
+                    f"placer plan {QWEN3} -m qwen3-30b-a3b -t 2x-dgx-h100 --solver eplb")
 
 
 @pytest.mark.parametrize("command", ["compare", "evaluate", "report"])
@@ -180,11 +185,8 @@ def test_2_replay_checks_the_model_a_per_token_trace_declares(name: str, tmp_pat
 @pytest.fixture(scope="module")
 def sglang_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """EPLB on the bundled synthetic trace, planned and judged as SGLang decode."""
-    folder = tmp_path_factory.mktemp("sglang")
-    ran = _placer(f"placer plan {SMALL} -m gpt-oss-20b -t dgx-h100 -r 8 --solver eplb"
-                  " --engine sglang -o plan.json -q", folder)
-    assert ran.returncode == 0, ran.stderr
-    return folder / "plan.json"
+    return _planned(tmp_path_factory, "sglang", f"placer plan {SMALL} -m gpt-oss-20b -t"
+                    " dgx-h100 -r 8 --solver eplb --engine sglang")
 
 
 def test_3_report_judges_as_the_plans_record(sglang_plan: Path, tmp_path: Path) -> None:
