@@ -145,7 +145,10 @@ def test_a_signal_stops_a_large_synthetic_trace(tmp_path, sig) -> None:
 def test_a_signal_stops_a_replay(tmp_path, sig) -> None:
     code, took, stderr = _interrupt(
         ["replay", DSV3, "-m", "deepseek-v3", "-t", "4x-dgx-h100", "-r", "32",
-         "--report", "replay.html"],
+         # a step per 32 tokens and a re-plan every step: tens of seconds of replay (the
+         # default cadence replays this trace in under a second on a fast machine)
+         "--tokens-per-gpu", "1", "-P", "placer:window=4,interval=1",
+         "-P", "eplb:window=4,interval=1", "--report", "replay.html"],
         _said("replaying"), sig, tmp_path, settle=1.0)
     _check(code, took, stderr, tmp_path, set())
 
