@@ -25,7 +25,7 @@ from typing import Any
 import typer
 
 from placer import constants
-from placer.errors import UsageError
+from placer.errors import Param, UsageError
 from placer.regime import (
     DEFAULT_ENGINE,
     DEFAULT_TOKENS_PER_GPU,
@@ -118,9 +118,19 @@ def model_option(purpose: str = "", *, recorded: bool = False, required: bool = 
 
 def dtype_option() -> Any:
     """``--dtype``: the expert weights' dtype (the memory budget, the GEMM time)."""
-    return typer.Option(None, "--dtype", metavar="DTYPE",
-                        help="Expert weight dtype: bf16, fp8, mxfp4 (default: the model's).",
-                        show_default=False)
+    return typer.Option(None, "--dtype", metavar="DTYPE", callback=_known_dtype,
+                        autocompletion=complete(constants.DTYPES),
+                        help=f"Expert weight dtype: {', '.join(constants.DTYPES)} (default: the"
+                        " model's).", show_default=False)
+
+
+def _known_dtype(value: str | None) -> str | None:
+    """Refuse an unknown ``--dtype`` when it is given, not only where a model reads it (a
+    command without ``--model`` would otherwise drop it unseen)."""
+    if value is not None and value not in constants.DTYPES:
+        raise UsageError(f"unknown dtype {value!r}", where=Param("dtype"),
+                         hint=f"expected one of: {', '.join(constants.DTYPES)}")
+    return value
 
 
 def kv_reserve_gb_option() -> Any:

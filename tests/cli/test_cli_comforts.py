@@ -375,3 +375,27 @@ def test_data_error_leaves_out_the_datas_warnings(tmp_path):
     result = _run("evaluate", str(BUNDLED), "-p", str(plan), "-t", "2x-dgx-h100", "-q")
     assert result.exit_code == 1, result.stderr
     assert [line.split(":")[0] for line in result.stderr.splitlines()] == ["error", "hint"]
+
+
+def _commands_with(option: str) -> list[str]:
+    """The commands (``group sub`` joined by a space) that take ``option``."""
+    names = []
+    root = typer.main.get_command(app)
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", None)
+        for sub_name, sub in (subs or {name: command}).items():
+            if any(option in p.opts for p in sub.params):
+                names.append(name if subs is None else f"{name} {sub_name}")
+    return names
+
+
+@pytest.mark.parametrize("command", _commands_with("--dtype"))
+def test_an_unknown_dtype_is_refused_even_without_a_model(command: str) -> None:
+    result = _run(*command.split(), "--dtype", "fp7")
+    assert result.exit_code == 2, result.output
+    assert "error: --dtype: unknown dtype 'fp7'" in result.output
+    assert "hint: expected one of: bf16, fp8, mxfp4" in result.output
+
+
+def test_the_dtype_option_is_on_the_commands_that_size_experts() -> None:
+    assert {"plan", "evaluate", "compare"} <= set(_commands_with("--dtype"))
