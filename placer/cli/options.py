@@ -124,12 +124,11 @@ def dtype_option() -> Any:
                         " model's).", show_default=False)
 
 
-def _known_dtype(ctx: typer.Context, param: typer.CallbackParam,
-                 value: str | None) -> str | None:
+def _known_dtype(ctx: typer.Context, param: Any, value: str | None) -> str | None:
     """Refuse an unknown ``--dtype`` when it is given, not only where a model reads it (a
     command without ``--model`` would otherwise drop it unseen)."""
     if value is not None and value not in constants.DTYPES:
-        error = typer.BadParameter(f"unknown dtype {value!r}", ctx=ctx, param=param)
+        error: Any = typer.BadParameter(f"unknown dtype {value!r}", ctx=ctx, param=param)
         error.placer_hint = f"one of {', '.join(constants.DTYPES)}"  # what the hint offers
         raise error
     return value
