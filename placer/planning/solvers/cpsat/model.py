@@ -211,28 +211,42 @@ class LayerModel:
         holds_multi[sorted(multi)] = True
         outside = x & ~holds_multi[:, None]  # [E, G] replicas of unchanging count
         constant = at_count @ outside.astype(np.int64)  # [W, G]
-        changing = {g: [e for e in np.flatnonzero(x[:, g]).tolist() if e in multi]
-                    for g in range(data.num_gpus) if not self.in_k[g]}
         free = self.free.tolist()
+        # a freed GPU's load: the same terms' coefficients on every freed GPU ([W, n] rows)
+        columns: list[np.ndarray] = []
+        for e in free:
+            if e in multi:
+                columns += [coef[c][:, e] for c in self.counts[e]]
+            else:
+                columns.append(at_count[:, e])
+        gpu_terms: dict[int, tuple[list[cp_model.IntVar], list[list[int]]]] = {}
+        if columns:
+            rows = np.stack(columns, axis=1).tolist()
+            for g in self.gpus.tolist():
+                gpu_terms[g] = ([v for e in free for v in self._load_vars(e, g, multi)], rows)
+        # a GPU outside K: constant, plus the terms of its experts that change count
+        for g in np.flatnonzero(~self.in_k).tolist():
+            changing = [e for e in np.flatnonzero(x[:, g]).tolist() if e in multi]
+            if changing:
+                terms = [(e, c) for e in changing for c in self.counts[e]]
+                table = np.stack([coef[c][:, e] for e, c in terms], axis=1).tolist()
+                gpu_terms[g] = ([self.y[e, c] for e, c in terms], table)
         for w in range(data.num_windows):
             for g in range(data.num_gpus):
-                terms: list[cp_model.LinearExprT] = []
-                if self.in_k[g]:
-                    value = 0
-                    for e in free:
-                        if e in multi:
-                            terms += [int(coef[c][w, e]) * self.z[e, g, c]
-                                      for c in self.counts[e]]
-                        else:
-                            terms.append(int(at_count[w, e]) * self.x[e, g])
-                else:
-                    value = int(constant[w, g])
-                    for e in changing[g]:
-                        terms += [int(coef[c][w, e]) * self.y[e, c] for c in self.counts[e]]
-                if terms:
-                    self.loads[w, g] = sum(terms) + value
-                else:
-                    self.constant_load[w] = max(self.constant_load[w], value)
+                if g in gpu_terms:
+                    variables, table = gpu_terms[g]
+                    expr = cp_model.LinearExpr.weighted_sum(variables, table[w])
+                    self.loads[w, g] = expr + (0 if self.in_k[g] else int(constant[w, g]))
+        plain = ~self.in_k
+        plain[list(gpu_terms)] = False  # GPUs whose load the model cannot change
+        if plain.any():
+            self.constant_load = np.maximum(self.constant_load, constant[:, plain].max(axis=1))
+
+    def _load_vars(self, e: int, g: int, multi: set[int]) -> list[cp_model.IntVar]:
+        """The variables of free expert ``e``'s load on freed GPU ``g``."""
+        if e in multi:
+            return [self.z[e, g, c] for c in self.counts[e]]
+        return [self.x[e, g]]
 
     def _hot_expression(self) -> cp_model.LinearExprT:
         """The hot-shard objective in integer loads, times the tail ``k``.
