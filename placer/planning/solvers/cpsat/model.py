@@ -118,7 +118,7 @@ class LayerModel:
             terms = self._add_colocation_terms(traffic_weight) + self._add_move_terms(
                 migration_weight
             )
-            self.model.minimize(sum(terms) if terms else 0)
+            self.model.minimize(_sum(terms))
         if symmetry:
             self._add_symmetry_breaking()
         self._add_hint()
@@ -132,16 +132,21 @@ class LayerModel:
         self.in_k = in_k
         self.free = np.flatnonzero(x[:, in_k].any(axis=1))
         self.fixed = x & ~in_k[None, :]  # replicas that stay where they are
-        for e in self.free.tolist():
-            outside = int(self.fixed[e].sum())
-            now = int(x[e].sum())
+        self.gpu_list: list[int] = self.gpus.tolist()
+        self.free_list: list[int] = self.free.tolist()
+        self.outside: list[int] = self.fixed.sum(axis=1).tolist()
+        now_counts = x.sum(axis=1).tolist()
+        rooms = [self.gpus.size] * data.num_experts
+        if data.allowed is not None:
+            rooms = data.allowed[:, self.gpus].sum(axis=1).tolist()
+        ranges = data.replica_range.tolist()
+        for e in self.free_list:
+            outside = self.outside[e]
+            now = now_counts[e]
             if free_counts:
-                low, high = (int(v) for v in data.replica_range[e])
+                low, high = (int(v) for v in ranges[e])
                 low = max(low, outside, 1)
-                room = self.gpus.size
-                if data.allowed is not None:
-                    room = int(data.allowed[e, self.gpus].sum())
-                high = min(high, outside + room)
+                high = min(high, outside + rooms[e])
                 options = set(range(low, high + 1)) | {now}
             else:
                 options = {now}
@@ -150,21 +155,22 @@ class LayerModel:
     def _add_slot_constraints(self) -> None:
         """Every freed GPU holds exactly S replicas, at most one per expert; an expert
         stays on the GPUs it is allowed on (its home nodes, when the layer keeps them)."""
-        allowed = self.data.allowed
-        for e in self.free.tolist():
-            for g in self.gpus.tolist():
+        allowed = None if self.data.allowed is None else self.data.allowed.tolist()
+        gpus, free = self.gpu_list, self.free_list
+        for e in free:
+            for g in gpus:
                 self.x[e, g] = self.model.new_bool_var(f"x_{e}_{g}")
-                if allowed is not None and not allowed[e, g]:
+                if allowed is not None and not allowed[e][g]:
                     self.model.add(self.x[e, g] == 0)
-        for g in self.gpus.tolist():
-            self.model.add(sum(self.x[e, g] for e in self.free.tolist()) == self.data.slots_per_gpu)
+        for g in gpus:
+            self.model.add(_sum([self.x[e, g] for e in free]) == self.data.slots_per_gpu)
 
     def _add_replica_constraints(self) -> None:
         """Each free expert has one replica count; its replicas in K make up the difference."""
-        m = self.model
-        for e in self.free.tolist():
-            outside = int(self.fixed[e].sum())
-            in_k = sum(self.x[e, g] for g in self.gpus.tolist())
+        m, gpus = self.model, self.gpu_list
+        for e in self.free_list:
+            outside = self.outside[e]
+            in_k = _sum([self.x[e, g] for g in gpus])
             options = self.counts[e]
             if len(options) == 1:
                 m.add(in_k == options[0] - outside)
@@ -172,18 +178,16 @@ class LayerModel:
             for c in options:
                 self.y[e, c] = m.new_bool_var(f"y_{e}_{c}")
             m.add_exactly_one(self.y[e, c] for c in options)
-            m.add(in_k == sum((c - outside) * self.y[e, c] for c in options))
+            m.add(in_k == cp_model.LinearExpr.weighted_sum(
+                [self.y[e, c] for c in options], [c - outside for c in options]))
             for c in options:
-                for g in self.gpus.tolist():
+                for g in gpus:
                     self.z[e, g, c] = m.new_bool_var(f"z_{e}_{g}_{c}")
                     m.add_implication(self.z[e, g, c], self.y[e, c])
                 # z links x and y: with c replicas, c - outside of them are in K
-                m.add(
-                    sum(self.z[e, g, c] for g in self.gpus.tolist())
-                    == (c - outside) * self.y[e, c]
-                )
-            for g in self.gpus.tolist():
-                m.add(sum(self.z[e, g, c] for c in options) == self.x[e, g])
+                m.add(_sum([self.z[e, g, c] for g in gpus]) == (c - outside) * self.y[e, c])
+            for g in gpus:
+                m.add(_sum([self.z[e, g, c] for c in options]) == self.x[e, g])
 
     def _add_load_expressions(self) -> None:
         """Integer load of every GPU in every window that the model can change.
@@ -211,7 +215,7 @@ class LayerModel:
         holds_multi[sorted(multi)] = True
         outside = x & ~holds_multi[:, None]  # [E, G] replicas of unchanging count
         constant = at_count @ outside.astype(np.int64)  # [W, G]
-        free = self.free.tolist()
+        free = self.free_list
         # a freed GPU's load: the same terms' coefficients on every freed GPU ([W, n] rows)
         columns: list[np.ndarray] = []
         for e in free:
@@ -222,7 +226,7 @@ class LayerModel:
         gpu_terms: dict[int, tuple[list[cp_model.IntVar], list[list[int]]]] = {}
         if columns:
             rows = np.stack(columns, axis=1).tolist()
-            for g in self.gpus.tolist():
+            for g in self.gpu_list:
                 gpu_terms[g] = ([v for e in free for v in self._load_vars(e, g, multi)], rows)
         # a GPU outside K: constant, plus the terms of its experts that change count
         for g in np.flatnonzero(~self.in_k).tolist():
@@ -310,7 +314,7 @@ class LayerModel:
         terms: list[cp_model.LinearExprT] = []
         multi_node = data.num_nodes > 1
         node_gpus = {
-            k: [g for g in self.gpus.tolist() if data.node_of_gpu[g] == k]
+            k: [g for g in self.gpu_list if data.node_of_gpu[g] == k]
             for k in range(data.num_nodes)
         }
         node_vars: dict[tuple[int, int], cp_model.IntVar] = {}
@@ -321,7 +325,7 @@ class LayerModel:
         def on_node(e: int, k: int) -> cp_model.IntVar:
             if (e, k) not in node_vars:
                 var = m.new_bool_var(f"n_{e}_{k}")
-                m.add(var <= sum(self.x[e, g] for g in node_gpus[k]))
+                m.add(var <= _sum([self.x[e, g] for g in node_gpus[k]]))
                 node_vars[e, k] = var
             return node_vars[e, k]
 
@@ -332,7 +336,7 @@ class LayerModel:
             base = factor * rate / (counts[i] * counts[j])
             gpu_coef = round(base * data.gpu_cost)
             if fi and fj and gpu_coef > 0:
-                for g in self.gpus.tolist():
+                for g in self.gpu_list:
                     s = m.new_bool_var(f"s_{i}_{j}_{g}")
                     m.add_implication(s, self.x[i, g])
                     m.add_implication(s, self.x[j, g])
@@ -366,8 +370,8 @@ class LayerModel:
         coef = round(weight * constants.CPSAT_COST_SCALE / self.data.num_physical)
         return [
             coef * self.x[e, g]
-            for e in self.free.tolist()
-            for g in self.gpus.tolist()
+            for e in self.free_list
+            for g in self.gpu_list
             if not current[e, g]
         ]
 
@@ -384,14 +388,15 @@ class LayerModel:
 
     def _add_hint(self) -> None:
         """Start the search from the given placement."""
-        x = self.start
-        for (e, g), var in self.x.items():
-            self.model.add_hint(var, bool(x[e, g]))
-        counts = x.sum(axis=1)
-        for (e, c), var in self.y.items():
-            self.model.add_hint(var, int(counts[e]) == c)
-        for (e, g, c), var in self.z.items():
-            self.model.add_hint(var, bool(x[e, g]) and int(counts[e]) == c)
+        x = self.start.tolist()
+        counts = self.start.sum(axis=1).tolist()
+        hint = self.model.proto.solution_hint
+        hint.vars.extend([var.index for var in self.x.values()])
+        hint.values.extend([int(x[e][g]) for e, g in self.x])
+        hint.vars.extend([var.index for var in self.y.values()])
+        hint.values.extend([int(counts[e] == c) for e, c in self.y])
+        hint.vars.extend([var.index for var in self.z.values()])
+        hint.values.extend([int(x[e][g] and counts[e] == c) for e, g, c in self.z])
 
     # -- solving ---------------------------------------------------------------------------
     def solve(self, dtime: float, wall: float, seed: int, lns: bool = False) -> SubResult:
@@ -440,3 +445,8 @@ def _restore_sigint(handler: Any) -> None:
     solver is also told not to catch SIGINT: Ctrl-C stops the run, not one solve)."""
     if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
         signal.signal(signal.SIGINT, handler)
+
+
+def _sum(items: list[Any]) -> Any:
+    """``sum(items)`` as one linear expression (0 when empty, as Python's ``sum``)."""
+    return cp_model.LinearExpr.sum(items) if items else 0
