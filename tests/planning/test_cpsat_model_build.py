@@ -69,6 +69,7 @@ class _Reference(LayerModel):
                 m.add(sum(self.z[e, g, c] for c in options) == self.x[e, g])
 
     def _add_load_expressions(self) -> None:
+        self.loads: dict = {}  # type: ignore[assignment]  # expressions here
         data, x = self.data, self.start
         now = x.sum(axis=1)
         multi = {e for e in self.free_list if len(self.counts[e]) > 1}
@@ -97,6 +98,41 @@ class _Reference(LayerModel):
                 self.loads[w, g] = sum(terms) + value
             else:
                 self.constant_load[w] = max(self.constant_load[w], value)
+
+    def _hot_expression(self) -> cp_model.LinearExprT:
+        m, data = self.model, self.data
+        top = int(self.load_top * 2 + int(self.constant_load.max()) + 1)
+        if self.objective_windows == 1:
+            hottest = m.new_int_var(int(self.constant_load.max()), top, "T")
+            for expr in self.loads.values():
+                m.add(hottest >= expr)
+            return hottest
+        level = m.new_int_var(0, top, "t")
+        excess = []
+        for w in range(data.num_windows):
+            peak = m.new_int_var(int(self.constant_load[w]), top, f"T_{w}")
+            for g in range(data.num_gpus):
+                if (w, g) in self.loads:
+                    m.add(peak >= self.loads[w, g])
+            u = m.new_int_var(0, top, f"u_{w}")
+            m.add(u >= peak - level)
+            excess.append(u)
+        return self.objective_windows * level + sum(excess)
+
+    def _add_load_cap(self, cap: float) -> None:
+        limit = int(np.floor(cap * self.unit)) + (self.data.slots_per_gpu + 1) // 2
+        if self.objective_windows == 1:
+            for expr in self.loads.values():
+                self.model.add(expr <= limit)
+            return
+        self.model.add(self._hot_expression() <= self.objective_windows * limit)
+
+    def _add_symmetry_breaking(self) -> None:
+        node, windows = self.data.node_of_gpu, range(self.data.num_windows)
+        for a, b in itertools.pairwise(self.gpu_list):
+            if node[a] == node[b]:
+                self.model.add(sum(self.loads[w, a] for w in windows)
+                               >= sum(self.loads[w, b] for w in windows))
 
     def _add_hint(self) -> None:
         x, counts = self.start, self.start.sum(axis=1)

@@ -61,6 +61,56 @@ class SubResult:
     dtime: float
 
 
+class _GpuLoad:
+    """The load of one GPU the model can change, every window: ``table[w] @ variables
+    + constant[w]`` (``table: [W, n]`` int64, ``constant: [W]``).
+
+    Its bounds are written into the proto as CP-SAT writes a linear constraint: terms
+    by ascending variable index, zero terms left out, the constant moved to the domain.
+    """
+
+    def __init__(self, variables: list[cp_model.IntVar], table: np.ndarray,
+                 constant: np.ndarray) -> None:
+        self.variables, self.table, self.constant = variables, table, constant
+        order = np.argsort([v.index for v in variables], kind="stable")
+        index = np.array([variables[i].index for i in order.tolist()], dtype=np.int64)
+        sorted_table = table[:, order]
+        nonzero = sorted_table != 0
+        self._index = np.broadcast_to(index, sorted_table.shape)[nonzero].tolist()
+        self._coeffs = sorted_table[nonzero].tolist()
+        self._negated = (-sorted_table[nonzero]).tolist()
+        self._starts = np.concatenate([[0], np.cumsum(nonzero.sum(axis=1))]).tolist()
+        self._constants = constant.tolist()
+        self._last = int(index.max()) if index.size else -1
+
+    def expression(self, w: int) -> cp_model.LinearExprT:
+        """Window ``w``'s load as a linear expression."""
+        return (cp_model.LinearExpr.weighted_sum(self.variables, self.table[w].tolist())
+                + int(self.constant[w]))
+
+    def add_at_least(self, model: cp_model.CpModel, var: cp_model.IntVar, w: int) -> None:
+        """``var >= load[w]``: the load's terms negated, then ``var`` (the newest
+        variable), domain ``[constant, max]``."""
+        if var.index <= self._last:  # not the newest variable: let CP-SAT order the terms
+            model.add(var >= self.expression(w))
+            return
+        a, b = self._starts[w], self._starts[w + 1]
+        linear = model.proto.constraints.add().linear
+        linear.vars.extend(self._index[a:b])
+        linear.vars.append(var.index)
+        linear.coeffs.extend(self._negated[a:b])
+        linear.coeffs.append(1)
+        linear.domain.extend((self._constants[w], cp_model.INT_MAX))
+
+    def add_at_most(self, model: cp_model.CpModel, w: int, limit: int) -> None:
+        """``load[w] <= limit``: domain ``[min, limit - constant]``."""
+        a, b = self._starts[w], self._starts[w + 1]
+        linear = model.proto.constraints.add().linear
+        linear.vars.extend(self._index[a:b])
+        linear.coeffs.extend(self._coeffs[a:b])
+        linear.domain.extend((cp_model.INT_MIN, limit - self._constants[w]))
+
+
 class LayerModel:
     """CP-SAT model of one layer with the GPUs ``gpus`` free.
 
@@ -103,7 +153,8 @@ class LayerModel:
         self.y: dict[tuple[int, int], cp_model.IntVar] = {}
         self.z: dict[tuple[int, int, int], cp_model.IntVar] = {}
         self.counts: dict[int, list[int]] = {}
-        self.loads: dict[tuple[int, int], cp_model.LinearExprT] = {}
+        self.loads: dict[tuple[int, int], _GpuLoad] = {}  # (window, GPU) -> the GPU's load
+        self._gpu_load: dict[int, _GpuLoad] = {}
         self.constant_load = np.zeros(data.num_windows, dtype=np.int64)
 
         self._select_free_experts(free_counts)
@@ -223,26 +274,25 @@ class LayerModel:
                 columns += [coef[c][:, e] for c in self.counts[e]]
             else:
                 columns.append(at_count[:, e])
-        gpu_terms: dict[int, tuple[list[cp_model.IntVar], list[list[int]]]] = {}
         if columns:
-            rows = np.stack(columns, axis=1).tolist()
+            rows = np.stack(columns, axis=1)
             for g in self.gpu_list:
-                gpu_terms[g] = ([v for e in free for v in self._load_vars(e, g, multi)], rows)
+                variables = [v for e in free for v in self._load_vars(e, g, multi)]
+                self._gpu_load[g] = _GpuLoad(variables, rows, np.zeros_like(constant[:, g]))
         # a GPU outside K: constant, plus the terms of its experts that change count
         for g in np.flatnonzero(~self.in_k).tolist():
             changing = [e for e in np.flatnonzero(x[:, g]).tolist() if e in multi]
             if changing:
                 terms = [(e, c) for e in changing for c in self.counts[e]]
-                table = np.stack([coef[c][:, e] for e, c in terms], axis=1).tolist()
-                gpu_terms[g] = ([self.y[e, c] for e, c in terms], table)
+                table = np.stack([coef[c][:, e] for e, c in terms], axis=1)
+                self._gpu_load[g] = _GpuLoad([self.y[e, c] for e, c in terms], table,
+                                             constant[:, g])
         for w in range(data.num_windows):
             for g in range(data.num_gpus):
-                if g in gpu_terms:
-                    variables, table = gpu_terms[g]
-                    expr = cp_model.LinearExpr.weighted_sum(variables, table[w])
-                    self.loads[w, g] = expr + (0 if self.in_k[g] else int(constant[w, g]))
+                if g in self._gpu_load:
+                    self.loads[w, g] = self._gpu_load[g]
         plain = ~self.in_k
-        plain[list(gpu_terms)] = False  # GPUs whose load the model cannot change
+        plain[list(self._gpu_load)] = False  # GPUs whose load the model cannot change
         if plain.any():
             self.constant_load = np.maximum(self.constant_load, constant[:, plain].max(axis=1))
 
@@ -264,8 +314,8 @@ class LayerModel:
         tail = self.objective_windows
         if tail == 1:
             hottest = m.new_int_var(int(self.constant_load.max()), top, "T")
-            for expr in self.loads.values():
-                m.add(hottest >= expr)
+            for (w, _), load in self.loads.items():
+                load.add_at_least(m, hottest, w)
             return hottest
         level = m.new_int_var(0, top, "t")
         excess = []
@@ -273,7 +323,7 @@ class LayerModel:
             peak = m.new_int_var(int(self.constant_load[w]), top, f"T_{w}")
             for g in range(data.num_gpus):
                 if (w, g) in self.loads:
-                    m.add(peak >= self.loads[w, g])
+                    self.loads[w, g].add_at_least(m, peak, w)
             u = m.new_int_var(0, top, f"u_{w}")
             m.add(u >= peak - level)
             excess.append(u)
@@ -287,8 +337,8 @@ class LayerModel:
         """
         limit = int(np.floor(cap * self.unit)) + (self.data.slots_per_gpu + 1) // 2
         if self.objective_windows == 1:
-            for expr in self.loads.values():
-                self.model.add(expr <= limit)
+            for (w, _), load in self.loads.items():
+                load.add_at_most(self.model, w, limit)
             return
         self.model.add(self._hot_expression() <= self.objective_windows * limit)
 
@@ -382,8 +432,8 @@ class LayerModel:
         for a, b in itertools.pairwise(gpus):
             if node[a] != node[b]:
                 continue
-            total_a = sum(self.loads[w, a] for w in range(self.data.num_windows))
-            total_b = sum(self.loads[w, b] for w in range(self.data.num_windows))
+            total_a = _sum([self.loads[w, a].expression(w) for w in range(self.data.num_windows)])
+            total_b = _sum([self.loads[w, b].expression(w) for w in range(self.data.num_windows)])
             self.model.add(total_a >= total_b)
 
     def _add_hint(self) -> None:
