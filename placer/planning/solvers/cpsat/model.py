@@ -245,7 +245,11 @@ class LayerModel:
 
         The integer coefficients (``round(share x scale)``, one table per replica count)
         and the loads of GPUs outside ``K`` that hold no expert of changing count
-        (constants) are computed as arrays; only the expressions are built one by one."""
+        (constants) are computed as arrays.  A GPU's load has the same variables in every
+        window, only their coefficients change: one :class:`_GpuLoad` per GPU holds its
+        variables and a ``[W, n]`` coefficient table, and writes the load's bounds into
+        the proto directly (the model is the one term-by-term expressions give, proto for
+        proto: tests/planning/test_cpsat_model_build.py)."""
         data, x = self.data, self.start
         current_counts = x.sum(axis=1)
         free_set = set(self.free.tolist())
