@@ -61,6 +61,56 @@ class SubResult:
     dtime: float
 
 
+class _GpuLoad:
+    """The load of one GPU the model can change, every window: ``table[w] @ variables
+    + constant[w]`` (``table: [W, n]`` int64, ``constant: [W]``).
+
+    Its bounds are written into the proto as CP-SAT writes a linear constraint: terms
+    by ascending variable index, zero terms left out, the constant moved to the domain.
+    """
+
+    def __init__(self, variables: list[cp_model.IntVar], table: np.ndarray,
+                 constant: np.ndarray) -> None:
+        self.variables, self.table, self.constant = variables, table, constant
+        order = np.argsort([v.index for v in variables], kind="stable")
+        index = np.array([variables[i].index for i in order.tolist()], dtype=np.int64)
+        sorted_table = table[:, order]
+        nonzero = sorted_table != 0
+        self._index = np.broadcast_to(index, sorted_table.shape)[nonzero].tolist()
+        self._coeffs = sorted_table[nonzero].tolist()
+        self._negated = (-sorted_table[nonzero]).tolist()
+        self._starts = np.concatenate([[0], np.cumsum(nonzero.sum(axis=1))]).tolist()
+        self._constants = constant.tolist()
+        self._last = int(index.max()) if index.size else -1
+
+    def expression(self, w: int) -> cp_model.LinearExprT:
+        """Window ``w``'s load as a linear expression."""
+        return (cp_model.LinearExpr.weighted_sum(self.variables, self.table[w].tolist())
+                + int(self.constant[w]))
+
+    def add_at_least(self, model: cp_model.CpModel, var: cp_model.IntVar, w: int) -> None:
+        """``var >= load[w]``: the load's terms negated, then ``var`` (the newest
+        variable), domain ``[constant, max]``."""
+        if var.index <= self._last:  # not the newest variable: let CP-SAT order the terms
+            model.add(var >= self.expression(w))
+            return
+        a, b = self._starts[w], self._starts[w + 1]
+        linear = model.proto.constraints.add().linear
+        linear.vars.extend(self._index[a:b])
+        linear.vars.append(var.index)
+        linear.coeffs.extend(self._negated[a:b])
+        linear.coeffs.append(1)
+        linear.domain.extend((self._constants[w], cp_model.INT_MAX))
+
+    def add_at_most(self, model: cp_model.CpModel, w: int, limit: int) -> None:
+        """``load[w] <= limit``: domain ``[min, limit - constant]``."""
+        a, b = self._starts[w], self._starts[w + 1]
+        linear = model.proto.constraints.add().linear
+        linear.vars.extend(self._index[a:b])
+        linear.coeffs.extend(self._coeffs[a:b])
+        linear.domain.extend((cp_model.INT_MIN, limit - self._constants[w]))
+
+
 class LayerModel:
     """CP-SAT model of one layer with the GPUs ``gpus`` free.
 
@@ -103,7 +153,8 @@ class LayerModel:
         self.y: dict[tuple[int, int], cp_model.IntVar] = {}
         self.z: dict[tuple[int, int, int], cp_model.IntVar] = {}
         self.counts: dict[int, list[int]] = {}
-        self.loads: dict[tuple[int, int], cp_model.LinearExprT] = {}
+        self.loads: dict[tuple[int, int], _GpuLoad] = {}  # (window, GPU) -> the GPU's load
+        self._gpu_load: dict[int, _GpuLoad] = {}
         self.constant_load = np.zeros(data.num_windows, dtype=np.int64)
 
         self._select_free_experts(free_counts)
@@ -118,7 +169,7 @@ class LayerModel:
             terms = self._add_colocation_terms(traffic_weight) + self._add_move_terms(
                 migration_weight
             )
-            self.model.minimize(sum(terms) if terms else 0)
+            self.model.minimize(_sum(terms))
         if symmetry:
             self._add_symmetry_breaking()
         self._add_hint()
@@ -132,16 +183,21 @@ class LayerModel:
         self.in_k = in_k
         self.free = np.flatnonzero(x[:, in_k].any(axis=1))
         self.fixed = x & ~in_k[None, :]  # replicas that stay where they are
-        for e in self.free.tolist():
-            outside = int(self.fixed[e].sum())
-            now = int(x[e].sum())
+        self.gpu_list: list[int] = self.gpus.tolist()
+        self.free_list: list[int] = self.free.tolist()
+        self.outside: list[int] = self.fixed.sum(axis=1).tolist()
+        now_counts = x.sum(axis=1).tolist()
+        rooms = [self.gpus.size] * data.num_experts
+        if data.allowed is not None:
+            rooms = data.allowed[:, self.gpus].sum(axis=1).tolist()
+        ranges = data.replica_range.tolist()
+        for e in self.free_list:
+            outside = self.outside[e]
+            now = now_counts[e]
             if free_counts:
-                low, high = (int(v) for v in data.replica_range[e])
+                low, high = (int(v) for v in ranges[e])
                 low = max(low, outside, 1)
-                room = self.gpus.size
-                if data.allowed is not None:
-                    room = int(data.allowed[e, self.gpus].sum())
-                high = min(high, outside + room)
+                high = min(high, outside + rooms[e])
                 options = set(range(low, high + 1)) | {now}
             else:
                 options = {now}
@@ -150,21 +206,22 @@ class LayerModel:
     def _add_slot_constraints(self) -> None:
         """Every freed GPU holds exactly S replicas, at most one per expert; an expert
         stays on the GPUs it is allowed on (its home nodes, when the layer keeps them)."""
-        allowed = self.data.allowed
-        for e in self.free.tolist():
-            for g in self.gpus.tolist():
+        allowed = None if self.data.allowed is None else self.data.allowed.tolist()
+        gpus, free = self.gpu_list, self.free_list
+        for e in free:
+            for g in gpus:
                 self.x[e, g] = self.model.new_bool_var(f"x_{e}_{g}")
-                if allowed is not None and not allowed[e, g]:
+                if allowed is not None and not allowed[e][g]:
                     self.model.add(self.x[e, g] == 0)
-        for g in self.gpus.tolist():
-            self.model.add(sum(self.x[e, g] for e in self.free.tolist()) == self.data.slots_per_gpu)
+        for g in gpus:
+            self.model.add(_sum([self.x[e, g] for e in free]) == self.data.slots_per_gpu)
 
     def _add_replica_constraints(self) -> None:
         """Each free expert has one replica count; its replicas in K make up the difference."""
-        m = self.model
-        for e in self.free.tolist():
-            outside = int(self.fixed[e].sum())
-            in_k = sum(self.x[e, g] for g in self.gpus.tolist())
+        m, gpus = self.model, self.gpu_list
+        for e in self.free_list:
+            outside = self.outside[e]
+            in_k = _sum([self.x[e, g] for g in gpus])
             options = self.counts[e]
             if len(options) == 1:
                 m.add(in_k == options[0] - outside)
@@ -172,25 +229,27 @@ class LayerModel:
             for c in options:
                 self.y[e, c] = m.new_bool_var(f"y_{e}_{c}")
             m.add_exactly_one(self.y[e, c] for c in options)
-            m.add(in_k == sum((c - outside) * self.y[e, c] for c in options))
+            m.add(in_k == cp_model.LinearExpr.weighted_sum(
+                [self.y[e, c] for c in options], [c - outside for c in options]))
             for c in options:
-                for g in self.gpus.tolist():
+                for g in gpus:
                     self.z[e, g, c] = m.new_bool_var(f"z_{e}_{g}_{c}")
                     m.add_implication(self.z[e, g, c], self.y[e, c])
                 # z links x and y: with c replicas, c - outside of them are in K
-                m.add(
-                    sum(self.z[e, g, c] for g in self.gpus.tolist())
-                    == (c - outside) * self.y[e, c]
-                )
-            for g in self.gpus.tolist():
-                m.add(sum(self.z[e, g, c] for c in options) == self.x[e, g])
+                m.add(_sum([self.z[e, g, c] for g in gpus]) == (c - outside) * self.y[e, c])
+            for g in gpus:
+                m.add(_sum([self.z[e, g, c] for c in options]) == self.x[e, g])
 
     def _add_load_expressions(self) -> None:
         """Integer load of every GPU in every window that the model can change.
 
         The integer coefficients (``round(share x scale)``, one table per replica count)
         and the loads of GPUs outside ``K`` that hold no expert of changing count
-        (constants) are computed as arrays; only the expressions are built one by one."""
+        (constants) are computed as arrays.  A GPU's load has the same variables in every
+        window, only their coefficients change: one :class:`_GpuLoad` per GPU holds its
+        variables and a ``[W, n]`` coefficient table, and writes the load's bounds into
+        the proto directly (the model is the one term-by-term expressions give, proto for
+        proto: tests/planning/test_cpsat_model_build.py)."""
         data, x = self.data, self.start
         current_counts = x.sum(axis=1)
         free_set = set(self.free.tolist())
@@ -211,28 +270,41 @@ class LayerModel:
         holds_multi[sorted(multi)] = True
         outside = x & ~holds_multi[:, None]  # [E, G] replicas of unchanging count
         constant = at_count @ outside.astype(np.int64)  # [W, G]
-        changing = {g: [e for e in np.flatnonzero(x[:, g]).tolist() if e in multi]
-                    for g in range(data.num_gpus) if not self.in_k[g]}
-        free = self.free.tolist()
+        free = self.free_list
+        # a freed GPU's load: the same terms' coefficients on every freed GPU ([W, n] rows)
+        columns: list[np.ndarray] = []
+        for e in free:
+            if e in multi:
+                columns += [coef[c][:, e] for c in self.counts[e]]
+            else:
+                columns.append(at_count[:, e])
+        if columns:
+            rows = np.stack(columns, axis=1)
+            for g in self.gpu_list:
+                variables = [v for e in free for v in self._load_vars(e, g, multi)]
+                self._gpu_load[g] = _GpuLoad(variables, rows, np.zeros_like(constant[:, g]))
+        # a GPU outside K: constant, plus the terms of its experts that change count
+        for g in np.flatnonzero(~self.in_k).tolist():
+            changing = [e for e in np.flatnonzero(x[:, g]).tolist() if e in multi]
+            if changing:
+                terms = [(e, c) for e in changing for c in self.counts[e]]
+                table = np.stack([coef[c][:, e] for e, c in terms], axis=1)
+                self._gpu_load[g] = _GpuLoad([self.y[e, c] for e, c in terms], table,
+                                             constant[:, g])
         for w in range(data.num_windows):
             for g in range(data.num_gpus):
-                terms: list[cp_model.LinearExprT] = []
-                if self.in_k[g]:
-                    value = 0
-                    for e in free:
-                        if e in multi:
-                            terms += [int(coef[c][w, e]) * self.z[e, g, c]
-                                      for c in self.counts[e]]
-                        else:
-                            terms.append(int(at_count[w, e]) * self.x[e, g])
-                else:
-                    value = int(constant[w, g])
-                    for e in changing[g]:
-                        terms += [int(coef[c][w, e]) * self.y[e, c] for c in self.counts[e]]
-                if terms:
-                    self.loads[w, g] = sum(terms) + value
-                else:
-                    self.constant_load[w] = max(self.constant_load[w], value)
+                if g in self._gpu_load:
+                    self.loads[w, g] = self._gpu_load[g]
+        plain = ~self.in_k
+        plain[list(self._gpu_load)] = False  # GPUs whose load the model cannot change
+        if plain.any():
+            self.constant_load = np.maximum(self.constant_load, constant[:, plain].max(axis=1))
+
+    def _load_vars(self, e: int, g: int, multi: set[int]) -> list[cp_model.IntVar]:
+        """The variables of free expert ``e``'s load on freed GPU ``g``."""
+        if e in multi:
+            return [self.z[e, g, c] for c in self.counts[e]]
+        return [self.x[e, g]]
 
     def _hot_expression(self) -> cp_model.LinearExprT:
         """The hot-shard objective in integer loads, times the tail ``k``.
@@ -246,8 +318,8 @@ class LayerModel:
         tail = self.objective_windows
         if tail == 1:
             hottest = m.new_int_var(int(self.constant_load.max()), top, "T")
-            for expr in self.loads.values():
-                m.add(hottest >= expr)
+            for (w, _), load in self.loads.items():
+                load.add_at_least(m, hottest, w)
             return hottest
         level = m.new_int_var(0, top, "t")
         excess = []
@@ -255,7 +327,7 @@ class LayerModel:
             peak = m.new_int_var(int(self.constant_load[w]), top, f"T_{w}")
             for g in range(data.num_gpus):
                 if (w, g) in self.loads:
-                    m.add(peak >= self.loads[w, g])
+                    self.loads[w, g].add_at_least(m, peak, w)
             u = m.new_int_var(0, top, f"u_{w}")
             m.add(u >= peak - level)
             excess.append(u)
@@ -269,8 +341,8 @@ class LayerModel:
         """
         limit = int(np.floor(cap * self.unit)) + (self.data.slots_per_gpu + 1) // 2
         if self.objective_windows == 1:
-            for expr in self.loads.values():
-                self.model.add(expr <= limit)
+            for (w, _), load in self.loads.items():
+                load.add_at_most(self.model, w, limit)
             return
         self.model.add(self._hot_expression() <= self.objective_windows * limit)
 
@@ -296,7 +368,7 @@ class LayerModel:
         terms: list[cp_model.LinearExprT] = []
         multi_node = data.num_nodes > 1
         node_gpus = {
-            k: [g for g in self.gpus.tolist() if data.node_of_gpu[g] == k]
+            k: [g for g in self.gpu_list if data.node_of_gpu[g] == k]
             for k in range(data.num_nodes)
         }
         node_vars: dict[tuple[int, int], cp_model.IntVar] = {}
@@ -307,7 +379,7 @@ class LayerModel:
         def on_node(e: int, k: int) -> cp_model.IntVar:
             if (e, k) not in node_vars:
                 var = m.new_bool_var(f"n_{e}_{k}")
-                m.add(var <= sum(self.x[e, g] for g in node_gpus[k]))
+                m.add(var <= _sum([self.x[e, g] for g in node_gpus[k]]))
                 node_vars[e, k] = var
             return node_vars[e, k]
 
@@ -318,7 +390,7 @@ class LayerModel:
             base = factor * rate / (counts[i] * counts[j])
             gpu_coef = round(base * data.gpu_cost)
             if fi and fj and gpu_coef > 0:
-                for g in self.gpus.tolist():
+                for g in self.gpu_list:
                     s = m.new_bool_var(f"s_{i}_{j}_{g}")
                     m.add_implication(s, self.x[i, g])
                     m.add_implication(s, self.x[j, g])
@@ -352,8 +424,8 @@ class LayerModel:
         coef = round(weight * constants.CPSAT_COST_SCALE / self.data.num_physical)
         return [
             coef * self.x[e, g]
-            for e in self.free.tolist()
-            for g in self.gpus.tolist()
+            for e in self.free_list
+            for g in self.gpu_list
             if not current[e, g]
         ]
 
@@ -364,20 +436,21 @@ class LayerModel:
         for a, b in itertools.pairwise(gpus):
             if node[a] != node[b]:
                 continue
-            total_a = sum(self.loads[w, a] for w in range(self.data.num_windows))
-            total_b = sum(self.loads[w, b] for w in range(self.data.num_windows))
+            total_a = _sum([self.loads[w, a].expression(w) for w in range(self.data.num_windows)])
+            total_b = _sum([self.loads[w, b].expression(w) for w in range(self.data.num_windows)])
             self.model.add(total_a >= total_b)
 
     def _add_hint(self) -> None:
         """Start the search from the given placement."""
-        x = self.start
-        for (e, g), var in self.x.items():
-            self.model.add_hint(var, bool(x[e, g]))
-        counts = x.sum(axis=1)
-        for (e, c), var in self.y.items():
-            self.model.add_hint(var, int(counts[e]) == c)
-        for (e, g, c), var in self.z.items():
-            self.model.add_hint(var, bool(x[e, g]) and int(counts[e]) == c)
+        x = self.start.tolist()
+        counts = self.start.sum(axis=1).tolist()
+        hint = self.model.proto.solution_hint
+        hint.vars.extend([var.index for var in self.x.values()])
+        hint.values.extend([int(x[e][g]) for e, g in self.x])
+        hint.vars.extend([var.index for var in self.y.values()])
+        hint.values.extend([int(counts[e] == c) for e, c in self.y])
+        hint.vars.extend([var.index for var in self.z.values()])
+        hint.values.extend([int(x[e][g] and counts[e] == c) for e, g, c in self.z])
 
     # -- solving ---------------------------------------------------------------------------
     def solve(self, dtime: float, wall: float, seed: int, lns: bool = False) -> SubResult:
@@ -426,3 +499,8 @@ def _restore_sigint(handler: Any) -> None:
     solver is also told not to catch SIGINT: Ctrl-C stops the run, not one solve)."""
     if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
         signal.signal(signal.SIGINT, handler)
+
+
+def _sum(items: list[Any]) -> Any:
+    """``sum(items)`` as one linear expression (0 when empty, as Python's ``sum``)."""
+    return cp_model.LinearExpr.sum(items) if items else 0
