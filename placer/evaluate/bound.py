@@ -227,7 +227,8 @@ def layer_floor(
     out, inter = copies.per_gpu(n, tokens, k_min)
     # per batch (the cells' floors) counts few replica counts exactly; all batches together
     # (the mean's floor, the figure the gap is measured on) counts every one it can
-    dense = dense_codes(at[3]) if policy in CODE_POLICIES else None  # both counts share it
+    dense = (_dense_codes(policy, batches.rank_position[tok], at[3])
+             if policy in CODE_POLICIES else None)  # both counts share it
     out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches,
                                                            exact=EXACT_REPLICAS, dense=dense)
     out_all, inter_all, _ = copies.totals(
@@ -280,6 +281,20 @@ def _codes(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,
     source = batches.source[tok]
     return dispatch_codes(policy, experts, kpos, source, position, top_k=top_k,
                           run=batches.batch_of_token[tok] * num_gpus + source)
+
+
+def _dense_codes(policy: str, position: np.ndarray,
+                 code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`dense_codes` of ``code``; under ``vllm_hash`` (a code is the hash of its
+    selection's rank ``position`` alone) from the few distinct positions, without
+    sorting every selection's code."""
+    if policy != "vllm_hash":
+        return dense_codes(code)
+    at, where = dense_codes(position)
+    at = at.astype(position.dtype, copy=False)
+    values, inverse = np.unique(dispatch_codes(policy, at, at, at, at, top_k=1),
+                                return_inverse=True)
+    return values, inverse.reshape(-1)[where]
 
 
 @dataclass(frozen=True)

@@ -147,8 +147,11 @@ def _restricted(at: Selections, chosen: np.ndarray, num_experts: int) -> Selecti
     batch, place, expert, code = at
     index = np.full(num_experts, -1)
     index[chosen] = np.arange(chosen.size)
-    keep = index[expert] >= 0
-    return batch[keep], place[keep], index[expert[keep]], code[keep]
+    renumbered = index[expert]
+    if chosen.size == num_experts:  # every expert: every selection
+        return batch, place, renumbered, code
+    keep = renumbered >= 0
+    return batch[keep], place[keep], renumbered[keep], code[keep]
 
 
 def _running_replicas_compute(
