@@ -207,7 +207,7 @@ def _residue_classes(
     rows = num_batches * width
     # [codes, X x B x W]: the selections of each code from each place, each (batch, expert)
     per_code = np.bincount((j * num_places + x) * rows + b * width + e,
-                           minlength=cells).astype(np.int32).reshape(values.size, -1)
+                           minlength=cells).astype(np.int32).reshape(values.size, num_places * rows)
     out = []
     for count, classes in zip(counts, _class_sums(per_code, values, counts), strict=True):
         classes = classes.reshape(count, num_places, rows)
