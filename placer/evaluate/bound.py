@@ -203,7 +203,7 @@ def layer_floor(
     fabric, mode = costs.fabric, costs.mode
     num_batches, num_gpus = batches.num_batches, fabric.num_gpus
     valid = ids >= 0
-    tok, kpos = np.nonzero(valid)
+    tok, kpos = selected_entries(valid)
     experts = ids[valid]
     cell = batches.batch_of_token * num_gpus + batches.source  # [tokens] (batch, source)
     check_allocation((num_batches, num_gpus, num_experts), f"the time floor's {num_batches:,}"
@@ -268,6 +268,14 @@ def layer_floor(
     cells = np.where(empty, np.nan, result)
     total = max(float(np.nansum(cells)), (float(total_compute.sum()) + coupled) / num_gpus)
     return cells, total, copies_all, float(tokens.sum())
+
+
+def selected_entries(valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.nonzero`` of a ``[tokens, k]`` mask, the same arrays, from its flat indices
+    (cheaper than the two-dimensional form)."""
+    flat = np.flatnonzero(valid)
+    tok = flat // valid.shape[1]
+    return tok, flat - tok * valid.shape[1]
 
 
 def _codes(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,

@@ -54,7 +54,7 @@ import numpy as np
 from placer.errors import Param, UsageError
 from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
-from placer.evaluate.bound import TimeBound, nearest_latency
+from placer.evaluate.bound import TimeBound, nearest_latency, selected_entries
 from placer.evaluate.core import EvalParams, token_source
 from placer.evaluate.costs import CostModel, copy_us
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
@@ -209,7 +209,7 @@ def _pieces(ids: np.ndarray, batches: Batches, counts: np.ndarray, policy: str, 
     tokens, ``counts``: ``[E]``, ``slots``: slots per GPU."""
     num_batches = batches.num_batches
     valid = ids >= 0
-    tok, kpos = np.nonzero(valid)
+    tok, kpos = selected_entries(valid)
     experts = ids[valid].astype(np.int64)
     source = batches.source[tok]
     code = dispatch_codes(policy, experts, kpos, source, batches.rank_position[tok],
