@@ -212,8 +212,10 @@ def layer_floor(
     n = np.bincount(cell[tok] * num_experts + experts,
                     minlength=num_batches * num_gpus * num_experts)
     n = n.reshape(num_batches, num_gpus, num_experts).astype(np.float64)
-    at = (batches.batch_of_token[tok], batches.source[tok], experts,
-          _codes(policy, experts, kpos, batches, tok, ids.shape[1], num_gpus))
+    # (batch, source, expert, code) of each selection: only a position rule reads them
+    at = ((batches.batch_of_token[tok], batches.source[tok], experts,
+           _codes(policy, experts, kpos, batches, tok, ids.shape[1], num_gpus))
+          if policy in CODE_POLICIES else (tok[:0],) * 4)
     per_token = valid.sum(axis=1)
     has = per_token > 0
     counted = np.bincount(cell[has], minlength=num_batches * num_gpus)
