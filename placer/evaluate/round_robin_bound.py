@@ -260,21 +260,21 @@ def _combined(items: np.ndarray, best: str) -> np.ndarray:
     size = items.shape[2]
     empty = -np.inf if best == "max" else np.inf
     pick = np.maximum if best == "max" else np.minimum
-    while items.shape[1] > 1:
-        if items.shape[1] % 2:  # an item with no value: zero replicas, nothing else
-            identity = np.full((items.shape[0], 1, size), empty)
-            identity[:, :, 0] = 0.0
-            items = np.concatenate([items, identity], axis=1)
-        first, second = items[:, 0::2], items[:, 1::2]
+    level = np.moveaxis(items, 2, 0)  # [c, B, n]: each count's values contiguous
+    while level.shape[2] > 1:
+        if level.shape[2] % 2:  # an item with no value: zero replicas, nothing else
+            identity = np.full((size, level.shape[1], 1), empty)
+            identity[0] = 0.0
+            level = np.concatenate([level, identity], axis=2)
+        first = np.ascontiguousarray(level[:, :, 0::2])
+        second = np.ascontiguousarray(level[:, :, 1::2])
         # value of j = the best over u <= j of first[j - u] + second[u]: one shifted sum
         # per u, each the same two terms the recurrence adds (so the same optimum)
-        merged = first + second[:, :, :1]
+        merged = first + second[0]
         for u in range(1, size):
-            pick(merged[:, :, u:], first[:, :, :size - u] + second[:, :, u:u + 1],
-                 out=merged[:, :, u:])
-        items = merged
-    out: np.ndarray = items[:, 0]
-    return out
+            pick(merged[u:], first[:size - u] + second[u], out=merged[u:])
+        level = merged
+    return np.ascontiguousarray(level[:, :, 0].T)
 
 
 def _saturated(items: np.ndarray, best: str, cap: int) -> np.ndarray:
