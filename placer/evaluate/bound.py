@@ -212,10 +212,7 @@ def layer_floor(
     n = np.bincount(cell[tok] * num_experts + experts,
                     minlength=num_batches * num_gpus * num_experts)
     n = n.reshape(num_batches, num_gpus, num_experts).astype(np.float64)
-    # (batch, source, expert, code) of each selection: only a position rule reads them
-    at = ((batches.batch_of_token[tok], batches.source[tok], experts,
-           _codes(policy, experts, kpos, batches, tok, ids.shape[1], num_gpus))
-          if policy in CODE_POLICIES else (tok[:0],) * 4)
+    at, dense = _selections(policy, experts, kpos, batches, tok, ids.shape[1], num_gpus)
     per_token = valid.sum(axis=1)
     has = per_token > 0
     counted = np.bincount(cell[has], minlength=num_batches * num_gpus)
@@ -229,8 +226,6 @@ def layer_floor(
     out, inter = copies.per_gpu(n, tokens, k_min)
     # per batch (the cells' floors) counts few replica counts exactly; all batches together
     # (the mean's floor, the figure the gap is measured on) counts every one it can
-    dense = (_dense_codes(policy, batches.rank_position[tok], at[3])
-             if policy in CODE_POLICIES else None)  # both counts share it
     out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches,
                                                            exact=EXACT_REPLICAS, dense=dense)
     out_all, inter_all, _ = copies.totals(
@@ -280,17 +275,20 @@ def selected_entries(valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tok, flat - tok * valid.shape[1]
 
 
-def _codes(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,
-           tok: np.ndarray, top_k: int, num_gpus: int) -> np.ndarray:
-    """``[selections]`` the dispatch code of each selection (``code mod r`` picks its
-    replica, :func:`placer.evaluate.dispatch.dispatch_codes`); the round-robin code for
-    policies without one (unused there)."""
-    position = batches.rank_position[tok]
+def _selections(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,
+                tok: np.ndarray, top_k: int, num_gpus: int,
+                ) -> tuple[Selections, tuple[np.ndarray, np.ndarray] | None]:
+    """``(batch, source, expert, code)`` of each selection, its dispatch code (``code mod
+    r`` picks its replica, :func:`placer.evaluate.dispatch.dispatch_codes`), and the
+    codes' :func:`dense_codes` (both replica counts share them): only a position rule
+    reads them (empty arrays and None under other policies)."""
     if policy not in CODE_POLICIES:
-        return position * top_k + kpos
-    source = batches.source[tok]
-    return dispatch_codes(policy, experts, kpos, source, position, top_k=top_k,
+        return (tok[:0],) * 4, None
+    position, source = batches.rank_position[tok], batches.source[tok]
+    code = dispatch_codes(policy, experts, kpos, source, position, top_k=top_k,
                           run=batches.batch_of_token[tok] * num_gpus + source)
+    return ((batches.batch_of_token[tok], source, experts, code),
+            _dense_codes(policy, position, code))
 
 
 def _dense_codes(policy: str, position: np.ndarray,
