@@ -31,8 +31,8 @@ ROUND_ROBIN_CELLS = 1 << 22
 EXACT_REPLICAS = 12
 #: ... except with this few places (nodes), where every count is counted exactly.
 EXACT_ALL_PLACES = 16
-#: Residue classes are summed from per-code counts (``[batches x experts x places,
-#: distinct codes]``, float32) up to this many cells; past it, counted per replica count.
+#: Residue classes are summed from per-code counts (``[distinct codes, places x batches x
+#: experts]``, int32) up to this many cells; past it, counted per replica count.
 RESIDUE_CELLS = 1 << 25
 #: ... and at most this many cells per selection (denser counts than that are summed
 #: faster per replica count).
