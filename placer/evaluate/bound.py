@@ -203,7 +203,7 @@ def layer_floor(
     fabric, mode = costs.fabric, costs.mode
     num_batches, num_gpus = batches.num_batches, fabric.num_gpus
     valid = ids >= 0
-    tok, kpos = np.nonzero(valid)
+    tok, kpos = selected_entries(valid)
     experts = ids[valid]
     cell = batches.batch_of_token * num_gpus + batches.source  # [tokens] (batch, source)
     check_allocation((num_batches, num_gpus, num_experts), f"the time floor's {num_batches:,}"
@@ -212,8 +212,7 @@ def layer_floor(
     n = np.bincount(cell[tok] * num_experts + experts,
                     minlength=num_batches * num_gpus * num_experts)
     n = n.reshape(num_batches, num_gpus, num_experts).astype(np.float64)
-    at = (batches.batch_of_token[tok], batches.source[tok], experts,
-          _codes(policy, experts, kpos, batches, tok, ids.shape[1], num_gpus))
+    at, dense = _selections(policy, experts, kpos, batches, tok, ids.shape[1], num_gpus)
     per_token = valid.sum(axis=1)
     has = per_token > 0
     counted = np.bincount(cell[has], minlength=num_batches * num_gpus)
@@ -227,7 +226,6 @@ def layer_floor(
     out, inter = copies.per_gpu(n, tokens, k_min)
     # per batch (the cells' floors) counts few replica counts exactly; all batches together
     # (the mean's floor, the figure the gap is measured on) counts every one it can
-    dense = dense_codes(at[3]) if policy in CODE_POLICIES else None  # both counts share it
     out_total, node_inter, replica_compute = copies.totals(n, tokens, k_min, at, num_batches,
                                                            exact=EXACT_REPLICAS, dense=dense)
     out_all, inter_all, _ = copies.totals(
@@ -269,17 +267,42 @@ def layer_floor(
     return cells, total, copies_all, float(tokens.sum())
 
 
-def _codes(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,
-           tok: np.ndarray, top_k: int, num_gpus: int) -> np.ndarray:
-    """``[selections]`` the dispatch code of each selection (``code mod r`` picks its
-    replica, :func:`placer.evaluate.dispatch.dispatch_codes`); the round-robin code for
-    policies without one (unused there)."""
-    position = batches.rank_position[tok]
+def selected_entries(valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.nonzero`` of a ``[tokens, k]`` mask, the same arrays, from its flat indices
+    (cheaper than the two-dimensional form)."""
+    flat = np.flatnonzero(valid)
+    tok = flat // valid.shape[1]
+    return tok, flat - tok * valid.shape[1]
+
+
+def _selections(policy: str, experts: np.ndarray, kpos: np.ndarray, batches: Batches,
+                tok: np.ndarray, top_k: int, num_gpus: int,
+                ) -> tuple[Selections, tuple[np.ndarray, np.ndarray] | None]:
+    """``(batch, source, expert, code)`` of each selection, its dispatch code (``code mod
+    r`` picks its replica, :func:`placer.evaluate.dispatch.dispatch_codes`), and the
+    codes' :func:`dense_codes` (both replica counts share them): only a position rule
+    reads them (empty arrays and None under other policies)."""
     if policy not in CODE_POLICIES:
-        return position * top_k + kpos
-    source = batches.source[tok]
-    return dispatch_codes(policy, experts, kpos, source, position, top_k=top_k,
+        return (tok[:0],) * 4, None
+    position, source = batches.rank_position[tok], batches.source[tok]
+    code = dispatch_codes(policy, experts, kpos, source, position, top_k=top_k,
                           run=batches.batch_of_token[tok] * num_gpus + source)
+    return ((batches.batch_of_token[tok], source, experts, code),
+            _dense_codes(policy, position, code))
+
+
+def _dense_codes(policy: str, position: np.ndarray,
+                 code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`dense_codes` of ``code``; under ``vllm_hash`` (a code is the hash of its
+    selection's rank ``position`` alone) from the few distinct positions, without
+    sorting every selection's code."""
+    if policy != "vllm_hash":
+        return dense_codes(code)
+    at, where = dense_codes(position)
+    at = at.astype(position.dtype, copy=False)
+    values, inverse = np.unique(dispatch_codes(policy, at, at, at, at, top_k=1),
+                                return_inverse=True)
+    return values, inverse.reshape(-1)[where]
 
 
 @dataclass(frozen=True)

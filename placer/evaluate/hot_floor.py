@@ -54,7 +54,7 @@ import numpy as np
 from placer.errors import Param, UsageError
 from placer.evaluate.balance import nan_percentile
 from placer.evaluate.batches import Batches
-from placer.evaluate.bound import TimeBound, nearest_latency
+from placer.evaluate.bound import TimeBound, nearest_latency, selected_entries
 from placer.evaluate.core import EvalParams, token_source
 from placer.evaluate.costs import CostModel, copy_us
 from placer.evaluate.dispatch import CODE_POLICIES, dispatch_codes
@@ -121,10 +121,31 @@ def counts_floor(
     UsageError: ``params.policy`` is not a position rule (its replica loads depend on
         where the replicas sit).
     """
+    return counts_floors([placement], routing, topology, model, params, general=general,
+                         draws=draws)[0]
+
+
+def counts_floors(
+    placements: list[Placement],
+    routing: RoutingData | ExpertStats,
+    topology: Topology,
+    model: ModelSpec,
+    params: EvalParams,
+    *,
+    general: TimeBound | None = None,
+    draws: dict[tuple[int, ...], np.ndarray] | None = None,
+) -> list[CountsFloor]:
+    """:func:`counts_floor` of each placement; placements of the same layers share each
+    layer's tokens, selections and dispatch codes (the same figures, drawn once)."""
     if params.policy not in CODE_POLICIES:
         raise UsageError(
             f"the per-batch floor needs a position rule, not {params.policy!r}",
             where=Param("policy"), hint=f"policies: {', '.join(CODE_POLICIES)}")
+    if len({p.layer_ids.tobytes() for p in placements}) > 1:
+        return [counts_floors([p], routing, topology, model, params, general=general,
+                              draws=draws)[0] for p in placements]
+    if not placements:
+        return []
     if isinstance(routing, ExpertStats):
         routing = RoutingData(routing)
     stats = routing.stats
@@ -133,28 +154,32 @@ def counts_floor(
                                    option=Param("held_out"))
     num_gpus = topology.num_gpus
     stats_row = {int(i): r for r, i in enumerate(stats.layer_ids.tolist())}
-    layer_ids = np.asarray(placement.layer_ids, dtype=np.int64)
+    layer_ids = np.asarray(placements[0].layer_ids, dtype=np.int64)
     experts_of, batches, _, _ = token_source(
         routing, layer_ids, np.array([stats_row[int(i)] for i in layer_ids]), windows, params,
         num_gpus, draws)
     costs = _PieceCosts.of(CostModel.of(topology, model, params.mode, params.dtype))
-    cells = np.full((batches.num_batches, layer_ids.size), np.nan)
+    cells = np.full((len(placements), batches.num_batches, layer_ids.size), np.nan)
     hottest = np.full_like(cells, np.nan)
     for row in range(layer_ids.size):
         ids = experts_of(row)
-        pieces = _pieces(ids, batches, placement.replica_counts[row], params.policy,
-                         num_gpus, costs, placement.slots_per_gpu)
-        floor = np.maximum(*(_packing_floor(p, num_gpus, placement.slots_per_gpu)
-                             for p in pieces))
+        at = _selections(ids, batches, params.policy, num_gpus)
         empty = np.bincount(batches.batch_of_token[(ids >= 0).any(axis=1)],
                             minlength=batches.num_batches) == 0
-        cells[:, row] = np.where(empty, np.nan, floor)
-        hottest[:, row] = np.where(empty, np.nan, np.maximum(*(p.max(axis=1) for p in pieces)))
+        for i, placement in enumerate(placements):
+            pieces = _pieces(at, batches.num_batches, placement.replica_counts[row], num_gpus,
+                             costs, placement.slots_per_gpu)
+            floor = np.maximum(*(_packing_floor(p, num_gpus, placement.slots_per_gpu)
+                                 for p in pieces))
+            cells[i, :, row] = np.where(empty, np.nan, floor)
+            hottest[i, :, row] = np.where(empty, np.nan,
+                                          np.maximum(*(p.max(axis=1) for p in pieces)))
     if general is not None:
         cols = [list(general.layer_ids).index(int(i)) for i in layer_ids]
-        cells = np.fmax(cells, general.layer_time_us[:, cols])
-    return CountsFloor(layer_ids=layer_ids, layer_time_us=cells, hottest_piece_us=hottest,
-                       policy=params.policy)
+        cells = np.fmax(cells, general.layer_time_us[:, cols][None])
+    return [CountsFloor(layer_ids=layer_ids, layer_time_us=np.ascontiguousarray(cells[i]),
+                        hottest_piece_us=np.ascontiguousarray(hottest[i]),
+                        policy=params.policy) for i in range(len(placements))]
 
 
 @dataclass(frozen=True)
@@ -202,23 +227,31 @@ def _fixed_us(costs: CostModel, per_class: list[np.ndarray]) -> tuple[float, flo
     return 2.0 * least[0], 2.0 * least[1]
 
 
-def _pieces(ids: np.ndarray, batches: Batches, counts: np.ndarray, policy: str, num_gpus: int,
-            costs: _PieceCosts, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """``([B, P], [B, P])`` the least time each replica adds to its GPU in each batch,
-    ``v`` and ``u`` (argument 1); ``ids``: ``[tokens, k]`` expert ids of the batches'
-    tokens, ``counts``: ``[E]``, ``slots``: slots per GPU."""
-    num_batches = batches.num_batches
+def _selections(ids: np.ndarray, batches: Batches, policy: str,
+                num_gpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(batch, source, expert, code)`` of each selection of ``ids`` (``[tokens, k]``
+    expert ids of the batches' tokens), its dispatch code under ``policy``."""
     valid = ids >= 0
-    tok, kpos = np.nonzero(valid)
+    tok, kpos = selected_entries(valid)
     experts = ids[valid].astype(np.int64)
     source = batches.source[tok]
     code = dispatch_codes(policy, experts, kpos, source, batches.rank_position[tok],
                           top_k=ids.shape[1],
                           run=batches.batch_of_token[tok] * num_gpus + source)
+    return batches.batch_of_token[tok], source, experts, code
+
+
+def _pieces(at: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], num_batches: int,
+            counts: np.ndarray, num_gpus: int, costs: _PieceCosts,
+            slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """``([B, P], [B, P])`` the least time each replica adds to its GPU in each batch,
+    ``v`` and ``u`` (argument 1); ``at``: :func:`_selections` of the batches' tokens,
+    ``counts``: ``[E]``, ``slots``: slots per GPU."""
+    batch, source, experts, code = at
     first = np.r_[0, np.cumsum(counts)[:-1]]
     piece = first[experts] + code % counts[experts]
     num_pieces = int(counts.sum())
-    cell = batches.batch_of_token[tok] * num_pieces + piece  # (batch, piece)
+    cell = batch * num_pieces + piece  # (batch, piece)
     load = np.bincount(cell, minlength=num_batches * num_pieces)
     load = load.reshape(num_batches, num_pieces).astype(np.float64)
     by_source = np.bincount(cell * num_gpus + source,

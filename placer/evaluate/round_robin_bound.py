@@ -31,8 +31,8 @@ ROUND_ROBIN_CELLS = 1 << 22
 EXACT_REPLICAS = 12
 #: ... except with this few places (nodes), where every count is counted exactly.
 EXACT_ALL_PLACES = 16
-#: Residue classes are summed from per-code counts (``[batches x experts x places,
-#: distinct codes]``, float32) up to this many cells; past it, counted per replica count.
+#: Residue classes are summed from per-code counts (``[distinct codes, places x batches x
+#: experts]``, int32) up to this many cells; past it, counted per replica count.
 RESIDUE_CELLS = 1 << 25
 #: ... and at most this many cells per selection (denser counts than that are summed
 #: faster per replica count).
@@ -147,8 +147,11 @@ def _restricted(at: Selections, chosen: np.ndarray, num_experts: int) -> Selecti
     batch, place, expert, code = at
     index = np.full(num_experts, -1)
     index[chosen] = np.arange(chosen.size)
-    keep = index[expert] >= 0
-    return batch[keep], place[keep], index[expert[keep]], code[keep]
+    renumbered = index[expert]
+    if chosen.size == num_experts:  # every expert: every selection
+        return batch, place, renumbered, code
+    keep = renumbered >= 0
+    return batch[keep], place[keep], renumbered[keep], code[keep]
 
 
 def _running_replicas_compute(
@@ -190,8 +193,7 @@ def _residue_classes(
     microseconds.  ``selected``'s codes index ``values`` (:func:`dense_codes`).
 
     The selections are counted once per (batch, expert, distinct code, place); each
-    count's classes are then sums of those counts, one product with a 0/1 matrix (code
-    -> class) for every count together, exact in float32 (integer counts below 2^24).
+    count's classes are then sums of those counts (:func:`_class_sums`, exact integers).
     When those counts would be sparse (more than :data:`RESIDUE_SPARSE` cells a
     selection, as with many places) or many, one pass over the selections per count."""
     b, x, e, j = selected
@@ -202,22 +204,37 @@ def _residue_classes(
         base = b * width + e
         return [_residue_classes_of(base, x, (values % count)[j], count, (num_batches, width),
                                     num_places, weight_us, token_us) for count in counts]
-    per_code = np.bincount(((b * width + e) * values.size + j) * num_places + x,
-                           minlength=cells).astype(np.float32)
-    starts = np.cumsum([0, *counts])
-    classes = np.zeros((int(starts[-1]), values.size), dtype=np.float32)
-    for start, count in zip(starts, counts, strict=False):
-        classes[start + values % count, np.arange(values.size)] = 1.0
-    # [B x W, classes of every count, X]: each class's selections from each place
-    summed = classes @ per_code.reshape(num_batches * width, values.size, num_places)
+    rows = num_batches * width
+    # [codes, X x B x W]: the selections of each code from each place, each (batch, expert)
+    per_code = np.bincount((j * num_places + x) * rows + b * width + e,
+                           minlength=cells).astype(np.int32).reshape(values.size, num_places * rows)
     out = []
-    for start, count in zip(starts, counts, strict=False):
-        m = summed[:, start:start + count]
-        runs = m.sum(axis=2).reshape(num_batches, width, count).astype(np.float64)
+    for count, classes in zip(counts, _class_sums(per_code, values, counts), strict=True):
+        classes = classes.reshape(count, num_places, rows)
+        # [B, W, count] laid out as before, so the compute sums over classes alike
+        runs = np.ascontiguousarray(classes.sum(axis=1).T).reshape(
+            num_batches, width, count).astype(np.float64)
         spent = np.where(runs > 0, np.maximum(weight_us, runs * token_us), 0.0)
-        best = m.max(axis=2).sum(axis=1).reshape(num_batches, width).astype(np.int64)
+        best = classes.max(axis=1).sum(axis=0, dtype=np.int64).reshape(num_batches, width)
         out.append((best, spent.sum(axis=2)))
     return out
+
+
+def _class_sums(per_code: np.ndarray, values: np.ndarray, counts: range) -> list[np.ndarray]:
+    """For each count of ``counts``, ``[count, N]`` the rows of ``per_code`` (``[J, N]``,
+    one per distinct code of ``values``) summed per residue class ``code mod count``:
+    row by row (exact integer sums, no BLAS), each count's classes from those of a
+    multiple already summed when there is one (``i mod c`` of classes ``mod m``)."""
+    done: dict[int, np.ndarray] = {}
+    for count in sorted(counts, reverse=True):
+        multiple = min((m for m in done if m % count == 0), default=None)
+        rows, residue = ((per_code, values % count) if multiple is None
+                         else (done[multiple], np.arange(multiple) % count))
+        sums = np.zeros((count, per_code.shape[1]), dtype=per_code.dtype)
+        for row, r in zip(rows, residue.tolist(), strict=True):
+            sums[r] += row
+        done[count] = sums
+    return [done[count] for count in counts]
 
 
 def _residue_classes_of(
@@ -242,20 +259,22 @@ def _combined(items: np.ndarray, best: str) -> np.ndarray:
     of items at once (a tree of merges; a sum of the same terms, so the same optimum)."""
     size = items.shape[2]
     empty = -np.inf if best == "max" else np.inf
-    reduce = np.max if best == "max" else np.min
-    # a[j - u] read from ``a`` padded with size - 1 empty values in front: u > j is empty
-    steps = np.arange(size)
-    before = steps[:, None] - steps[None, :] + size - 1  # [j, u]
-    while items.shape[1] > 1:
-        if items.shape[1] % 2:  # an item with no value: zero replicas, nothing else
-            identity = np.full((items.shape[0], 1, size), empty)
-            identity[:, :, 0] = 0.0
-            items = np.concatenate([items, identity], axis=1)
-        first = np.concatenate([np.full((*items.shape[:1], items.shape[1] // 2, size - 1),
-                                        empty), items[:, 0::2]], axis=2)
-        items = reduce(first[:, :, before] + items[:, 1::2][:, :, None, :], axis=3)
-    out: np.ndarray = items[:, 0]
-    return out
+    pick = np.maximum if best == "max" else np.minimum
+    level = np.moveaxis(items, 2, 0)  # [c, B, n]: each count's values contiguous
+    while level.shape[2] > 1:
+        if level.shape[2] % 2:  # an item with no value: zero replicas, nothing else
+            identity = np.full((size, level.shape[1], 1), empty)
+            identity[0] = 0.0
+            level = np.concatenate([level, identity], axis=2)
+        first = np.ascontiguousarray(level[:, :, 0::2])
+        second = np.ascontiguousarray(level[:, :, 1::2])
+        # value of j = the best over u <= j of first[j - u] + second[u]: one shifted sum
+        # per u, each the same two terms the recurrence adds (so the same optimum)
+        merged = first + second[0]
+        for u in range(1, size):
+            pick(merged[u:], first[:size - u] + second[u], out=merged[u:])
+        level = merged
+    return np.ascontiguousarray(level[:, :, 0].T)
 
 
 def _saturated(items: np.ndarray, best: str, cap: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, time_bound
 from placer.evaluate.bound import TimeBound
 from placer.evaluate.dispatch import CODE_POLICIES
-from placer.evaluate.hot_floor import CountsFloor, counts_floor
+from placer.evaluate.hot_floor import CountsFloor, counts_floors
 from placer.parallel import Background
 from placer.placement import Placement
 from placer.problem import PlacementProblem, SolveResult
@@ -90,21 +90,21 @@ def _half(routing: RoutingData, problem: PlacementProblem, results: list[SolveRe
             bound = None
         if params.policy not in CODE_POLICIES:
             return bound, None
-        floors: dict[bytes, CountsFloor] = {}  # the floor depends on the replica counts alone
+        plans: dict[bytes, Placement] = {}  # the floor depends on the replica counts alone
         known = set(stats.layer_ids.tolist())
         for r in results:
             key = _counts_key(r.placement)
-            if key in floors:
+            if key in plans:
                 continue
             if not set(r.placement.layer_ids.tolist()) <= known:
                 return bound, None  # a layer the data lacks: not floored
-            try:
-                floors[key] = counts_floor(_layers_of(r.placement, layer_ids), routing,
-                                           problem.topology, problem.model, params,
-                                           general=bound, draws=draws)
-            except (PlacerError, KeyError):
-                return bound, None
-    return bound, floors
+            plans[key] = _layers_of(r.placement, layer_ids)
+        try:  # every plan at once: each layer's tokens and codes drawn once
+            done = counts_floors(list(plans.values()), routing, problem.topology,
+                                 problem.model, params, general=bound, draws=draws)
+        except (PlacerError, KeyError):
+            return bound, None
+    return bound, dict(zip(plans, done, strict=True))
 
 
 def _counts_key(placement: Placement) -> bytes:

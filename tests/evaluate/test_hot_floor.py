@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from placer.errors import UsageError
 from placer.evaluate import EvalParams, evaluate, time_bound
 from placer.evaluate.dispatch import CODE_POLICIES
-from placer.evaluate.hot_floor import _packing_floor, counts_floor
+from placer.evaluate.hot_floor import _packing_floor, counts_floor, counts_floors
 from placer.placement import Placement
 from placer.regime import MODES
 from placer.topology import load_topology
@@ -107,3 +107,25 @@ def test_static_dispatch_has_no_counts_floor():
     with pytest.raises(UsageError) as info:
         counts_floor(pl, routing, cluster((2,)), model, EvalParams(policy="sglang"))
     assert info.value.where == "policy"
+
+
+@pytest.mark.parametrize("policy", CODE_POLICIES)
+def test_plans_floored_together_equal_each_floored_alone(policy: str) -> None:
+    """``counts_floors`` draws each layer's tokens and codes once for every plan: each
+    plan's floor is the one ``counts_floor`` gives it alone, to the last bit."""
+    model = tiny_model(num_experts=4, top_k=2, layers=(0, 1))
+    routing = random_routing(192, num_experts=4, top_k=2, layer_ids=(0, 1), batch=16,
+                             seed=9, ranks=3)
+    topology = cluster((2, 1))
+    params = EvalParams(policy=policy, mode="low_latency", batch_tokens=16)
+    rows = [np.array([[0, 0, 1, 1, 2, 3], [0, 1, 2, 3, 3, 3]]),
+            np.array([[0, 1, 2, 3, 0, 2], [1, 1, 1, 0, 2, 3]])]
+    plans = [Placement(r, np.array([0, 1]), 4, 3) for r in rows]
+    general = time_bound(routing, topology, model, params, plans[0].slots_per_gpu)
+    together = counts_floors(plans, routing, topology, model, params, general=general)
+    for plan, floor in zip(plans, together, strict=True):
+        alone = counts_floor(plan, routing, topology, model, params, general=general)
+        assert np.array_equal(floor.layer_time_us, alone.layer_time_us, equal_nan=True)
+        assert np.array_equal(floor.hottest_piece_us, alone.hottest_piece_us, equal_nan=True)
+    assert not np.array_equal(together[0].hottest_piece_us, together[1].hottest_piece_us,
+                              equal_nan=True)
