@@ -219,6 +219,11 @@ CPSAT_PAIRS_PER_EXPERT = 8
 #: ``robust="cvar"``: objective 1 averages the hot shards of this share of the windows,
 #: the worst ones (the conditional value at risk at level 1 - fraction).
 CPSAT_CVAR_FRACTION = 0.25
+#: Most windows a layer's CP-SAT model holds: past it the fitted windows are merged,
+#: consecutive ones summed, into this many (a step's model, and the time CP-SAT spends
+#: loading and presolving it, grow with its windows: 62 windows of a 1,000,000-token trace
+#: cost 30 ms a step beyond the search, 16 windows 15 ms).
+CPSAT_MAX_WINDOWS = 16
 #: With a batch size to plan for, each GPU's load counts this many standard deviations
 #: of its per-batch noise (about the 98th percentile of one GPU's load).
 CPSAT_NOISE_Z = 2.0

@@ -63,6 +63,8 @@ class CpsatOptions:
     window_packing: a fresh plan's neighbourhood search starts from the hint's replicas
         packed again window by window when that balances better
         (:func:`placer.planning.solvers.cpsat.packing.window_packing`).
+    max_windows: most windows a layer's model holds; more fitted windows are merged,
+        consecutive ones summed, into this many (0: every window).
     """
 
     balance_tolerance: float = 0.005
@@ -86,6 +88,7 @@ class CpsatOptions:
     noise_z: float = constants.CPSAT_NOISE_Z
     keep_nodes: str = "auto"
     window_packing: bool = True
+    max_windows: int = constants.CPSAT_MAX_WINDOWS
 
     def __post_init__(self) -> None:
         if not 0 <= self.balance_tolerance <= 1:
@@ -104,7 +107,8 @@ class CpsatOptions:
         for name in ("neighbourhood_slots", "patience", "cost_patience", "pairs_per_expert"):
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"expected {name} >= 1", where=Param(f"options.{name}"))
-        for name in ("balance_iterations", "cost_iterations", "full_model_max_vars"):
+        for name in ("balance_iterations", "cost_iterations", "full_model_max_vars",
+                     "max_windows"):
             if int(getattr(self, name)) < 0:
                 raise UsageError(f"expected {name} >= 0", where=Param(f"options.{name}"))
         for name in ("submodel_dtime", "full_model_dtime"):

@@ -94,6 +94,16 @@ def keeps_nodes(problem: PlacementProblem, options: CpsatOptions, regime: Regime
             and problem.num_groups % problem.num_nodes == 0)
 
 
+def merged_windows(load: np.ndarray, most: int) -> np.ndarray:
+    """``load: [W, E]`` with its non-empty windows merged, consecutive ones summed, into
+    ``most`` of nearly equal counts when there are more (``most`` 0: unchanged)."""
+    kept = load[load.sum(axis=1) > 0]
+    if most <= 0 or kept.shape[0] <= most:
+        return load
+    return np.stack([kept[group].sum(axis=0)
+                     for group in np.array_split(np.arange(kept.shape[0]), most)])
+
+
 def layer_data(
     problem: PlacementProblem, row: int, hint_counts: np.ndarray, robust: str,
     options: CpsatOptions | None = None, batch_tokens: int | None = None,
@@ -109,7 +119,7 @@ def layer_data(
     options = options or CpsatOptions()
     stats = problem.stats
     layer_id = int(stats.layer_ids[row])
-    load = stats.load[:, row, :].astype(np.float64)  # [W, E]
+    load = merged_windows(stats.load[:, row, :].astype(np.float64), options.max_windows)
     totals = load.sum(axis=1)
     noise = None
     if robust in ("max", "cvar") and (totals > 0).sum() >= 1:
