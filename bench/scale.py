@@ -133,8 +133,8 @@ def critical_path(command: list[str]) -> dict[str, float]:
     the planner's judge and the summary each as the longer of this process's CPU and half
     of everything's (the search runs its layers in two worker processes, the judge and the
     summary fork one child beside this one; the search's budget is deterministic work, so
-    its CPU seconds do not depend on the load); the rest as its CPU.  An estimate: the machine is shared, and the CPU
-    seconds are what the load inflates least."""
+    its CPU seconds do not depend on the load); the rest as its CPU.  An estimate: the
+    machine is shared, and the CPU seconds are what the load inflates least."""
     args = command[command.index("placer.cli.main") + 1:]  # plan TRACE ...
     probe = [sys.executable, "-c", PHASES, "placer", *args]
     wall = time.perf_counter()

@@ -222,3 +222,22 @@ def test_reference_differs_when_a_coefficient_differs():
     built = _proto(LayerModel, data, x, gpus, mode=BALANCE)
     other = LayerModel(data, x, gpus, mode=BALANCE, scale=data.scale * 1.01)
     assert built != str(other.model.Proto())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_load_terms_counts_the_terms_of_the_hot_shards_constraints(seed):
+    """Tail 1: each load the model can change is one ``T >= load`` row (``T`` is the last
+    variable), so its terms are the rows' terms but ``T``'s."""
+    data, x = _layer(seed, current=seed == 1, allowed=False, tail=1, noise=False)
+    model = LayerModel(data, x, np.arange(3), mode=BALANCE, scale=data.scale)
+    proto = model.model.Proto()
+    hottest = len(proto.variables) - 1
+    rows = [c.linear for c in proto.constraints if hottest in list(c.linear.vars)]
+    assert model.load_terms == sum(len(row.vars) - 1 for row in rows) > 0
+
+
+def test_a_step_costs_more_work_only_past_the_calibrated_model_size():
+    from placer.planning.solvers.cpsat.search import STEP_TERMS, STEP_WORK, step_work
+
+    assert step_work(0) == step_work(STEP_TERMS) == STEP_WORK
+    assert step_work(STEP_TERMS + 200_000) > 30 * STEP_WORK  # a 2,048-GPU layer's model

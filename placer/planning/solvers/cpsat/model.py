@@ -83,6 +83,11 @@ class _GpuLoad:
         self._constants = constant.tolist()
         self._last = int(index.max()) if index.size else -1
 
+    @property
+    def terms(self) -> int:
+        """Its non-zero terms over every window: what writing and presolving it costs."""
+        return len(self._coeffs)
+
     def expression(self, w: int) -> cp_model.LinearExprT:
         """Window ``w``'s load as a linear expression."""
         return (cp_model.LinearExpr.weighted_sum(self.variables, self.table[w].tolist())
@@ -299,6 +304,12 @@ class LayerModel:
         plain[list(self._gpu_load)] = False  # GPUs whose load the model cannot change
         if plain.any():
             self.constant_load = np.maximum(self.constant_load, constant[:, plain].max(axis=1))
+
+    @property
+    def load_terms(self) -> int:
+        """The non-zero terms of every GPU load the model can change, over every window:
+        the measure of its size the search's work accounting reads."""
+        return sum(load.terms for load in self._gpu_load.values())
 
     def _load_vars(self, e: int, g: int, multi: set[int]) -> list[cp_model.IntVar]:
         """The variables of free expert ``e``'s load on freed GPU ``g``."""

@@ -42,6 +42,18 @@ STALL_GROWTH = 3
 #: 1.25 s per deterministic second (the second under heavier load).
 STEP_WORK = 0.016
 DTIME_WORK = 1.0
+#: ... and a model past ``STEP_TERMS`` non-zero load terms (:attr:`LayerModel.load_terms`;
+#: the bench's models hold up to about 6,500) costs ``STEP_TERM_WORK`` more per term past
+#: them: writing and presolving a model grows with it (a 2,048-GPU layer of 180,000-360,000
+#: terms spent 0.6-0.8 s a step beyond its deterministic time, against 0.015 s at 2,000).
+STEP_TERMS = 10_000
+STEP_TERM_WORK = 3.3e-6
+
+
+def step_work(load_terms: int) -> float:
+    """The fixed work of one step on a model of ``load_terms`` load terms, reference
+    seconds (:data:`STEP_WORK`, more past :data:`STEP_TERMS`)."""
+    return STEP_WORK + STEP_TERM_WORK * max(0, load_terms - STEP_TERMS)
 
 
 @dataclass(frozen=True)
@@ -152,9 +164,10 @@ class _Clock:
             return False
         return self.left() > 0
 
-    def dtime(self, cap: float) -> float:
-        """A step's deterministic-time limit: ``cap``, cut to the work left."""
-        return max(1e-3, min(cap, (self.work_left - STEP_WORK) / DTIME_WORK))
+    def dtime(self, cap: float, fixed: float = STEP_WORK) -> float:
+        """A step's deterministic-time limit: ``cap``, cut to the work left past the
+        step's ``fixed`` work."""
+        return max(1e-3, min(cap, (self.work_left - fixed) / DTIME_WORK))
 
     def solve(self, model: LayerModel, cap: float, seed: int, lns: bool = False) -> SubResult:
         """One step: ``model`` solved within ``cap`` deterministic seconds cut to the work
@@ -162,10 +175,11 @@ class _Clock:
         when it is what ended the solve."""
         wall = max(self.left(), 1e-3)
         began = time.perf_counter()
-        result = model.solve(self.dtime(cap), wall, seed, lns=lns)
+        fixed = step_work(model.load_terms)
+        result = model.solve(self.dtime(cap, fixed), wall, seed, lns=lns)
         if time.perf_counter() - began >= wall:
             self.wall_hit = True
-        cost = STEP_WORK + DTIME_WORK * float(result.dtime)
+        cost = fixed + DTIME_WORK * float(result.dtime)
         self.work_left -= cost
         self.spent += cost
         return result
