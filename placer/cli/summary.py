@@ -143,8 +143,7 @@ def judged_doc(part: PartEvaluation) -> dict[str, Any]:
     note = part.judged_sample
     if note is None:
         return {"num_tokens": num, "of_tokens": num, "sample": None, "why": ""}
-    of = note.of_tokens if part.source == "trace" else num
-    return {"num_tokens": num, "of_tokens": of, "sample": note.sample, "why": note.why}
+    return note.to_dict(num, part.source == "trace")
 
 
 def judged_line(part: PartEvaluation) -> str:

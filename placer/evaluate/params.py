@@ -13,6 +13,7 @@ least :data:`SAMPLED_BATCHES_MIN`, at most ``constants.DEFAULT_SAMPLED_BATCHES``
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -186,6 +187,13 @@ class JudgedSample:
     of_tokens: int
     sample: dict[str, int] | None
     why: str
+
+    def to_dict(self, num_tokens: int, replayed: bool) -> dict[str, Any]:
+        """Plan's ``judged`` fields: ``num_tokens`` judged, ``of_tokens`` the windows hold
+        (``num_tokens`` when batches were sampled from the statistics, not ``replayed``),
+        ``sample`` and ``why``."""
+        return {"num_tokens": num_tokens, "of_tokens": self.of_tokens if replayed else num_tokens,
+                "sample": self.sample, "why": self.why}
 
 
 def judged_part(
