@@ -167,11 +167,7 @@ def report(
 def _judged_on(part: PartEvaluation) -> str:
     """The settings row: the judged windows, and what of a sampled trace was judged."""
     start, stop = part.windows
-    doc = judged_doc(part)
-    if part.judged_sample is None:
-        return f"windows {start}:{stop}"
-    of = f" of {doc['of_tokens']}" if doc["of_tokens"] > doc["num_tokens"] else ""
-    return f"windows {start}:{stop}, {doc['num_tokens']}{of} tokens ({doc['why']})"
+    return judged_line(part).removeprefix("judged on ") or f"windows {start}:{stop}"
 
 
 def _check_outputs(output: Path, png_dir: Path | None, dpi: int) -> None:
