@@ -32,6 +32,7 @@ from placer.stats import RoutingData
 
 if TYPE_CHECKING:
     from placer.model import ModelSpec
+    from placer.traces import TokenSample
 
 #: Results go to stdout; messages, warnings and progress to stderr.
 out = Console(highlight=False, soft_wrap=True)
@@ -382,6 +383,20 @@ def read_trace(
     if model is not None:
         check_trace_model(routing.stats, model, allow_mismatch=allow_model_mismatch)
     return routing
+
+
+def judge_sample_for(batch_tokens: int, seed: int) -> TokenSample:
+    """The per-token routing to keep for a judge's replay
+    (:class:`placer.traces.TokenSample`), the same for every command that judges (plan,
+    evaluate, report, compare): the whole trace up to
+    ``placer.summary.JUDGE_WHOLE_SELECTIONS`` selections, else
+    ``JUDGE_BATCHES_PER_WINDOW`` whole batches of ``batch_tokens`` per window, drawn
+    with ``seed``: memory stays bounded whatever the trace's length."""
+    from placer.summary import JUDGE_BATCHES_PER_WINDOW, JUDGE_WHOLE_SELECTIONS
+    from placer.traces import TokenSample
+
+    return TokenSample(batch_tokens, JUDGE_BATCHES_PER_WINDOW, seed,
+                       whole_selections=JUDGE_WHOLE_SELECTIONS)
 
 
 def check_trace_header(paths: Sequence[Path], trace_format: str | None, model: ModelSpec,

@@ -20,6 +20,7 @@ from placer.cli.command import examples, given, placer_command
 from placer.cli.common import (
     err,
     handle_errors,
+    judge_sample_for,
     print_json,
     read_trace,
     said_warnings,
@@ -151,8 +152,41 @@ def compare_json(study: Study, outcomes: list[ScenarioOutcome], description: str
                      "p99_target_us": s.p99_target_us, "p99_slack_pct": s.p99_slack_pct},
         "notes": list(study.notes),
         "rows": [o.row.as_dict() for o in outcomes],
+        "judged": [{"scenario": o.row.scenario, **o.judged} for o in outcomes if o.judged],
         "recommendation": None if recommendation is None else recommendation.to_dict(),
     }
+
+
+def judged_lines(outcomes: list[ScenarioOutcome]) -> list[str]:
+    """What the scenarios were judged on when the trace was read as a sample, in plan's
+    words: one line when every scenario was judged alike, else one per scenario; none
+    when the trace was kept whole."""
+    judged = [(o.row.scenario, o.judged) for o in outcomes if o.judged]
+
+    def said(doc: dict[str, Any]) -> str:
+        of = f" of {doc['of_tokens']}" if doc["of_tokens"] > doc["num_tokens"] else ""
+        return f"judged on {doc['num_tokens']}{of} tokens ({doc['why']})"
+
+    if len({said(doc) for _, doc in judged}) == 1:
+        return [said(judged[0][1])]
+    return [f"{label}: {said(doc)}" for label, doc in judged]
+
+
+def _judge_sample(study: Study) -> Any:
+    """Per-token routing kept as plan keeps it (:func:`judge_sample_for`), in whole
+    batches of the size most scenarios judge with (their GPUs x tokens per GPU); a
+    scenario of another size samples batches from the statistics, and says so."""
+    from collections import Counter
+
+    from placer.topology import load_topology
+
+    names = Counter(s.topology for s in study.scenarios)
+    gpus = Counter({load_topology(name).num_gpus: 0 for name in names})
+    for name, count in names.items():
+        gpus[load_topology(name).num_gpus] += count
+    num_gpus = gpus.most_common(1)[0][0] if gpus else 1
+    regime = study.settings.regime
+    return judge_sample_for(regime.batch_tokens(num_gpus), regime.seed)
 
 
 def compare_csv(outcomes: list[ScenarioOutcome]) -> str:
@@ -286,7 +320,7 @@ def compare(
     from placer.model import load_model
 
     routing = read_trace(list(study.trace), trace_format, model=load_model(study.settings.model),
-                         keep_tokens=True, keep_warmup=keep_warmup,
+                         sample=_judge_sample(study), keep_warmup=keep_warmup,
                          allow_model_mismatch=allow_model_mismatch)
     description = split_routing(routing, study.settings.holdout).description
     if not quiet:
@@ -304,10 +338,11 @@ def compare(
         print_json(compare_json(study, outcomes, description, choice))
     elif csv_out:
         sys.stdout.write(compare_csv(outcomes))
-        sys.stderr.write(choice.line + "\n")  # an answer, not progress; stdout stays CSV
+        sys.stderr.write("".join(f"{line}\n" for line in (*judged_lines(outcomes), choice.line)))
     else:
         sys.stdout.write(format_table(rows, wide=wide))
-        sys.stdout.write(f"\n{choice.line}\n")
+        sys.stdout.write("\n" + "".join(f"{line}\n" for line in
+                                         (*judged_lines(outcomes), choice.line)))
     if report is not None or png_dir is not None:
         _write_report(study, outcomes, routing, description, report, png_dir, dpi, quiet,
                       said=(choice.line, *said_warnings()))

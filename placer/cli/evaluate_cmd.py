@@ -1,6 +1,8 @@
 """``placer evaluate``: judge placements on a routing trace, side by side.
 
-Thin: read the trace (keeping per-token routing), the model, the topology and each
+Thin: read the trace (keeping per-token routing as ``placer plan`` does: the whole trace
+while it is small, else a sample of whole batches per window,
+:func:`placer.cli.common.judge_sample_for`), the model, the topology and each
 placement; judge them all on the fitted and held-out parts
 (:func:`placer.evaluate.evaluate_many`); print one table per part with a column per
 placement (or JSON).
@@ -21,6 +23,7 @@ from placer.cli.command import examples, placer_command
 from placer.cli.common import (
     err,
     handle_errors,
+    judge_sample_for,
     out,
     print_json,
     read_trace,
@@ -48,6 +51,7 @@ from placer.cli.options import (
     workload_option,
 )
 from placer.cli.regime import judged_as, placements_regime
+from placer.cli.summary import judged_doc, judged_line
 from placer.errors import PlacerError
 from placer.evaluate import Evaluation, PartEvaluation, evaluate_many
 from placer.metrics import METRICS
@@ -89,6 +93,7 @@ def evaluation_report(
         if params is not None:
             part["params"] = {"batch_tokens": params.batch_tokens,
                               "num_batches": params.num_batches, "sample": params.sample}
+        part["judged"] = judged_doc(done)
     return {
         "trace": trace,
         "model": model,
@@ -161,9 +166,11 @@ def evaluate_cmd(
     topology_name = topology or recorded_name(placements, "topology", "--topology")
     model_spec = load_model(model_name)
     topo = load_topology(topology_name)
+    # per-token routing within bounds: whole batches of the judged size, as plan keeps
     routing = read_trace(trace, trace_format, model=model_spec, window_tokens=window_tokens,
-                         keep_tokens=True, keep_warmup=keep_warmup,
-                         allow_model_mismatch=allow_model_mismatch)
+                         sample=judge_sample_for(regime.batch_tokens(topo.num_gpus),
+                                                 regime.seed),
+                         keep_warmup=keep_warmup, allow_model_mismatch=allow_model_mismatch)
     names = column_names(placement)
     path_of = dict(zip(names, placement, strict=True))
 
@@ -195,9 +202,11 @@ def evaluate_cmd(
         print_json(report)
         return
     sys.stdout.write(judged_as(regime, note) + "\n\n")
-    for i, part in enumerate(report_parts):
+    for i, (part, done) in enumerate(zip(report_parts, judged, strict=True)):
         if i:
             sys.stdout.write("\n")
+        if judged_line(done):
+            sys.stdout.write(judged_line(done) + "\n")
         table = render_part(part)
         # wide enough for every cell: a console not attached to a terminal is 80 wide
         wide = Console(highlight=False, soft_wrap=True,

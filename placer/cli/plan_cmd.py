@@ -25,7 +25,7 @@ import typer
 
 from placer import constants
 from placer.cli.command import examples, given, placer_command
-from placer.cli.common import as_flags, handle_errors, print_json, read_trace
+from placer.cli.common import as_flags, handle_errors, judge_sample_for, print_json, read_trace
 from placer.cli.exports import export_implies_engine
 from placer.cli.options import (
     DEFAULT_LAYER_SECONDS,
@@ -73,7 +73,6 @@ from placer.summary import PlanSummary
 if TYPE_CHECKING:
     from placer.model import ModelSpec
     from placer.topology import Topology
-    from placer.traces import TokenSample
 
 EXAMPLES = examples(
     "placer plan traces/qwen3-30b-a3b.npz -m qwen3-30b-a3b -t 2x-dgx-h100 -r 16 -o plan.json",
@@ -83,19 +82,6 @@ EXAMPLES = examples(
     " --max-moves 64 -o next.json",
     note="Solvers, knobs and the summary: docs/planner.md; re-planning: docs/placement.md.",
 )
-
-def judge_sample_for(batch_tokens: int, seed: int) -> TokenSample:
-    """The per-token routing to keep for the summary's replay
-    (:class:`placer.traces.TokenSample`): the whole trace up to
-    ``placer.summary.JUDGE_WHOLE_SELECTIONS`` selections, else
-    ``JUDGE_BATCHES_PER_WINDOW`` whole batches of ``batch_tokens`` per window, drawn
-    with ``seed``: memory stays bounded whatever the trace's length."""
-    from placer.summary import JUDGE_BATCHES_PER_WINDOW, JUDGE_WHOLE_SELECTIONS
-    from placer.traces import TokenSample
-
-    return TokenSample(batch_tokens, JUDGE_BATCHES_PER_WINDOW, seed,
-                       whole_selections=JUDGE_WHOLE_SELECTIONS)
-
 
 def plan(
     trace: list[Path] = typer.Argument(

@@ -16,6 +16,7 @@ import typer
 from placer.cli.command import examples, placer_command
 from placer.cli.common import (
     handle_errors,
+    judge_sample_for,
     print_json,
     read_trace,
     recorded_by,
@@ -44,10 +45,12 @@ from placer.cli.options import (
     workload_option,
 )
 from placer.cli.regime import judged_as, placements_regime
+from placer.cli.summary import judged_doc, judged_line
 from placer.errors import UsageError
 from placer.stats.windows import default_split, parse_window_range, resolve_window_range
 
 if TYPE_CHECKING:
+    from placer.evaluate import PartEvaluation
     from placer.model import ModelSpec
     from placer.topology import Topology
 
@@ -102,7 +105,9 @@ def report(
     regime, note = placements_regime(placements, placement, engine, workload, tokens_per_gpu,
                                      dispatch, mode, seed)
     model_spec, topo = _cluster(placements, model, topology)
-    routing = read_trace(trace, trace_format, model=model_spec, keep_tokens=True,
+    routing = read_trace(trace, trace_format, model=model_spec,  # bounded, as plan keeps
+                         sample=judge_sample_for(regime.batch_tokens(topo.num_gpus),
+                                                 regime.seed),
                          allow_model_mismatch=allow_model_mismatch)
     windows = _judged_windows(routing.stats.num_windows, held_out)
     if not quiet:
@@ -118,7 +123,7 @@ def report(
                              evaluations, node_of_gpu=topo.node_of_gpu, layer=layer,
                              subtitle=subtitle, dpi=dpi,
                              settings=[("trace", ", ".join(str(t) for t in trace)),
-                                       ("judged on", f"windows {windows[0]}:{windows[1]}"),
+                                       ("judged on", _judged_on(part)),
                                        *evaluation_settings_rows(
                                            regime, params, model=model_spec.name,
                                            topology=topo.name,
@@ -135,6 +140,8 @@ def report(
     judged = placement_judgements(labels, evaluations)[1:] if len(labels) > 1 else []
     if not json_out:
         sys.stdout.write(judged_as(regime, note) + "\n")
+        if judged_line(part):
+            sys.stdout.write(judged_line(part) + "\n")
         for j in judged:  # the answer on stdout, one line per placement after the first
             sys.stdout.write(j.line + "\n")
         return
@@ -144,7 +151,7 @@ def report(
                      if png_dir is not None else []),
         "trace": [str(t) for t in trace], "model": model_spec.name, "topology": topo.name,
         "regime": {**regime.to_dict(), "note": note},
-        "windows": list(windows),
+        "windows": list(windows), "judged": judged_doc(part),
         "params": {"dtype": dtype or model_spec.default_dtype,
                    "batch_tokens": params.batch_tokens, "num_batches": params.num_batches,
                    "sample": params.sample},
@@ -155,6 +162,12 @@ def report(
                       "word": j.word, "line": j.line} for j in judged],
         "command": command_line(),
     })
+
+
+def _judged_on(part: PartEvaluation) -> str:
+    """The settings row: the judged windows, and what of a sampled trace was judged."""
+    start, stop = part.windows
+    return judged_line(part).removeprefix("judged on ") or f"windows {start}:{stop}"
 
 
 def _check_outputs(output: Path, png_dir: Path | None, dpi: int) -> None:

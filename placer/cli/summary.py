@@ -6,7 +6,7 @@ came from)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from placer.stats.skew import GINI_MARGIN
 from placer.summary import TIME_FIGURES, PlanSummary
 from placer.summary.figures import EQUAL_TOLERANCE, Judged
 from placer.summary.plan import BATCH_FLOOR_FIGURE, FLOOR_FIGURE
+
+if TYPE_CHECKING:
+    from placer.evaluate import PartEvaluation
 
 #: Column header of the floor (:func:`placer.evaluate.time_bound`) in the time rows.
 FLOOR_COLUMN = "floor"
@@ -129,6 +132,30 @@ def judged_text(judged: Judged) -> str:
     text = (f"{where}, {how}: {judged.num_batches} batch{'es' if judged.num_batches != 1 else ''}"
             f" of up to {judged.batch_tokens} tokens, {judged.num_tokens}{of} tokens")
     return f"{text} ({judged.reasons})" if judged.reasons else text
+
+
+def judged_doc(part: PartEvaluation) -> dict[str, Any]:
+    """What a part was judged on, with plan's ``judged`` fields: ``num_tokens`` replayed
+    or sampled, ``of_tokens`` the windows hold (the same unless a trace read as a sample
+    was replayed), ``sample`` (how the sample was judged, or None: the trace was kept
+    whole) and ``why`` (in words, or "")."""
+    num = int(part.evaluations[0][1].metrics["num_tokens"]) if part.evaluations else 0
+    note = part.judged_sample
+    if note is None:
+        return {"num_tokens": num, "of_tokens": num, "sample": None, "why": ""}
+    return note.to_dict(num, part.source == "trace")
+
+
+def judged_line(part: PartEvaluation) -> str:
+    """A part judged on a trace read as a sample, in words (plan's): ``judged on windows
+    6:32: 1024 of 6656 tokens (the trace's 8,192 tokens are too many to keep: ...)``;
+    "" when the trace was kept whole."""
+    if part.judged_sample is None:
+        return ""
+    doc = judged_doc(part)
+    of = f" of {doc['of_tokens']}" if doc["of_tokens"] > doc["num_tokens"] else ""
+    start, stop = part.windows
+    return f"judged on windows {start}:{stop}: {doc['num_tokens']}{of} tokens ({doc['why']})"
 
 
 def time_rows(summary: PlanSummary) -> list[str]:

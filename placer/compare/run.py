@@ -16,7 +16,7 @@ from placer.compare.rows import METRIC_FIELDS, STATUS_OK, CompareRow, with_verdi
 from placer.compare.scenarios import CompareSettings, Scenario
 from placer.errors import InfeasibleError, PlacerError, PlacerWarning, UsageError
 from placer.evaluate import evaluate
-from placer.evaluate.params import replay_or_sample
+from placer.evaluate.params import judged_part
 from placer.parallel import Backend
 from placer.placement import Placement
 from placer.planning.build import ProblemSpec, build_problem
@@ -41,11 +41,15 @@ class ScenarioOutcome:
     row: the figures.
     placement: the planned placement, or None.
     evaluation: ``placer.evaluate.Evaluation`` on the judged windows, or None.
+    judged: what the scenario was judged on when the trace was read as a sample
+        (``JudgedSample.to_dict``: ``num_tokens``, ``of_tokens``, ``sample``, ``why``),
+        else None (the trace kept whole, or the scenario did not run).
     """
 
     row: CompareRow
     placement: Placement | None = None
     evaluation: Evaluation | None = None
+    judged: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,10 +146,10 @@ def run_scenario(
         started = time.perf_counter()
         result = solve(problem, scenario.solver, settings.solve_params())
         seconds = result.seconds or (time.perf_counter() - started)
-        params = settings.eval_params(
-            int(topology.num_gpus), split.judge, num_layers=split.routing.stats.num_layers,
-            sample=replay_or_sample(split.routing, split.judge)[0])
-        evaluation = evaluate(result.placement, split.routing, topology, model, params)
+        # a trace read as a sample: whole batches of the judged windows (judged_part)
+        routing, params, sampled = judged_part(split.routing, split.judge, settings.eval_params(
+            int(topology.num_gpus), split.judge, num_layers=split.routing.stats.num_layers))
+        evaluation = evaluate(result.placement, routing, topology, model, params)
     except InfeasibleError as e:
         return ScenarioOutcome(CompareRow(status=f"does not fit: {_reason(e)}", **base))
     except PlacerError as e:
@@ -155,9 +159,11 @@ def run_scenario(
     figures.update(throughput(metrics, int(topology.num_gpus)))
     row = CompareRow(status=STATUS_OK, solver_status=str(result.status),
                      solve_seconds=float(seconds), **base, **figures)
+    judged = (None if sampled is None else
+              sampled.to_dict(int(metrics["num_tokens"]), evaluation.source == "trace"))
     if not keep_details:
-        return ScenarioOutcome(row)
-    return ScenarioOutcome(row, result.placement, evaluation)
+        return ScenarioOutcome(row, judged=judged)
+    return ScenarioOutcome(row, result.placement, evaluation, judged)
 
 
 def compare(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate.core import EvalParams, Evaluation, evaluate
 from placer.evaluate.dispatch import OrderBias, OrderBiasWarning, order_bias_message
-from placer.evaluate.params import regime_params, replay_or_sample
+from placer.evaluate.params import JudgedSample, judged_part, regime_params
 from placer.placement import Placement
 from placer.regime import Regime
 from placer.stats import RoutingData
@@ -37,11 +37,14 @@ class PartEvaluation:
     name: ``"fit"``, ``"held-out"`` or ``"all"``.
     windows: ``(start, stop)`` of the part.
     evaluations: ``(label, Evaluation)`` per placement, in the order given.
+    judged_sample: what was judged of a trace read as a sample
+        (:func:`placer.evaluate.params.judged_part`), or None when it was kept whole.
     """
 
     name: str
     windows: WindowRange
     evaluations: tuple[tuple[str, Evaluation], ...]
+    judged_sample: JudgedSample | None = None
 
     @property
     def source(self) -> str:
@@ -65,10 +68,12 @@ def evaluate_many(
 
     ``params``: a :class:`~placer.regime.Regime` is judged as every command judges it
     (:func:`placer.evaluate.params.regime_params` for each part, the per-token trace
-    replayed unless :func:`~placer.evaluate.params.replay_or_sample` says it is too large;
-    ``dtype`` the experts'); :class:`EvalParams` are used as given, their windows set to
-    each part's.  ``fit`` / ``held_out``: the parts as given (see
-    :func:`placer.stats.windows.evaluation_parts` for the default split).
+    replayed unless :func:`~placer.evaluate.params.replay_or_sample` says it is too large,
+    a trace read as a sample cut to whole batches of the part:
+    :func:`~placer.evaluate.params.judged_part`; ``dtype`` the experts');
+    :class:`EvalParams` are used as given, their windows set to each part's.  ``fit`` /
+    ``held_out``: the parts as given (see :func:`placer.stats.windows.evaluation_parts`
+    for the default split).
     ``on_start(label, part, windows)`` is called before each evaluation (progress). A
     PlacerError of one evaluation names the placement's label when it names no place of
     its own.
@@ -77,10 +82,11 @@ def evaluate_many(
     relay = _WarningRelay()
     out = []
     for part, windows in parts:
+        part_routing, judged = routing, None
         if isinstance(params, Regime):
-            part_params = regime_params(
+            part_routing, part_params, judged = judged_part(routing, windows, regime_params(
                 params, topology.num_gpus, num_layers=routing.stats.num_layers, dtype=dtype,
-                windows=windows, sample=replay_or_sample(routing, windows)[0])
+                windows=windows))
         else:
             part_params = replace(params, windows=windows)
         done = []
@@ -89,12 +95,12 @@ def evaluate_many(
                 on_start(label, part, windows)
             try:
                 with relay.collect(f"{label} on {part}"):
-                    evaluation = evaluate(placement, routing, topology, model, part_params)
+                    evaluation = evaluate(placement, part_routing, topology, model, part_params)
             except PlacerError as e:
                 e.where = e.where or label
                 raise
             done.append((label, evaluation))
-        out.append(PartEvaluation(part, windows, tuple(done)))
+        out.append(PartEvaluation(part, windows, tuple(done), judged))
     relay.flush()
     return out
 

@@ -12,17 +12,15 @@ least :data:`SAMPLED_BATCHES_MIN`, at most ``constants.DEFAULT_SAMPLED_BATCHES``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from placer import constants
 from placer.errors import Param, UsageError
 from placer.regime import MODES, POLICIES, Regime
-
-if TYPE_CHECKING:
-    from placer.stats import RoutingData
+from placer.stats import RoutingData
 
 #: A per-token replay larger than this many (token, layer, pick) selections per
 #: placement is sampled instead (a replay costs time in proportion).
@@ -131,3 +129,87 @@ def replay_or_sample(routing: RoutingData, windows: tuple[int, int]) -> tuple[bo
         return True, (f"{selections:,} selections are more than a judgement replays"
                       f" ({REPLAY_MAX_SELECTIONS:,}); sampled batches instead")
     return False, ""
+
+
+def judge_sample(
+    routing: RoutingData, windows: tuple[int, int], num_batches: int,
+    batch_tokens: int | None,
+) -> tuple[RoutingData | None, str, dict[str, int] | None]:
+    """The part of a sampled trace (``routing.trace.sample``) a summary replays on
+    ``windows``: at most ``num_batches`` of the whole batches held there, spread evenly
+    over them in time (the same batches for the same trace and seed).
+
+    Returns ``(routing cut to those batches, what was judged in words, its figures)``;
+    the routing is None, with why in words, when no held batch is in the windows or
+    the sample's batches are not ``batch_tokens`` long (the judge then samples batches
+    from the statistics).
+    """
+    trace = routing.trace
+    assert trace is not None and trace.sample is not None
+    sample = trace.sample
+    if batch_tokens is not None and sample.batch_tokens != batch_tokens:
+        return None, (f"the per-token sample holds batches of {sample.batch_tokens:,}"
+                      f" tokens, the judge's are {batch_tokens:,}; sampled batches"
+                      " instead"), None
+    start, stop = windows
+    inside = (sample.window >= start) & (sample.window < stop)
+    held = np.unique(sample.batch[inside])
+    doc = {"trace_tokens": sample.num_tokens, "batches_held": int(held.size),
+           "per_window": sample.per_window, "seed": sample.seed}
+    if held.size == 0:
+        return None, (f"the per-token sample holds no batch that starts in windows"
+                      f" {start}:{stop}; sampled batches instead"), doc
+    # evenly spread in time: the middle batch of each of num_batches equal shares
+    middle = (np.arange(num_batches) + 0.5) * held.size / num_batches
+    chosen = held if held.size <= num_batches else held[middle.astype(np.int64)]
+    cut = RoutingData(routing.stats, trace.take(np.isin(sample.batch, chosen) & inside))
+    doc["batches_judged"] = int(chosen.size)
+    why = (f"the trace's {sample.num_tokens:,} tokens are too many to keep: read as a"
+           f" sample of whole batches, {sample.per_window} per window (seed"
+           f" {sample.seed}); judged on {chosen.size} of the {held.size} held in these"
+           " windows, spread evenly")
+    return cut, why, doc
+
+
+@dataclass(frozen=True)
+class JudgedSample:
+    """What a judge replayed of a trace read as a sample (``routing.trace.sample``).
+
+    Attributes
+    ----------
+    of_tokens: tokens the judged windows hold in all.
+    sample: :func:`judge_sample`'s figures (``trace_tokens``, ``batches_held``,
+        ``per_window``, ``seed``, ``batches_judged`` when batches were replayed).
+    why: what was judged, in words (the sample and the batches replayed, or why
+        batches were sampled from the statistics instead).
+    """
+
+    of_tokens: int
+    sample: dict[str, int] | None
+    why: str
+
+    def to_dict(self, num_tokens: int, replayed: bool) -> dict[str, Any]:
+        """Plan's ``judged`` fields: ``num_tokens`` judged, ``of_tokens`` the windows hold
+        (``num_tokens`` when batches were sampled from the statistics, not ``replayed``),
+        ``sample`` and ``why``."""
+        return {"num_tokens": num_tokens, "of_tokens": self.of_tokens if replayed else num_tokens,
+                "sample": self.sample, "why": self.why}
+
+
+def judged_part(
+    routing: RoutingData, windows: tuple[int, int], params: EvalParams,
+) -> tuple[RoutingData, EvalParams, JudgedSample | None]:
+    """The routing and parameters that judge ``windows`` by the one rule: a trace kept
+    whole is replayed unless :func:`replay_or_sample` says it is too large; a trace read
+    as a sample is cut to at most ``params.num_batches`` of its whole batches there
+    (:func:`judge_sample`), or batches are sampled from the statistics when none fits.
+    The third value says what of a sampled trace was judged (None: kept whole)."""
+    trace = routing.trace
+    if trace is None or trace.sample is None:
+        return routing, replace(params, sample=replay_or_sample(routing, windows)[0]), None
+    cut, why, doc = judge_sample(routing, windows, params.num_batches, params.batch_tokens)
+    of = int(np.asarray(routing.stats.tokens)[windows[0]:windows[1]].sum())
+    note = JudgedSample(of, doc, why)
+    if cut is None:
+        return routing, replace(params, sample=True), note
+    return cut, replace(params, sample=False), note

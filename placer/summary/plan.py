@@ -12,7 +12,7 @@ import numpy as np
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate
 from placer.evaluate.batches import dealt_note
-from placer.evaluate.params import regime_params, replay_or_sample
+from placer.evaluate.params import judge_sample, regime_params, replay_or_sample
 from placer.parallel import Background
 from placer.problem import PlacementProblem, SolveResult
 from placer.regime import Regime
@@ -324,46 +324,6 @@ def _judging(
         return judged, why, replace(params, sample=True), routing
     sample, sampled_why = replay_or_sample(routing, judged.windows)
     return judged, sampled_why, replace(params, sample=sample), routing
-
-
-def judge_sample(
-    routing: RoutingData, windows: tuple[int, int], num_batches: int,
-    batch_tokens: int | None,
-) -> tuple[RoutingData | None, str, dict[str, int] | None]:
-    """The part of a sampled trace (``routing.trace.sample``) a summary replays on
-    ``windows``: at most ``num_batches`` of the whole batches held there, spread evenly
-    over them in time (the same batches for the same trace and seed).
-
-    Returns ``(routing cut to those batches, what was judged in words, its figures)``;
-    the routing is None, with why in words, when no held batch is in the windows or
-    the sample's batches are not ``batch_tokens`` long (the judge then samples batches
-    from the statistics).
-    """
-    trace = routing.trace
-    assert trace is not None and trace.sample is not None
-    sample = trace.sample
-    if batch_tokens is not None and sample.batch_tokens != batch_tokens:
-        return None, (f"the per-token sample holds batches of {sample.batch_tokens:,}"
-                      f" tokens, the judge's are {batch_tokens:,}; sampled batches"
-                      " instead"), None
-    start, stop = windows
-    inside = (sample.window >= start) & (sample.window < stop)
-    held = np.unique(sample.batch[inside])
-    doc = {"trace_tokens": sample.num_tokens, "batches_held": int(held.size),
-           "per_window": sample.per_window, "seed": sample.seed}
-    if held.size == 0:
-        return None, (f"the per-token sample holds no batch that starts in windows"
-                      f" {start}:{stop}; sampled batches instead"), doc
-    # evenly spread in time: the middle batch of each of num_batches equal shares
-    middle = (np.arange(num_batches) + 0.5) * held.size / num_batches
-    chosen = held if held.size <= num_batches else held[middle.astype(np.int64)]
-    cut = RoutingData(routing.stats, trace.take(np.isin(sample.batch, chosen) & inside))
-    doc["batches_judged"] = int(chosen.size)
-    why = (f"the trace's {sample.num_tokens:,} tokens are too many to keep: read as a"
-           f" sample of whole batches, {sample.per_window} per window (seed"
-           f" {sample.seed}); judged on {chosen.size} of the {held.size} held in these"
-           " windows, spread evenly")
-    return cut, why, doc
 
 
 def _placement_of(results: list[SolveResult], solver: str) -> Any:

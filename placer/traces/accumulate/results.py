@@ -85,19 +85,8 @@ class KeptRows:
     def check_size(self, state: TraceState, num_layers: int) -> None:
         """Refuse a per-token trace whose dense ``[tokens, layers, k]`` array would dwarf
         the rows read (tokens with rows in few of many layers) past MAX_LOAD_BYTES."""
-        k = state.k or 1
-        need = state.num_tokens * num_layers * k * (8 if self._have_weights() else 4)
-        if (
-            need > constants.MAX_LOAD_BYTES
-            and need > SPARSE_TRACE_RATIO * state.rows_read * k * 4
-        ):
-            raise TraceError(
-                f"the per-token trace would take {mib_text(need)} MiB for {state.rows_read} rows:"
-                f" its {state.num_tokens} tokens have rows in few of its {num_layers} layers",
-                where=", ".join(state.sources),
-                hint="a token has a row in each MoE layer it passed through; read the layers"
-                " apart (layers=) or the trace in parts (limits: docs/limits.md)",
-            )
+        check_dense(state, state.num_tokens, state.rows_read, num_layers,
+                    8 if self._have_weights() else 4)
 
     def trace(self, layer_ids: np.ndarray, num_tokens: int, k: int) -> RoutingTrace:
         """The dense per-token trace of ``num_tokens`` tokens over ``layer_ids``
@@ -123,6 +112,23 @@ class KeptRows:
             step=step.astype(np.int64),
             rank=rank.astype(np.int64),
             topk_weights=weights,
+        )
+
+
+def check_dense(state: TraceState, tokens: int, rows: int, num_layers: int,
+                item_bytes: int) -> None:
+    """Refuse a dense ``[tokens, layers, k]`` per-token array (``item_bytes`` per entry)
+    that would dwarf the ``rows`` read into it past MAX_LOAD_BYTES: every token kept
+    (``keep_tokens``) or the tokens a sample holds."""
+    k = state.k or 1
+    need = tokens * num_layers * k * item_bytes
+    if need > constants.MAX_LOAD_BYTES and need > SPARSE_TRACE_RATIO * rows * k * 4:
+        raise TraceError(
+            f"the per-token trace would take {mib_text(need)} MiB for {rows} rows:"
+            f" its {tokens} tokens have rows in few of its {num_layers} layers",
+            where=", ".join(state.sources),
+            hint="a token has a row in each MoE layer it passed through; read the layers"
+            " apart (layers=) or the trace in parts (limits: docs/limits.md)",
         )
 
 
@@ -164,6 +170,8 @@ def token_result(
         coact, aff = fit_pairs(coact, aff, load.sum(axis=0), state.k or 1, state.num_tokens)
     if keep is not None:
         keep.check_size(state, layer_ids.size)
+    if sampler is not None:
+        check_dense(state, *sampler.held(), layer_ids.size, sampler.itemsize(num_e))
     starts = windows.grid.starts()
     warn = checks.warnings(load, layer_ids)
     stats = ExpertStats(

@@ -165,6 +165,21 @@ class TokenSampler:
             del self._batches[b]
 
     # -- the result --------------------------------------------------------------------
+    def held(self) -> tuple[int, int]:
+        """``(tokens, rows)`` held for the trace: its dense array's first dimension, and
+        the (token, layer) rows read into it (:meth:`trace` checks no more)."""
+        self._prune()
+        tokens = sum(int(p[0].size) for b in self._batches.values() for p in b.tokens)
+        rows = sum(int(ids.shape[0]) * int(ids.shape[1])
+                   for b in self._batches.values() for _, ids, _ in b.blocks)
+        rows += sum(int(tok.size) for b in self._batches.values() for tok, _, _ in b.rows)
+        return tokens, rows
+
+    @staticmethod
+    def itemsize(num_experts: int) -> int:
+        """Bytes of one expert id in the trace: int16 when ``num_experts`` fits."""
+        return 2 if num_experts < np.iinfo(np.int16).max else 4
+
     def trace(self, layer_ids: np.ndarray, num_tokens: int, k: int,
               num_experts: int) -> RoutingTrace:
         """The tokens kept, as a :class:`~placer.stats.RoutingTrace` over ``layer_ids``
@@ -180,7 +195,7 @@ class TokenSampler:
         step = _cat([p[1] for p in tokens])[order]
         rank = _cat([p[2] for p in tokens])[order]
         keys = np.array([self._batches[b].key for b in numbers], dtype=np.int64)
-        small = num_experts < np.iinfo(np.int16).max
+        small = self.itemsize(num_experts) == 2
         # pages of the map are taken as each batch is written, while the batch's pieces
         # are let go: the sample is held about once, not twice
         topk = _mapped_empty((glob.size, layer_ids.size, k),
