@@ -222,8 +222,9 @@ CPSAT_CVAR_FRACTION = 0.25
 #: Most windows a layer's CP-SAT model holds: past it the fitted windows are merged,
 #: consecutive ones summed, into this many (a step's model, and the time CP-SAT spends
 #: loading and presolving it, grow with its windows: 62 windows of a 1,000,000-token trace
-#: cost 30 ms a step beyond the search, 16 windows 15 ms).
-CPSAT_MAX_WINDOWS = 16
+#: cost 30 ms a step beyond the search, 16 windows 15 ms).  Every bench plan but the
+#: longest traces' fits 32 or fewer, and is unchanged by the cap.
+CPSAT_MAX_WINDOWS = 32
 #: With a batch size to plan for, each GPU's load counts this many standard deviations
 #: of its per-batch noise (about the 98th percentile of one GPU's load).
 CPSAT_NOISE_Z = 2.0
