@@ -385,6 +385,8 @@ def _write_report(
         if s.topology not in nodes:
             nodes[s.topology] = load_topology(s.topology).node_of_gpu
     subtitle = f"{', '.join(study.trace)} · model {study.settings.model}"
+    # what a sampled trace was judged on, as the terminal says it, beside the windows
+    description = "; ".join(part for part in (description, *judged_lines(outcomes)) if part)
     built = compare_report(outcomes, split.judge_stats, summarize(routing.stats),
                            description=description, node_of_gpu=nodes, subtitle=subtitle,
                            dpi=dpi, settings=study.settings, scenarios=study.scenarios,

@@ -9,6 +9,7 @@ rather than writing a trace over it.
 
 from __future__ import annotations
 
+import html
 import json
 import warnings
 from pathlib import Path
@@ -200,6 +201,17 @@ def test_report_says_it_judged_on_a_sample(placement, sampled, tmp_path):
     page = (tmp_path / "r.html").read_text()
     assert "512 of 2048 tokens" in page and SAMPLED in page
     assert json.loads(_run(*args, "--json", "-q"))["placements"] == doc["placements"]
+
+
+@pytest.mark.skipif(not _has_matplotlib(), reason="placer compare --report draws pictures")
+def test_compares_page_says_it_judged_on_a_sample(monkeypatch, tmp_path):
+    monkeypatch.setattr(placer.summary, "JUDGE_WHOLE_SELECTIONS", 0)
+    page = tmp_path / "c.html"
+    said = _run("compare", str(SYNTH), "-m", MODEL, "-t", TOPOLOGY, "-r", "8", "-s", "eplb",
+                *FLAGS, "--report", str(page), "--dpi", "30", "-q")
+    line = next(x for x in said.splitlines() if x.startswith("judged on "))
+    assert "512 of 2048 tokens" in line and SAMPLED in line
+    assert html.escape(line) in page.read_text()
 
 
 def test_compare_samples_in_the_batches_most_scenarios_judge_with(monkeypatch):
