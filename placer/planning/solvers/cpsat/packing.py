@@ -22,13 +22,19 @@ def window_packing(data: LayerData, hint: np.ndarray) -> np.ndarray | None:
     """``[E, G]`` bool: the replicas of ``hint`` (its counts) packed largest first, each on
     the GPU with a free slot, without that expert and allowed for it, whose load over
     windows then peaks lowest (ties: the lowest GPU).  None when some replica finds no
-    such GPU (tight allowed GPUs)."""
+    such GPU (tight allowed GPUs).
+
+    A GPU that holds nothing yet peaks at the replica's own share, the same on every such
+    GPU, so only the lowest of them is weighed beside the GPUs already holding some: a
+    cluster of thousands of one-slot GPUs packs in time linear in its replicas, not
+    quadratic."""
     counts = hint.sum(axis=1)
     share = data.effective_share(counts[None, :])  # [W, E] one replica's share
     replicas = np.repeat(np.arange(data.num_experts), counts)
     order = np.argsort(-share.max(axis=0)[replicas], kind="stable")
     load = np.zeros((share.shape[0], data.num_gpus))
     room = np.full(data.num_gpus, data.slots_per_gpu)
+    used = np.zeros(data.num_gpus, dtype=bool)
     x = np.zeros_like(hint, dtype=bool)
     for e in replicas[order].tolist():
         free = (room > 0) & ~x[e]
@@ -36,9 +42,15 @@ def window_packing(data: LayerData, hint: np.ndarray) -> np.ndarray | None:
             free &= data.allowed[e]
         if not free.any():
             return None
-        peak = np.where(free, (load + share[:, e, None]).max(axis=0), np.inf)
-        g = int(np.argmin(peak))
+        candidates = np.flatnonzero(free & used)
+        empty = free & ~used
+        if empty.any():  # the lowest empty GPU stands for all of them
+            first = int(np.argmax(empty))
+            candidates = np.insert(candidates, np.searchsorted(candidates, first), first)
+        peak = (load[:, candidates] + share[:, e, None]).max(axis=0)
+        g = int(candidates[np.argmin(peak)])
         x[e, g] = True
         load[:, g] += share[:, e]
         room[g] -= 1
+        used[g] = True
     return x
