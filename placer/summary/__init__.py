@@ -29,6 +29,7 @@ once (:class:`placer.errors.PlacerWarning`).
 """
 
 
+from placer.evaluate.params import judge_sample
 from placer.summary.figures import (
     BASELINE_SOLVER,
     EQUAL_TOLERANCE,
@@ -45,7 +46,7 @@ from placer.summary.figures import (
     time_figure,
     verdict,
 )
-from placer.summary.plan import PlanSummary, judge_sample, summarize_plan
+from placer.summary.plan import PlanSummary, summarize_plan
 from placer.summary.proxies import basic_metrics, remote_figures, versus_eplb
 
 __all__ = [

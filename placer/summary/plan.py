@@ -12,7 +12,7 @@ import numpy as np
 from placer.errors import PlacerError, PlacerWarning
 from placer.evaluate import EvalParams, Evaluation, evaluate
 from placer.evaluate.batches import dealt_note
-from placer.evaluate.params import judge_sample, regime_params, replay_or_sample
+from placer.evaluate.params import judged_part, regime_params, replay_or_sample
 from placer.parallel import Background
 from placer.problem import PlacementProblem, SolveResult
 from placer.regime import Regime
@@ -309,21 +309,18 @@ def _judging(
 ) -> tuple[Judged, str, EvalParams, RoutingData]:
     """Where and how the summary judges: the windows (and why there), why the tokens
     are sampled when they are, the evaluator's parameters and the routing it replays
-    (a sampled trace cut to the batches judged: :func:`judge_sample`)."""
+    (a sampled trace cut to the batches judged), by the rule every judge follows:
+    :func:`placer.evaluate.params.judged_part`."""
     judged = judged_windows(routing.stats.num_windows, fit)
     params = regime_params(regime, problem.num_gpus, num_layers=problem.stats.num_layers,
                            dtype=dtype, windows=judged.windows)
-    trace = routing.trace
-    if trace is not None and trace.sample is not None:
-        cut, why, doc = judge_sample(routing, judged.windows, params.num_batches,
-                                     params.batch_tokens)
-        of = int(np.asarray(routing.stats.tokens)[slice(*judged.windows)].sum())
-        judged = replace(judged, of_tokens=of, sample=doc)
-        if cut is not None:
-            return replace(judged, source_why=why), "", params, cut
-        return judged, why, replace(params, sample=True), routing
-    sample, sampled_why = replay_or_sample(routing, judged.windows)
-    return judged, sampled_why, replace(params, sample=sample), routing
+    replayed, params, note = judged_part(routing, judged.windows, params)
+    if note is None:  # kept whole: replayed unless too large, and why
+        return judged, replay_or_sample(routing, judged.windows)[1], params, routing
+    judged = replace(judged, of_tokens=note.of_tokens, sample=note.sample)
+    if params.sample:  # no held batch fits: batches drawn from the statistics
+        return judged, note.why, params, routing
+    return replace(judged, source_why=note.why), "", params, replayed
 
 
 def _placement_of(results: list[SolveResult], solver: str) -> Any:
